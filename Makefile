@@ -1,0 +1,57 @@
+# swarmgate — one Makefile. `make run` and `make test` work on a fresh machine
+# with only Go installed: they install and start what they need themselves.
+GO        ?= go
+BIN       := bin/swarmgate
+PKGS      := ./...
+TEST_TIMEOUT ?= 25m
+export GOFLAGS ?= -buildvcs=false
+
+.PHONY: all build run test test-short deps lint fmt vet bench golden proto fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/swarmgate
+
+deps:
+	@./scripts/deps.sh
+
+## run: start the gateway on the embedded default config (plus Redis and two mock relays).
+run: deps build
+	@./scripts/run.sh
+
+## test: every test, race detector on, against a real redis-server each test starts itself.
+test: deps lint
+	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+
+test-short: deps
+	$(GO) test -short $(PKGS)
+
+lint: fmt vet
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+## bench: Go benchmarks with -benchmem; compare runs with benchstat.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count $${COUNT:-1} $(PKGS) | tee bench.out
+
+## golden: regenerate the xDS golden files from testdata configs.
+golden:
+	$(GO) test ./xds/translator/ -run TestGolden -update
+
+## proto: regenerate protos/ Go code (needs protoc; installed from Debian if missing).
+proto:
+	@SWARMGATE_WITH_PROTOC=1 ./scripts/deps.sh
+	@./scripts/proto.sh
+
+## fuzz: a longer fuzz run of each fuzz target (the seed corpus runs in `make test`).
+fuzz:
+	@./scripts/fuzz.sh $${FUZZTIME:-30s}
+
+clean:
+	rm -rf bin .run bench.out

@@ -1,0 +1,135 @@
+package config
+
+import "time"
+
+// applyDefaults fills every unset field with the documented default
+// (docs/config.md lists them).
+func (c *Config) applyDefaults() {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	defInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defDur := func(p *Duration, v time.Duration) {
+		if p.Duration == 0 {
+			p.Duration = v
+		}
+	}
+	def(&c.Listen.XDS, "127.0.0.1:18000")
+	def(&c.Listen.ExtProc, "127.0.0.1:18001")
+	def(&c.Listen.RateLimit, "127.0.0.1:18002")
+	def(&c.Listen.Admin, "127.0.0.1:19000")
+
+	def(&c.Envoy.ListenerAddress, "0.0.0.0")
+	if c.Envoy.ListenerPort == 0 {
+		c.Envoy.ListenerPort = 10000
+	}
+	def(&c.Envoy.XDSAddress, dialable(c.Listen.XDS))
+	def(&c.Envoy.ExtProcAddress, dialable(c.Listen.ExtProc))
+	def(&c.Envoy.RateLimitAddress, dialable(c.Listen.RateLimit))
+	def(&c.Envoy.NodeCluster, "swarmgate")
+	def(&c.Envoy.RateLimitDomain, "swarmgate")
+
+	def(&c.Redis.Mode, "standalone")
+	if len(c.Redis.Addrs) == 0 {
+		c.Redis.Addrs = []string{"127.0.0.1:6379"}
+	}
+	defDur(&c.Redis.DialTimeout, 2*time.Second)
+	defDur(&c.Redis.ReadTimeout, 500*time.Millisecond)
+	def(&c.Redis.KeyPrefix, "sg:")
+
+	if c.Request.MaxBodyBytes == 0 {
+		c.Request.MaxBodyBytes = 8 << 20
+	}
+	defDur(&c.Request.MessageTimeout, 2*time.Second)
+	defDur(&c.Request.Timeout, 120*time.Second)
+	defDur(&c.Request.LongTimeout, 600*time.Second)
+	defInt(&c.Request.LongMaxTokens, 4096)
+	defInt(&c.Request.DefaultMaxOutputTokens, 1024)
+	if c.Request.BytesPerToken == 0 {
+		c.Request.BytesPerToken = 4
+	}
+	def(&c.Request.StickyHeader, "x-session-id")
+
+	defInt(&c.Breaker.Consecutive429, 3)
+	defInt(&c.Breaker.Consecutive5xx, 5)
+	defDur(&c.Breaker.Cooldown, 30*time.Second)
+	defDur(&c.Breaker.MaxCooldown, 5*time.Minute)
+	if c.Breaker.Jitter == 0 {
+		c.Breaker.Jitter = 0.2
+	}
+	defDur(&c.Breaker.SyncInterval, 500*time.Millisecond)
+
+	defInt(&c.Retry.NumRetries, 3)
+	defDur(&c.Retry.BackoffBase, 250*time.Millisecond)
+	defDur(&c.Retry.BackoffMax, 5*time.Second)
+	if c.Retry.BudgetPercent == 0 {
+		c.Retry.BudgetPercent = 25
+	}
+	defInt(&c.Retry.MinRetryConcurrency, 10)
+
+	defMode := func(p *FailureMode, v FailureMode) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	defMode(&c.FailureModes.ExtProc, FailClosed)
+	defMode(&c.FailureModes.RateLimit, FailOpen)
+	defMode(&c.FailureModes.Budget, FailOpen)
+	defMode(&c.FailureModes.Reservation, FailOpen)
+	defMode(&c.FailureModes.BreakerSync, FailOpen)
+
+	defInt(&c.Accounting.LedgerBuffer, 100000)
+	def(&c.Accounting.BillOnDisconnect, "reported")
+	defDur(&c.Accounting.ReservationTTL, 10*time.Minute)
+	def(&c.Accounting.Currency, "USD")
+	def(&c.Accounting.TokenLimits, "reserve")
+
+	defDur(&c.Alerts.Timeout, 5*time.Second)
+	if c.Telemetry.SampleRatio == 0 {
+		c.Telemetry.SampleRatio = 1
+	}
+
+	for i := range c.Backends {
+		b := &c.Backends[i]
+		def(&b.APIStyle, "openai")
+		if b.Auth == "" {
+			b.Auth = AuthBearer
+		}
+		defDur(&b.ConnectTimeout, 5*time.Second)
+		defInt(&b.MaxConnections, 1024)
+		defInt(&b.MaxPendingRequests, 1024)
+		defInt(&b.MaxRequests, 4096)
+		for j := range b.Keys {
+			defInt(&b.Keys[j].Weight, 1)
+		}
+	}
+	for i := range c.Models {
+		for j := range c.Models[i].Targets {
+			t := &c.Models[i].Targets[j]
+			def(&t.Model, c.Models[i].Name)
+			defInt(&t.Weight, 1)
+		}
+	}
+	for i := range c.Tenants {
+		if b := c.Tenants[i].Budget; b != nil && b.Alerts == nil {
+			b.Alerts = []float64{50, 75, 90}
+		}
+	}
+}
+
+// dialable turns a bind address such as ":18000" or "0.0.0.0:18000" into
+// one a local Envoy can dial.
+func dialable(addr string) string {
+	for _, p := range []string{"0.0.0.0:", "[::]:", ":"} {
+		if len(addr) >= len(p) && addr[:len(p)] == p {
+			return "127.0.0.1:" + addr[len(p):]
+		}
+	}
+	return addr
+}

@@ -1,0 +1,162 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// index holds lookups built once after validation.
+type index struct {
+	backends map[string]*Backend
+	models   map[string]*Model
+	tenants  map[string]*Tenant
+	keys     map[string]KeyOwner // virtual-key hash -> owner
+}
+
+// KeyOwner is the tenant and virtual key a presented key hash belongs to.
+type KeyOwner struct {
+	Tenant *Tenant
+	Key    *VirtualKey
+}
+
+type parsedURL struct {
+	scheme, host, path string
+	port               uint32
+}
+
+func (c *Config) buildIndex() {
+	c.index = index{
+		backends: make(map[string]*Backend, len(c.Backends)),
+		models:   make(map[string]*Model, len(c.Models)),
+		tenants:  make(map[string]*Tenant, len(c.Tenants)),
+		keys:     make(map[string]KeyOwner),
+	}
+	for i := range c.Backends {
+		c.index.backends[c.Backends[i].Name] = &c.Backends[i]
+	}
+	for i := range c.Models {
+		c.index.models[c.Models[i].Name] = &c.Models[i]
+	}
+	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		c.index.tenants[t.Name] = t
+		for j := range t.Keys {
+			c.index.keys[t.Keys[j].Hash] = KeyOwner{Tenant: t, Key: &t.Keys[j]}
+		}
+	}
+}
+
+// Backend returns the named backend.
+func (c *Config) Backend(name string) (*Backend, bool) {
+	b, ok := c.index.backends[name]
+	return b, ok
+}
+
+// Model returns the model alias.
+func (c *Config) Model(name string) (*Model, bool) {
+	m, ok := c.index.models[name]
+	return m, ok
+}
+
+// Tenant returns the named tenant.
+func (c *Config) Tenant(name string) (*Tenant, bool) {
+	t, ok := c.index.tenants[name]
+	return t, ok
+}
+
+// LookupKey finds the owner of a presented virtual key (plain text). Only
+// its hash is compared.
+func (c *Config) LookupKey(presented string) (KeyOwner, bool) {
+	o, ok := c.index.keys[HashKey(presented)]
+	return o, ok
+}
+
+// HashKey is the stored form of a virtual key: "sha256:<hex>".
+func HashKey(plain string) string {
+	sum := sha256.Sum256([]byte(plain))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Allows reports whether the tenant may use the model alias.
+func (t *Tenant) Allows(model string) bool {
+	for _, m := range t.Models {
+		if m == "*" || m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// Scheme is "http" or "https".
+func (b *Backend) Scheme() string { return b.url.scheme }
+
+// Host is the backend's host name or IP (no port).
+func (b *Backend) Host() string { return b.url.host }
+
+// Port is the backend's port (default 443 for https, 80 for http).
+func (b *Backend) Port() uint32 { return b.url.port }
+
+// BasePath is the path prefix of BaseURL without a trailing slash, e.g. "/v1".
+func (b *Backend) BasePath() string { return b.url.path }
+
+// TLSEnabled reports whether the backend is reached over HTTPS.
+func (b *Backend) TLSEnabled() bool { return b.url.scheme == "https" }
+
+// ServerName is the SNI and Host to present: SNI if set, else the URL host.
+func (b *Backend) ServerName() string {
+	if b.SNI != "" {
+		return b.SNI
+	}
+	return b.url.host
+}
+
+// UpstreamPath maps a client path such as "/v1/chat/completions" onto the
+// backend's base path, e.g. "/openai/v1/chat/completions".
+func (b *Backend) UpstreamPath(clientPath string) string {
+	rest := strings.TrimPrefix(clientPath, "/v1")
+	return b.url.path + rest
+}
+
+func parseBaseURL(raw string) (parsedURL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return parsedURL{}, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return parsedURL{}, errString("scheme must be http or https")
+	}
+	if u.Hostname() == "" {
+		return parsedURL{}, errString("no host")
+	}
+	if u.User != nil {
+		return parsedURL{}, errString("credentials in the URL are not allowed; use keys")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return parsedURL{}, errString("query and fragment are not allowed")
+	}
+	p := parsedURL{scheme: u.Scheme, host: u.Hostname(), path: strings.TrimRight(u.Path, "/")}
+	switch {
+	case u.Port() != "":
+		n, err := strconv.ParseUint(u.Port(), 10, 16)
+		if err != nil || n == 0 {
+			return parsedURL{}, errString("invalid port")
+		}
+		p.port = uint32(n)
+	case u.Scheme == "https":
+		p.port = 443
+	default:
+		p.port = 80
+	}
+	return p, nil
+}
+
+// IsIP reports whether the backend host is a literal IP address.
+func (b *Backend) IsIP() bool { return net.ParseIP(b.url.host) != nil }
+
+type errString string
+
+func (e errString) Error() string { return string(e) }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what swarmgate's tests and `make run` need besides Go: redis-server
+# (Debian package). Idempotent; safe to run on every `make test`.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if [ "${SWARMGATE_WITH_PROTOC:-0}" = 1 ]; then command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler); fi
+if [ "${SWARMGATE_WITH_CHROMIUM:-0}" = 1 ]; then command -v chromium >/dev/null 2>&1 || need+=(chromium); fi
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+echo "installing: ${need[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
