@@ -100,3 +100,12 @@ func PoolCluster(model string) string {
 	}
 	return b.String()
 }
+
+// GRPCRoleHeader is gRPC initial metadata the generated ext_proc filters send
+// (grpc_service.initial_metadata) so one ext_proc server tells the
+// router-level stream from the per-attempt upstream stream.
+const (
+	GRPCRoleHeader = "x-swarmgate-role"
+	RoleRouter     = "router"
+	RoleUpstream   = "upstream"
+)
