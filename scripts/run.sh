@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make run`: the gateway on its embedded default config, on one machine.
+# Starts (if needed) a local redis-server and the two mock relays the default
+# config points at, then runs `swarmgate serve` in the foreground.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=bin/swarmgate
+state=.run
+mkdir -p "$state"
+
+redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; }
+if ! redis_up; then
+  echo "starting redis-server on 127.0.0.1:6379 (data in $state/)"
+  redis-server --port 6379 --bind 127.0.0.1 --dir "$state" --save "" --daemonize yes \
+    --logfile "$PWD/$state/redis.log" --pidfile "$PWD/$state/redis.pid"
+  for _ in $(seq 50); do redis_up && break; sleep 0.1; done
+  redis_up || { echo "redis-server did not start; see $state/redis.log" >&2; exit 1; }
+fi
+
+# Demo credentials for the mock relays (the embedded config reads them from
+# these variables; real deployments set their own or use file: references).
+export SWARMGATE_DEMO_KEY_A1=${SWARMGATE_DEMO_KEY_A1:-sk-demo-relay-a-1}
+export SWARMGATE_DEMO_KEY_A2=${SWARMGATE_DEMO_KEY_A2:-sk-demo-relay-a-2}
+export SWARMGATE_DEMO_KEY_B1=${SWARMGATE_DEMO_KEY_B1:-sk-demo-relay-b-1}
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+"$bin" mock-upstream --listen 127.0.0.1:18101 --auth bearer \
+  --keys "$SWARMGATE_DEMO_KEY_A1,$SWARMGATE_DEMO_KEY_A2" >"$state/relay-a.log" 2>&1 &
+pids+=($!)
+"$bin" mock-upstream --listen 127.0.0.1:18102 --auth x-api-key \
+  --keys "$SWARMGATE_DEMO_KEY_B1" >"$state/relay-b.log" 2>&1 &
+pids+=($!)
+
+cat <<MSG
+swarmgate: control plane on 127.0.0.1:18000 (ADS), ext_proc 127.0.0.1:18001, rate limits 127.0.0.1:18002,
+admin and status page http://127.0.0.1:19000/
+Point Envoy at it:   $bin bootstrap --node-id envoy-1 > envoy.yaml && envoy -c envoy.yaml
+Then call it:        curl -s localhost:10000/v1/chat/completions -H 'Authorization: Bearer sk-swarmgate-demo' \\
+                       -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
+MSG
+"$bin" serve "$@"
