@@ -7,6 +7,7 @@ package contract
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -99,6 +100,21 @@ func PoolCluster(model string) string {
 		b.WriteString("_" + hex.EncodeToString(sum[:4]))
 	}
 	return b.String()
+}
+
+// PoolContextCluster is the cluster serving a model alias restricted to the
+// targets whose context window is at least minContext tokens (or unknown).
+// ext_proc names it in HeaderPool when a prompt is too large for some of the
+// alias's targets; minContext is always one of the targets' context windows,
+// so the control plane generates one such cluster per distinct window above
+// the smallest. minContext <= 0 is the unrestricted PoolCluster. The
+// "poolctx<N>_" prefix cannot collide with PoolCluster's "pool_".
+func PoolContextCluster(model string, minContext int) string {
+	base := PoolCluster(model)
+	if minContext <= 0 {
+		return base
+	}
+	return "poolctx" + strconv.Itoa(minContext) + "_" + strings.TrimPrefix(base, "pool_")
 }
 
 // GRPCRoleHeader is gRPC initial metadata the generated ext_proc filters send
