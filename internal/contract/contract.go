@@ -125,3 +125,12 @@ const (
 	RoleRouter     = "router"
 	RoleUpstream   = "upstream"
 )
+
+// xDS node groups. The control plane keys snapshots by node cluster (node id
+// when the cluster is empty): Envoy nodes use config.Envoy.NodeCluster; the
+// rate-limit service and ext_proc replicas connect with these ids and get
+// their own resource types.
+const (
+	NodeRateLimit = "swarmgate-ratelimit" // envoyproxy/ratelimit: RateLimitConfig
+	NodeExtProc   = "swarmgate-extproc"   // ext_proc replicas: swarmgate.v1.GatewayConfig
+)
