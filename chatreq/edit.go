@@ -1,0 +1,195 @@
+package chatreq
+
+// Body edits: splice the new bytes into one new buffer, leaving every other
+// byte of the client's body as it was (key order, spacing, number spelling),
+// which a decode/re-marshal would not.
+
+type span struct{ start, end int } // value bytes [start, end)
+
+// topLevel is where the members the edits touch sit in a validated body.
+type topLevel struct {
+	lastEnd     int // end of the last member's value; open+1 if no members
+	members     int
+	model       span
+	models      int
+	streamOpts  span
+	hasStreamOp bool
+}
+
+// locate validates body and records member positions.
+func locate(body []byte) (topLevel, error) {
+	var t topLevel
+	s := scanner{b: body}
+	if s.peek() != '{' {
+		if err := s.skip(); err != nil {
+			return t, err
+		}
+		if err := s.trailing(); err != nil {
+			return t, err
+		}
+		return t, ErrNotObject
+	}
+	t.lastEnd = s.i + 1
+	err := s.object(func(k []byte, e bool) error {
+		s.ws()
+		start := s.i
+		if err := s.skip(); err != nil {
+			return err
+		}
+		sp := span{start, s.i}
+		t.members++
+		t.lastEnd = s.i
+		switch {
+		case keyIs(k, e, "model"):
+			t.model = sp
+			t.models++
+		case keyIs(k, e, "stream_options"):
+			t.streamOpts = sp
+			t.hasStreamOp = true
+		}
+		return nil
+	})
+	if err != nil {
+		return t, err
+	}
+	return t, s.trailing()
+}
+
+// splice returns body with body[start:end] replaced by the pieces, in one
+// allocation.
+func splice(body []byte, start, end int, pieces ...string) []byte {
+	n := len(body) - (end - start)
+	for _, p := range pieces {
+		n += len(p)
+	}
+	out := make([]byte, 0, n)
+	out = append(out, body[:start]...)
+	for _, p := range pieces {
+		out = append(out, p...)
+	}
+	return append(out, body[end:]...)
+}
+
+const includeUsageTrue = `"include_usage":true`
+
+// SetIncludeUsage makes the body ask for the final usage chunk of a stream:
+// it adds "stream_options":{"include_usage":true} after the last top-level
+// member, fills an existing stream_options object (or replaces a null one),
+// or sets an existing include_usage to true. When include_usage is already
+// true it returns body itself. It validates body like Scan.
+func SetIncludeUsage(body []byte) ([]byte, error) {
+	t, err := locate(body)
+	if err != nil {
+		return nil, err
+	}
+	if !t.hasStreamOp {
+		sep := ","
+		if t.members == 0 {
+			sep = ""
+		}
+		return splice(body, t.lastEnd, t.lastEnd, sep, `"stream_options":{`+includeUsageTrue+`}`), nil
+	}
+	v := t.streamOpts
+	switch body[v.start] {
+	case 'n':
+		return splice(body, v.start, v.end, `{`+includeUsageTrue+`}`), nil
+	case '{':
+	default:
+		return nil, &FieldError{Field: "stream_options", Want: "an object"}
+	}
+	// Find include_usage (the last one wins) inside the object.
+	s := scanner{b: body[:v.end], i: v.start}
+	var iu span
+	found, members := false, 0
+	_ = s.object(func(k []byte, e bool) error { // validated by locate
+		s.ws()
+		start := s.i
+		_ = s.skip()
+		members++
+		if keyIs(k, e, "include_usage") {
+			iu, found = span{start, s.i}, true
+		}
+		return nil
+	})
+	if !found {
+		sep := ","
+		if members == 0 {
+			sep = ""
+		}
+		return splice(body, v.start+1, v.start+1, includeUsageTrue+sep), nil
+	}
+	if string(body[iu.start:iu.end]) == "true" {
+		return body, nil
+	}
+	return splice(body, iu.start, iu.end, "true"), nil
+}
+
+// SetModel replaces the top-level "model" value with model, JSON-escaped.
+// It validates body like Scan and fails with ErrNoModel when there is no
+// model member to replace and ErrDuplicateModel when there are several.
+func SetModel(body []byte, model string) ([]byte, error) {
+	t, err := locate(body)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t.models == 0:
+		return nil, ErrNoModel
+	case t.models > 1:
+		return nil, ErrDuplicateModel
+	}
+	n := len(body) - (t.model.end - t.model.start) + quotedLen(model)
+	out := make([]byte, 0, n)
+	out = append(out, body[:t.model.start]...)
+	out = appendQuoted(out, model)
+	return append(out, body[t.model.end:]...), nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+func needsEscape(c byte) bool { return c < 0x20 || c == '"' || c == '\\' }
+
+func quotedLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20:
+			n += 6
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// appendQuoted appends s as a JSON string. Bytes >= 0x80 pass through: model
+// names come from the gateway's own config.
+func appendQuoted(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !needsEscape(c) {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,365 @@
+// Package chatreq reads what the gateway needs from an OpenAI-style request
+// body (chat completions, completions, embeddings, responses) in one
+// validating pass, without unmarshalling it into structs, and edits the body
+// in place of a re-marshal so that everything else stays byte for byte.
+//
+// It has no gRPC or Envoy types: extproc/ calls it on the buffered body.
+package chatreq
+
+import "math"
+
+// Request is what one Scan of a request body finds.
+type Request struct {
+	Model        string // top-level "model" (never empty when Scan succeeds)
+	Stream       bool   // "stream": true
+	IncludeUsage bool   // "stream_options": {"include_usage": true}
+	HasTools     bool   // non-empty "tools" or "functions"
+	// MaxTokens is "max_completion_tokens", else "max_tokens"; 0 if absent.
+	MaxTokens int
+	// Messages counts "messages" entries (chat) or item objects in "input"
+	// (responses API).
+	Messages int
+	// PromptBytes is the decoded UTF-8 size of the text the model reads:
+	// message content (strings and text parts), tool-call arguments and names
+	// in the history, "prompt", "input" and "instructions" strings.
+	PromptBytes int
+	// PromptNonASCIIBytes is the part of PromptBytes that is not ASCII (CJK
+	// and other scripts tokenize at fewer bytes per token).
+	PromptNonASCIIBytes int
+	// PromptTokenIDs counts pre-tokenized prompt/input entries (arrays of
+	// integers), which are tokens exactly.
+	PromptTokenIDs int
+	// ToolsBytes is the raw JSON size of the "tools" and "functions" values;
+	// tool schemas are rendered into the prompt and billed as prompt tokens.
+	ToolsBytes int
+	User       string // top-level "user"
+}
+
+// Scan validates the whole body as JSON and extracts a Request. Errors are
+// *SyntaxError, *FieldError, ErrNotObject, ErrNoModel, ErrModelType or
+// ErrDuplicateModel; all mean 400. A syntax error wins over the others.
+//
+// Duplicate members other than "model" follow the last one, as encoding/json
+// and most servers do.
+func Scan(body []byte) (Request, error) {
+	var r Request
+	s := scanner{b: body}
+	var semErr error // first non-syntax problem; reported after validation
+	setSem := func(err error) {
+		if semErr == nil {
+			semErr = err
+		}
+	}
+	if s.peek() != '{' {
+		if err := s.skip(); err != nil {
+			return r, err
+		}
+		if err := s.trailing(); err != nil {
+			return r, err
+		}
+		return r, ErrNotObject
+	}
+	seenModel := false
+	maxTokens, maxCompletion := -1, -1
+	err := s.object(func(key []byte, esc bool) error {
+		s.ws()
+		name := key
+		if esc {
+			var buf [32]byte
+			d, _ := unescape(buf[:0], key)
+			if len(d) > len(buf) {
+				return s.skip() // longer than any name we look for
+			}
+			name = d
+		}
+		switch string(name) {
+		case "model":
+			if seenModel {
+				setSem(ErrDuplicateModel)
+			}
+			seenModel = true
+			r.Model = ""
+			switch s.peek() {
+			case '"':
+				raw, e, err := s.str(nil)
+				if err != nil {
+					return err
+				}
+				if e {
+					d, _ := unescape(make([]byte, 0, len(raw)), raw)
+					r.Model = string(d)
+				} else {
+					r.Model = string(raw)
+				}
+				return nil
+			case 'n':
+				return s.literal("null")
+			default:
+				setSem(ErrModelType)
+				return s.skip()
+			}
+		case "stream":
+			v, ok, err := s.boolOrNull()
+			if !ok {
+				setSem(&FieldError{Field: "stream", Want: "a boolean"})
+			}
+			r.Stream = v
+			return err
+		case "stream_options":
+			r.IncludeUsage = false
+			switch s.peek() {
+			case '{':
+				return s.object(func(k []byte, e bool) error {
+					if !keyIs(k, e, "include_usage") {
+						return s.skip()
+					}
+					s.ws()
+					v, ok, err := s.boolOrNull()
+					if !ok {
+						setSem(&FieldError{Field: "stream_options.include_usage", Want: "a boolean"})
+					}
+					r.IncludeUsage = v
+					return err
+				})
+			case 'n':
+				return s.literal("null")
+			default:
+				setSem(&FieldError{Field: "stream_options", Want: "an object"})
+				return s.skip()
+			}
+		case "tools", "functions":
+			start := s.i
+			switch s.peek() {
+			case '[':
+				n := 0
+				err := s.array(func() error { n++; return s.skip() })
+				if n > 0 {
+					r.HasTools = true
+				}
+				r.ToolsBytes += s.i - start
+				return err
+			case 'n':
+				return s.literal("null")
+			default:
+				setSem(&FieldError{Field: string(name), Want: "an array"})
+				return s.skip()
+			}
+		case "max_tokens", "max_completion_tokens":
+			v, ok, err := s.countOrNull()
+			if !ok {
+				setSem(&FieldError{Field: string(name), Want: "a non-negative integer"})
+			}
+			if string(name) == "max_tokens" {
+				maxTokens = v
+			} else {
+				maxCompletion = v
+			}
+			return err
+		case "messages":
+			switch s.peek() {
+			case '[':
+				return s.array(func() error {
+					r.Messages++
+					if s.peek() != '{' {
+						setSem(&FieldError{Field: "messages", Want: "an array of objects"})
+						return s.skip()
+					}
+					return s.message(&r)
+				})
+			case 'n':
+				return s.literal("null")
+			default:
+				setSem(&FieldError{Field: "messages", Want: "an array"})
+				return s.skip()
+			}
+		case "prompt", "input", "instructions":
+			return s.promptValue(&r, 0)
+		case "user":
+			switch s.peek() {
+			case '"':
+				raw, e, err := s.str(nil)
+				if err != nil {
+					return err
+				}
+				if e {
+					d, _ := unescape(make([]byte, 0, len(raw)), raw)
+					r.User = string(d)
+				} else {
+					r.User = string(raw)
+				}
+				return nil
+			case 'n':
+				return s.literal("null")
+			default:
+				setSem(&FieldError{Field: "user", Want: "a string"})
+				return s.skip()
+			}
+		default:
+			return s.skip()
+		}
+	})
+	if err != nil {
+		return Request{}, err
+	}
+	if err := s.trailing(); err != nil {
+		return Request{}, err
+	}
+	switch {
+	case maxCompletion > 0:
+		r.MaxTokens = maxCompletion
+	case maxTokens > 0:
+		r.MaxTokens = maxTokens
+	}
+	if semErr != nil {
+		return r, semErr
+	}
+	if r.Model == "" {
+		return r, ErrNoModel
+	}
+	return r, nil
+}
+
+// trailing accepts only whitespace after the top-level value.
+func (s *scanner) trailing() error {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.errAt(s.i, "invalid character "+quoteByte(s.b[s.i])+" after top-level value")
+	}
+	return nil
+}
+
+// boolOrNull reads true, false or null; ok is false (and the value skipped)
+// for any other value.
+func (s *scanner) boolOrNull() (v, ok bool, err error) {
+	switch s.peek() {
+	case 't':
+		return true, true, s.literal("true")
+	case 'f':
+		return false, true, s.literal("false")
+	case 'n':
+		return false, true, s.literal("null")
+	}
+	return false, false, s.skip()
+}
+
+// countOrNull reads a non-negative integer or null (-1).
+func (s *scanner) countOrNull() (v int, ok bool, err error) {
+	switch c := s.peek(); {
+	case c == 'n':
+		return -1, true, s.literal("null")
+	case c >= '0' && c <= '9':
+		start := s.i
+		integer, err := s.number()
+		if err != nil || !integer {
+			return -1, false, err
+		}
+		n := 0
+		for _, d := range s.b[start:s.i] {
+			if n > (math.MaxInt32-9)/10 {
+				return -1, false, nil
+			}
+			n = n*10 + int(d-'0')
+		}
+		return n, true, nil
+	}
+	return -1, false, s.skip()
+}
+
+// message reads one chat message (or responses-API input item) object.
+func (s *scanner) message(r *Request) error {
+	st := textStats{}
+	err := s.object(func(k []byte, e bool) error {
+		s.ws()
+		switch {
+		case keyIs(k, e, "content"):
+			return s.content(&st)
+		case keyIs(k, e, "tool_calls"):
+			if s.peek() != '[' {
+				return s.skip()
+			}
+			return s.array(func() error {
+				if s.peek() != '{' {
+					return s.skip()
+				}
+				return s.object(func(k []byte, e bool) error {
+					if s.peek() == '{' && keyIs(k, e, "function") {
+						return s.functionCall(&st)
+					}
+					return s.skip()
+				})
+			})
+		case keyIs(k, e, "function_call"):
+			if s.peek() == '{' {
+				return s.functionCall(&st)
+			}
+			return s.skip()
+		}
+		return s.skip()
+	})
+	r.PromptBytes += st.bytes
+	r.PromptNonASCIIBytes += st.nonASCII
+	return err
+}
+
+// functionCall counts a {"name","arguments"} object.
+func (s *scanner) functionCall(st *textStats) error {
+	return s.object(func(k []byte, e bool) error {
+		if s.peek() == '"' && (keyIs(k, e, "arguments") || keyIs(k, e, "name")) {
+			_, _, err := s.str(st)
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// content reads a message "content": a string, or an array of parts whose
+// "text" members are counted (text, input_text, output_text parts); image
+// and audio parts are skipped.
+func (s *scanner) content(st *textStats) error {
+	switch s.peek() {
+	case '"':
+		_, _, err := s.str(st)
+		return err
+	case '[':
+		return s.array(func() error {
+			switch s.peek() {
+			case '"':
+				_, _, err := s.str(st)
+				return err
+			case '{':
+				return s.object(func(k []byte, e bool) error {
+					if s.peek() == '"' && keyIs(k, e, "text") {
+						_, _, err := s.str(st)
+						return err
+					}
+					return s.skip()
+				})
+			}
+			return s.skip()
+		})
+	}
+	return s.skip()
+}
+
+// promptValue reads "prompt", "input" or "instructions": strings are text,
+// integers are token ids, arrays nest, objects are input items (messages).
+func (s *scanner) promptValue(r *Request, depth int) error {
+	switch c := s.peek(); {
+	case c == '"':
+		st := textStats{}
+		_, _, err := s.str(&st)
+		r.PromptBytes += st.bytes
+		r.PromptNonASCIIBytes += st.nonASCII
+		return err
+	case c == '[' && depth < 2:
+		return s.array(func() error { return s.promptValue(r, depth+1) })
+	case c == '{':
+		r.Messages++
+		return s.message(r)
+	case c == '-' || (c >= '0' && c <= '9'):
+		r.PromptTokenIDs++
+		_, err := s.number()
+		return err
+	}
+	return s.skip()
+}
