@@ -1,0 +1,224 @@
+// Package ir is the intermediate representation between the validated config
+// and the xDS resources (the Envoy Gateway pattern: config → IR → xDS). It
+// resolves everything Envoy needs per pool cluster (targets, priorities,
+// thresholds, timeouts) once, in a deterministic order, so the translator
+// only formats and the endpoint (EDS) step can be re-run alone when backend
+// health or DNS answers change.
+package ir
+
+import (
+	"slices"
+	"time"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+// Gateway is everything the Envoy side needs, derived from one config.
+type Gateway struct {
+	ListenerAddress string
+	ListenerPort    uint32
+	MaxBodyBytes    uint32
+
+	ExtProcAddress   string
+	RateLimitAddress string
+	RateLimitDomain  string
+
+	MessageTimeout      time.Duration
+	ExtProcFailOpen     bool
+	RateLimitFailClosed bool
+	TokenLimits         bool // tenant TPM is enforced by the Envoy rate-limit filter
+	AccessLog           bool
+
+	Retry   config.RetryPolicy
+	Breaker config.BreakerPolicy
+
+	// Pools is sorted by cluster name.
+	Pools []Pool
+}
+
+// Pool is one Envoy cluster serving a model alias (or the alias restricted
+// to targets with a large enough context window).
+type Pool struct {
+	Alias      string
+	Cluster    string
+	MinContext int // 0: unrestricted
+
+	Timeout     time.Duration // ordinary requests
+	LongTimeout time.Duration // x-swarmgate-long: 1
+	// BufferBody: some target expects a different model name than the alias,
+	// so the upstream ext_proc must rewrite the body per attempt.
+	BufferBody     bool
+	ConnectTimeout time.Duration
+	// Circuit-breaker thresholds: sums over the pool's backends (each backend
+	// is a different host of this cluster, so the cluster as a whole may use
+	// every backend up to its own limit at once).
+	MaxConnections, MaxPendingRequests, MaxRequests uint32
+	// MaxConnectionsPerHost is the largest backend value: Envoy has one
+	// per-host threshold per cluster, and the least restrictive one never
+	// throttles a backend below its own limit.
+	MaxConnectionsPerHost uint32
+
+	// Targets sorted by priority, then backend name.
+	Targets []Target
+}
+
+// HasTLS reports whether any target is reached over HTTPS.
+func (p *Pool) HasTLS() bool {
+	for _, t := range p.Targets {
+		if t.TLS {
+			return true
+		}
+	}
+	return false
+}
+
+// Target is one backend of a pool: one EDS locality.
+type Target struct {
+	Backend       string
+	Host          string // IP or DNS name from base_url
+	Port          uint32
+	ServerName    string // SNI and Host header
+	TLS           bool
+	CAFile        string
+	Insecure      bool
+	UpstreamModel string
+	Weight        uint32
+	// Priority is the config priority made dense (0, 2, 5 → 0, 1, 2):
+	// Envoy expects priorities without gaps.
+	Priority uint32
+}
+
+// Build derives the IR from a validated config.
+func Build(cfg *config.Config) *Gateway {
+	g := &Gateway{
+		ListenerAddress:     cfg.Envoy.ListenerAddress,
+		ListenerPort:        cfg.Envoy.ListenerPort,
+		MaxBodyBytes:        clampU32(int64(cfg.Request.MaxBodyBytes)),
+		ExtProcAddress:      cfg.Envoy.ExtProcAddress,
+		RateLimitAddress:    cfg.Envoy.RateLimitAddress,
+		RateLimitDomain:     cfg.Envoy.RateLimitDomain,
+		MessageTimeout:      cfg.Request.MessageTimeout.D(),
+		ExtProcFailOpen:     cfg.FailureModes.ExtProc == config.FailOpen,
+		RateLimitFailClosed: cfg.FailureModes.RateLimit == config.FailClosed,
+		TokenLimits:         cfg.Accounting.TokenLimits == "ratelimit",
+		AccessLog:           cfg.Telemetry.AccessLog,
+		Retry:               cfg.Retry,
+		Breaker:             cfg.Breaker,
+	}
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		g.Pools = append(g.Pools, buildPool(cfg, m, 0))
+		for _, w := range contextWindows(m) {
+			g.Pools = append(g.Pools, buildPool(cfg, m, w))
+		}
+	}
+	slices.SortFunc(g.Pools, func(a, b Pool) int { return cmp(a.Cluster, b.Cluster) })
+	return g
+}
+
+// contextWindows lists the distinct known context windows of a model's
+// targets above the smallest: one restricted cluster each
+// (contract.PoolContextCluster).
+func contextWindows(m *config.Model) []int {
+	var ws []int
+	for _, t := range m.Targets {
+		if t.ContextWindow > 0 {
+			ws = append(ws, t.ContextWindow)
+		}
+	}
+	slices.Sort(ws)
+	ws = slices.Compact(ws)
+	if len(ws) <= 1 {
+		return nil
+	}
+	return ws[1:]
+}
+
+func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {
+	p := Pool{
+		Alias:       m.Name,
+		Cluster:     contract.PoolContextCluster(m.Name, minContext),
+		MinContext:  minContext,
+		Timeout:     cfg.Request.Timeout.D(),
+		LongTimeout: cfg.Request.LongTimeout.D(),
+	}
+	if m.Timeout.D() > 0 {
+		p.Timeout = m.Timeout.D()
+	}
+	if m.LongRunning || p.LongTimeout < p.Timeout {
+		p.Timeout = max(p.Timeout, p.LongTimeout)
+		p.LongTimeout = p.Timeout
+	}
+	var prios []int
+	for _, t := range m.Targets {
+		if minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext {
+			continue
+		}
+		prios = append(prios, t.Priority)
+	}
+	slices.Sort(prios)
+	prios = slices.Compact(prios)
+	for _, t := range m.Targets {
+		if minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext {
+			continue
+		}
+		b, ok := cfg.Backend(t.Backend)
+		if !ok {
+			continue // validated: cannot happen
+		}
+		prio, _ := slices.BinarySearch(prios, t.Priority)
+		p.Targets = append(p.Targets, Target{
+			Backend:       b.Name,
+			Host:          b.Host(),
+			Port:          b.Port(),
+			ServerName:    b.ServerName(),
+			TLS:           b.TLSEnabled(),
+			CAFile:        b.TLS.CAFile,
+			Insecure:      b.TLS.InsecureSkipVerify,
+			UpstreamModel: t.Model,
+			Weight:        clampU32(int64(max(t.Weight, 1))),
+			Priority:      uint32(prio),
+		})
+		if t.Model != m.Name {
+			p.BufferBody = true
+		}
+		p.ConnectTimeout = max(p.ConnectTimeout, b.ConnectTimeout.D())
+		p.MaxConnections = addU32(p.MaxConnections, b.MaxConnections)
+		p.MaxPendingRequests = addU32(p.MaxPendingRequests, b.MaxPendingRequests)
+		p.MaxRequests = addU32(p.MaxRequests, b.MaxRequests)
+		p.MaxConnectionsPerHost = max(p.MaxConnectionsPerHost, clampU32(int64(b.MaxConnections)))
+	}
+	if p.ConnectTimeout <= 0 {
+		p.ConnectTimeout = 5 * time.Second
+	}
+	slices.SortFunc(p.Targets, func(a, b Target) int {
+		if a.Priority != b.Priority {
+			return int(a.Priority) - int(b.Priority)
+		}
+		return cmp(a.Backend, b.Backend)
+	})
+	return p
+}
+
+func addU32(a uint32, b int) uint32 { return clampU32(int64(a) + int64(b)) }
+
+func clampU32(n int64) uint32 {
+	switch {
+	case n < 0:
+		return 0
+	case n > 1<<32-1:
+		return 1<<32 - 1
+	}
+	return uint32(n)
+}
+
+func cmp(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

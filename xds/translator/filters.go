@@ -1,0 +1,171 @@
+package translator
+
+import (
+	"time"
+
+	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/xds/ir"
+)
+
+// rateLimitTimeout bounds one call to the rate-limit service. Envoy's 20 ms
+// default is tight for a Redis round trip under load; the service runs next
+// to Envoy.
+const rateLimitTimeout = 100 * time.Millisecond
+
+// RouterExtProc is the router-level ext_proc filter: authentication, body
+// parsing, routing headers (with clear_route_cache), usage accounting on the
+// streamed response.
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto
+func RouterExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
+	return &extprocv3.ExternalProcessor{
+		GrpcService:      envoyGRPC(contract.ClusterExtProc, contract.RoleRouter),
+		FailureModeAllow: g.ExtProcFailOpen,
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
+			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+			ResponseBodyMode:    extprocv3.ProcessingMode_STREAMED,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		},
+		// 200 ms default is too short for a multi-megabyte prompt.
+		MessageTimeout:    dur(g.MessageTimeout),
+		MaxMessageTimeout: dur(maxMessageTimeout(g)),
+		StatPrefix:        "router",
+		// ext_proc sets only x-swarmgate-* headers and rewrites the body (and
+		// content-length with it); routing headers and x-envoy-* stay
+		// protected. A rejected mutation is dropped and counted (stat
+		// rejected_header_mutations) rather than failing the request.
+		MutationRules: &mutationv3.HeaderMutationRules{
+			AllowAllRouting: wrapperspb.Bool(false),
+			AllowEnvoy:      wrapperspb.Bool(false),
+			DisallowIsError: wrapperspb.Bool(false),
+		},
+		MetadataOptions: &extprocv3.MetadataOptions{
+			ReceivingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
+				Untyped: []string{contract.MetadataNamespace},
+			},
+		},
+		// ext_proc skips the response body of non-JSON/SSE answers.
+		AllowModeOverride: true,
+	}
+}
+
+// UpstreamExtProc is the per-attempt ext_proc filter on every pool cluster
+// (HttpProtocolOptions.http_filters): key choice and credentials, per-backend
+// path and model name, breaker feedback from the attempt's response headers.
+// ImmediateResponse and clear_route_cache are ignored there.
+// https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/ext_proc_filter
+func UpstreamExtProc(g *ir.Gateway, bufferBody bool) *extprocv3.ExternalProcessor {
+	body := extprocv3.ProcessingMode_NONE
+	if bufferBody {
+		body = extprocv3.ProcessingMode_BUFFERED
+	}
+	return &extprocv3.ExternalProcessor{
+		GrpcService:      envoyGRPC(contract.ClusterExtProc, contract.RoleUpstream),
+		FailureModeAllow: g.ExtProcFailOpen,
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+			RequestBodyMode:     body,
+			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		},
+		MessageTimeout: dur(g.MessageTimeout),
+		StatPrefix:     "upstream",
+		// Credentials (authorization, x-api-key, api-key), :path onto the
+		// backend's base path, host for relays that need it.
+		MutationRules: &mutationv3.HeaderMutationRules{
+			AllowAllRouting: wrapperspb.Bool(true),
+			AllowEnvoy:      wrapperspb.Bool(false),
+			DisallowIsError: wrapperspb.Bool(false),
+		},
+		RequestAttributes: []string{contract.AttrUpstreamHostMetadata, contract.AttrAttemptCount},
+	}
+}
+
+func maxMessageTimeout(g *ir.Gateway) time.Duration {
+	return max(g.MessageTimeout, 30*time.Second)
+}
+
+// RateLimitFilter is the global rate-limit filter. Its descriptors are the
+// filter-level rate_limits (hits_addend needs them; they do not support
+// stage) and match RateLimitConfig.
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ratelimit/v3/rate_limit.proto
+func RateLimitFilter(g *ir.Gateway) *ratelimitv3.RateLimit {
+	return &ratelimitv3.RateLimit{
+		Domain:          g.RateLimitDomain,
+		Timeout:         dur(rateLimitTimeout),
+		FailureModeDeny: g.RateLimitFailClosed,
+		RateLimitService: &ratelimitconfv3.RateLimitServiceConfig{
+			GrpcService:         envoyGRPC(contract.ClusterRateLimit, ""),
+			TransportApiVersion: corev3.ApiVersion_V3,
+		},
+		EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
+		StatPrefix:              "swarmgate",
+		RateLimits:              RateLimitActions(g.TokenLimits),
+	}
+}
+
+// Format strings for hits_addend: one substitution whose result is a
+// non-negative integer. The prompt estimate is charged when the request
+// arrives; the top-up (completion tokens plus any prompt tokens above the
+// estimate, emitted by ext_proc as dynamic metadata) when the stream is done.
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-msg-config-route-v3-ratelimit-hitsaddend
+const (
+	HitsEstimate = "%REQ(" + contract.HeaderEstTokens + ")%"
+	HitsTopUp    = "%DYNAMIC_METADATA(" + contract.MetadataNamespace + ":" + contract.MetaTokensTopUp + ")%"
+)
+
+// RateLimitActions are the descriptors the Envoy filter sends:
+//
+//	[tenant, limit=rpm] [tenant, limit=rpd] [tenant, model, limit=rpm]
+//	and with token limits [tenant, limit=tpm] [tenant, model, limit=tpm],
+//	each twice: estimate at request time, top-up at stream done.
+//
+// A descriptor whose header is missing (no tenant: unauthenticated, already
+// refused by ext_proc) is not sent.
+func RateLimitActions(tokens bool) []*routev3.RateLimit {
+	tenant := header(contract.HeaderTenant, contract.DescTenant)
+	model := header(contract.HeaderModel, contract.DescModel)
+	out := []*routev3.RateLimit{
+		{Actions: actions(tenant, limit(contract.LimitRPM))},
+		{Actions: actions(tenant, limit(contract.LimitRPD))},
+		{Actions: actions(tenant, model, limit(contract.LimitRPM))},
+	}
+	if tokens {
+		for _, acts := range [][]*routev3.RateLimit_Action{
+			actions(tenant, limit(contract.LimitTPM)),
+			actions(tenant, model, limit(contract.LimitTPM)),
+		} {
+			out = append(out,
+				&routev3.RateLimit{Actions: acts, HitsAddend: &routev3.RateLimit_HitsAddend{Format: HitsEstimate}},
+				&routev3.RateLimit{Actions: acts, HitsAddend: &routev3.RateLimit_HitsAddend{Format: HitsTopUp}, ApplyOnStreamDone: true},
+			)
+		}
+	}
+	return out
+}
+
+func actions(a ...*routev3.RateLimit_Action) []*routev3.RateLimit_Action { return a }
+
+func header(name, key string) *routev3.RateLimit_Action {
+	return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_RequestHeaders_{
+		RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: name, DescriptorKey: key},
+	}}
+}
+
+func limit(kind string) *routev3.RateLimit_Action {
+	return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_GenericKey_{
+		GenericKey: &routev3.RateLimit_Action_GenericKey{DescriptorKey: contract.DescLimit, DescriptorValue: kind},
+	}}
+}
