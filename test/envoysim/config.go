@@ -1,0 +1,112 @@
+package envoysim
+
+import (
+	"time"
+
+	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+)
+
+// Config describes one simulated Envoy listener.
+type Config struct {
+	// Routes are matched in order; the first match wins
+	// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_routing).
+	Routes   []Route
+	Clusters []Cluster
+	// RouterFilter is the HCM-level ext_proc filter; nil means none.
+	RouterFilter *Filter
+	// BufferLimit is the connection buffer limit: a BUFFERED body above it
+	// fails the request with 413
+	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/processing_mode.proto).
+	// Zero means 1 MiB, Envoy's per_connection_buffer_limit_bytes default.
+	BufferLimit int
+	// Seed makes weighted endpoint choice deterministic.
+	Seed uint64
+	// EnvoyHeaderPrefix is the prefix of Envoy-internal headers; "x-envoy".
+	EnvoyHeaderPrefix string
+}
+
+// Route selects a cluster by exact header match.
+type Route struct {
+	Name string
+	// Headers must all be present with exactly these values; empty matches all.
+	Headers map[string]string
+	// PathPrefix, when set, must prefix :path.
+	PathPrefix string
+	// Cluster is the target cluster, or ClusterHeader names a request header
+	// whose value is the cluster (RouteAction.cluster_header,
+	// https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-field-config-route-v3-routeaction-cluster-header).
+	Cluster       string
+	ClusterHeader string
+	Timeout       time.Duration // 0: Envoy's 15 s route default
+	Retry         *RetryPolicy
+	// AutoHostRewrite sets Host to the chosen endpoint's address.
+	AutoHostRewrite bool
+}
+
+// RetryPolicy is the subset of route.v3.RetryPolicy swarmgate generates
+// (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter#x-envoy-retry-on).
+type RetryPolicy struct {
+	// RetryOn: "5xx", "reset", "connect-failure", "retriable-status-codes",
+	// "gateway-error".
+	RetryOn              []string
+	RetriableStatusCodes []int
+	NumRetries           int
+	PerTryTimeout        time.Duration
+	// PreviousHosts is retry_host_predicate envoy.retry_host_predicates.previous_hosts.
+	PreviousHosts bool
+	// PreviousPriorities is retry_priority envoy.retry_priorities.previous_priorities.
+	PreviousPriorities bool
+	// BackoffBase is retry_back_off.base_interval (Envoy default 25 ms).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+// Cluster is a set of prioritised, weighted endpoints.
+type Cluster struct {
+	Name      string
+	Endpoints []Endpoint
+	// UpstreamFilter is the ext_proc filter in the cluster's
+	// HttpProtocolOptions.http_filters, run once per attempt
+	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/upstreams/http/v3/http_protocol_options.proto#envoy-v3-api-field-extensions-upstreams-http-v3-httpprotocoloptions-http-filters).
+	UpstreamFilter *Filter
+}
+
+// Endpoint is one upstream host.
+type Endpoint struct {
+	Address   string // host:port
+	Priority  int
+	Weight    int // 0 means 1
+	Unhealthy bool
+	// Metadata is the endpoint's filter_metadata: namespace → key → value.
+	Metadata map[string]map[string]string
+}
+
+// Filter is the ext_proc filter configuration the sim honours
+// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto).
+type Filter struct {
+	// Target is the ext_proc gRPC server address (host:port).
+	Target string
+	// InitialMetadata is sent as gRPC metadata on every stream
+	// (grpc_service.initial_metadata).
+	InitialMetadata map[string]string
+	Mode            *extprocfilter.ProcessingMode
+	// AllowModeOverride honours ProcessingResponse.mode_override sent with
+	// a headers response.
+	AllowModeOverride bool
+	// MessageTimeout per message; Envoy's default is 200 ms.
+	MessageTimeout time.Duration
+	// FailureModeAllow continues the request when the server fails or
+	// times out instead of failing it (500 / 504).
+	FailureModeAllow bool
+	// RequestAttributes are sent with the first request message.
+	RequestAttributes []string
+	// ReceivingNamespaces is metadata_options.receiving_namespaces.untyped:
+	// dynamic metadata in other namespaces is dropped.
+	ReceivingNamespaces []string
+	// AllowAllRouting and AllowEnvoy are mutation_rules fields
+	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/common/mutation_rules/v3/mutation_rules.proto).
+	AllowAllRouting bool
+	AllowEnvoy      bool
+	// DisallowIsError fails the request with 500 on a rejected mutation.
+	DisallowIsError bool
+}

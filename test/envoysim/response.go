@@ -1,0 +1,236 @@
+package envoysim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// respondLocal sends a local reply. Envoy's own local replies pass the
+// encoder filters, so the router-level ext_proc sees them; an
+// ImmediateResponse does not go back to the filter that sent it
+// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_filters#filter-ordering).
+func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
+	x.rec.LocalReply = true
+	h := append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...)
+	if !h.has("content-type") && len(lr.body) > 0 {
+		h.add("content-type", "text/plain")
+	}
+	if lr.fromFilter {
+		x.router.close(false)
+		x.router = nil
+	}
+	x.respond(ctx, h, singleChunk(lr.body), nil)
+}
+
+// respondUpstream streams the chosen upstream response back.
+func (x *exchange) respondUpstream(ctx context.Context, res routeResult) {
+	defer res.cancel()
+	defer res.resp.Body.Close()
+	x.respond(ctx, res.header, res.resp.Body, res.resp)
+}
+
+type singleChunkReader struct {
+	b    []byte
+	done bool
+}
+
+func singleChunk(b []byte) io.Reader { return &singleChunkReader{b: b} }
+
+func (r *singleChunkReader) Read(p []byte) (int, error) {
+	if r.done || len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	if len(r.b) == 0 {
+		r.done = true
+	}
+	return n, nil
+}
+
+// respond runs the router-level filter's response phases and writes the
+// response downstream, chunk by chunk as the upstream delivers it.
+func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstream *http.Response) {
+	run := x.router
+	if run != nil && run.off {
+		run = nil
+	}
+	mode := &extprocfilter.ProcessingMode{}
+	if run != nil {
+		mode = run.mode
+	}
+	status, _ := strconv.Atoi(h.get(":status"))
+	noBody := upstream != nil && (upstream.ContentLength == 0 || x.req.get(":method") == http.MethodHead)
+	if run != nil && mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
+		resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+			ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}}}, "response_headers")
+		switch {
+		case err != nil:
+			if lr := x.filterFailed(err); lr != nil {
+				x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
+				return
+			}
+			run = nil
+		case resp.GetImmediateResponse() != nil:
+			lr := immediate(resp.GetImmediateResponse())
+			x.router.close(false)
+			x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
+			return
+		default:
+			if n := run.f.applyMutation(&h, common(resp).GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix); n > 0 {
+				x.s.stats.rejectedMutations.Add(int64(n))
+			}
+			if ov := resp.GetModeOverride(); ov != nil && run.f.AllowModeOverride {
+				run.mode, mode = ov, ov
+			}
+		}
+	}
+	if s, err := strconv.Atoi(h.get(":status")); err == nil {
+		status = s
+	}
+	bodyMode := extprocfilter.ProcessingMode_NONE
+	if run != nil && !noBody {
+		bodyMode = mode.GetResponseBodyMode()
+	}
+	// STREAMED body mutation: Envoy removes content-length
+	// (processing_mode.proto, BodySendMode).
+	if bodyMode == extprocfilter.ProcessingMode_STREAMED || bodyMode == extprocfilter.ProcessingMode_BUFFERED {
+		h.del("content-length")
+	}
+	x.rec.Status = status
+	wh := x.w.Header()
+	for _, e := range h {
+		if !strings.HasPrefix(e.key, ":") {
+			wh.Add(e.key, e.value)
+		}
+	}
+	x.w.WriteHeader(status)
+	flusher, _ := x.w.(http.Flusher)
+	defer func() {
+		if run != nil {
+			x.rec.DynamicMetadata = run.metadata
+		}
+	}()
+
+	switch bodyMode {
+	case extprocfilter.ProcessingMode_BUFFERED:
+		all, err := io.ReadAll(body)
+		if err != nil {
+			x.abort(run)
+			return
+		}
+		out, ok := x.bodyChunk(run, all, true)
+		if !ok {
+			return
+		}
+		_, _ = x.w.Write(out)
+		run.close(false)
+		return
+	case extprocfilter.ProcessingMode_STREAMED:
+	default:
+		_, err := io.Copy(flushWriter{x.w, flusher}, body)
+		if err != nil {
+			x.rec.Aborted = true
+		}
+		if run != nil {
+			run.close(err != nil)
+		}
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			out, ok := x.bodyChunk(run, buf[:n], false)
+			if !ok {
+				return
+			}
+			if _, werr := x.w.Write(out); werr != nil || ctx.Err() != nil {
+				// Downstream gone: Envoy resets the ext_proc stream without
+				// end_of_stream.
+				x.rec.Aborted = true
+				run.close(true)
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			x.abort(run)
+			return
+		}
+	}
+	out, ok := x.bodyChunk(run, nil, true)
+	if !ok {
+		return
+	}
+	_, _ = x.w.Write(out)
+	run.close(false)
+}
+
+// bodyChunk sends one response body message and returns the (possibly
+// mutated) bytes to forward.
+func (x *exchange) bodyChunk(run *filterRun, b []byte, eos bool) ([]byte, bool) {
+	resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: b, EndOfStream: eos}}}, "response_body")
+	if err != nil {
+		if run.f.FailureModeAllow {
+			x.s.stats.failOpen.Add(1)
+			run.off = true
+			return b, true
+		}
+		// Headers are already downstream: Envoy can only reset.
+		x.abort(run)
+		return nil, false
+	}
+	if resp.GetImmediateResponse() != nil {
+		x.abort(run)
+		return nil, false
+	}
+	out := b
+	applyBody(&out, common(resp).GetBodyMutation())
+	return out, true
+}
+
+// abort resets the downstream stream mid-response, as Envoy does after an
+// upstream reset once headers were sent.
+func (x *exchange) abort(run *filterRun) {
+	x.rec.Aborted = true
+	run.close(true)
+	panic(http.ErrAbortHandler)
+}
+
+func (x *exchange) writeAll(status int, h headers, body []byte) {
+	x.rec.Status = status
+	for _, e := range h {
+		if !strings.HasPrefix(e.key, ":") {
+			x.w.Header().Add(e.key, e.value)
+		}
+	}
+	x.w.WriteHeader(status)
+	_, _ = x.w.Write(body)
+}
+
+type flushWriter struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if f.f != nil {
+		f.f.Flush()
+	}
+	return n, err
+}
