@@ -224,7 +224,7 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 		connect := isConnectFailure(err)
 		at.Err = map[bool]string{true: "connect-failure", false: "reset"}[connect] + ": " + err.Error()
 		return routeResult{local: textReply(http.StatusServiceUnavailable,
-			"upstream connect error or disconnect/reset before headers. reset reason: "+map[bool]string{true: "connection failure", false: "connection termination"}[connect])},
+				"upstream connect error or disconnect/reset before headers. reset reason: "+map[bool]string{true: "connection failure", false: "connection termination"}[connect])},
 			retriableReset(rp, connect)
 	}
 	at.Status = resp.StatusCode
