@@ -26,6 +26,12 @@ const (
 	HeaderMaxTokens = "x-swarmgate-max-tokens" // output tokens reserved for this request
 	// HeaderReservation carries the reservation id from admission to settle.
 	HeaderReservation = "x-swarmgate-reservation"
+	// HeaderBackend and HeaderUpstreamKey are response headers the upstream
+	// ext_proc adds on each attempt's response (backend name and upstream key
+	// id, never the key) so the router-level filter can account the attempt
+	// that answered; the router-level filter removes them before the client.
+	HeaderBackend     = "x-swarmgate-backend"
+	HeaderUpstreamKey = "x-swarmgate-upstream-key"
 	// HeaderRequestID is Envoy's request id (x-request-id), shared by both
 	// ext_proc calls of one request and all its attempts.
 	HeaderRequestID = "x-request-id"
