@@ -1,0 +1,94 @@
+package ledger
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/swarmgate/swarmgate/accounting/pricing"
+)
+
+// Entry is the accounting record of one finished (or abandoned) request.
+type Entry struct {
+	// RequestID is Envoy's x-request-id, shared by every report of the same
+	// request; it is the idempotency key.
+	RequestID string `json:"request_id"`
+	Tenant    string `json:"tenant"`
+	Model     string `json:"model"`   // public model alias
+	Backend   string `json:"backend"` // backend that served it
+	KeyID     string `json:"key_id"`  // upstream API key id (never the key)
+	// Usage is what the provider reported (or, on a disconnect without a
+	// usage report, what the billing policy derived).
+	Usage pricing.Usage `json:"usage"`
+	Cost  pricing.Money `json:"cost"`
+	// Time decides the day and month the entry counts in; replays keep it.
+	Time     time.Time `json:"time"`
+	Streamed bool      `json:"streamed,omitempty"`
+	// Partial marks a stream that ended by a client disconnect or an
+	// upstream reset.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// Counter field names inside the day and month hashes. A field is
+// "<model>|<backend>|<key>|<counter>"; the tenant's totals use the dims "*".
+const (
+	fieldRequests  = "req"
+	fieldInput     = "in"
+	fieldOutput    = "out"
+	fieldCached    = "cached"
+	fieldReasoning = "reasoning"
+	fieldCost      = "cost"
+	fieldStreamed  = "streamed"
+	fieldPartial   = "partial"
+	totalDims      = "*"
+)
+
+// TotalCostField is the month hash field holding the tenant's spend in
+// pricing.Money units; budgets and reservations read it.
+const TotalCostField = totalDims + "|" + fieldCost
+
+// TenantKey builds a key in the tenant's hash slot: every key of a tenant,
+// the ledger's and the reservations', carries the tag {t:<tenant>} so Lua
+// scripts over several of them work on Redis Cluster.
+func TenantKey(prefix, tenant, suffix string) string {
+	return prefix + "{t:" + tenant + "}:" + suffix
+}
+
+// MonthKey is the tenant's month hash, month as "2006-01".
+func MonthKey(prefix, tenant, month string) string {
+	return TenantKey(prefix, tenant, "acct:m:"+month)
+}
+
+// DayKey is the tenant's day hash, day as "2006-01-02".
+func DayKey(prefix, tenant, day string) string {
+	return TenantKey(prefix, tenant, "acct:d:"+day)
+}
+
+func seenKey(prefix, tenant, requestID string) string {
+	if len(requestID) > 64 {
+		sum := sha256.Sum256([]byte(requestID))
+		requestID = "h:" + hex.EncodeToString(sum[:])
+	}
+	return TenantKey(prefix, tenant, "acct:seen:"+requestID)
+}
+
+// MonthOf is the UTC calendar month of t, "2006-01".
+func MonthOf(t time.Time) string { return t.UTC().Format("2006-01") }
+
+func dims(e *Entry) string {
+	return orDash(e.Model) + "|" + orDash(e.Backend) + "|" + orDash(e.KeyID)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,62 @@
+package ledger
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/accounting/pricing"
+)
+
+func TestRecordAndQuery(t *testing.T) {
+	l, _, _ := newTestLedger(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	entries := []Entry{
+		{RequestID: "a", Tenant: "acme", Model: "gpt", Backend: "openai", KeyID: "k1", Time: testTime,
+			Usage: pricing.Usage{PromptTokens: 100, CompletionTokens: 20, CachedTokens: 40}, Cost: 1000, Streamed: true},
+		{RequestID: "b", Tenant: "acme", Model: "gpt", Backend: "openai", KeyID: "k1", Time: testTime.Add(24 * time.Hour),
+			Usage: pricing.Usage{PromptTokens: 10, CompletionTokens: 5, ReasoningTokens: 2}, Cost: 50, Partial: true},
+		{RequestID: "c", Tenant: "acme", Model: "claude", Backend: "relay", KeyID: "k9", Time: testTime,
+			Usage: pricing.Usage{PromptTokens: 1, CompletionTokens: 1}, Cost: 7},
+		// duplicate report of "a" with different numbers: ignored
+		{RequestID: "a", Tenant: "acme", Model: "gpt", Backend: "openai", KeyID: "k1", Time: testTime,
+			Usage: pricing.Usage{PromptTokens: 999}, Cost: 99999},
+		// other tenant and other month: not in the report
+		{RequestID: "d", Tenant: "other", Model: "gpt", Time: testTime, Usage: pricing.Usage{PromptTokens: 5}, Cost: 5},
+		{RequestID: "e", Tenant: "acme", Model: "gpt", Time: testTime.AddDate(0, 1, 0), Usage: pricing.Usage{PromptTokens: 5}, Cost: 5},
+	}
+	var results []Result
+	l.opts.AfterWrite = func(_ context.Context, _ *Entry, r Result) { results = append(results, r) }
+	for _, e := range entries {
+		if err := l.Record(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !results[3].Duplicate || results[3].MonthCost != 1057 {
+		t.Fatalf("duplicate write result = %+v, want duplicate with month cost 1057", results[3])
+	}
+	rep, err := l.Query(ctx, "acme", "2026-12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Counters{Requests: 3, InputTokens: 111, OutputTokens: 26, CachedTokens: 40, ReasoningTokens: 2, Cost: 1057, Streamed: 1, Partial: 1}
+	if rep.Total != want {
+		t.Fatalf("total = %+v, want %+v", rep.Total, want)
+	}
+	if len(rep.Rows) != 2 || rep.Rows[0].Model != "gpt" || rep.Rows[0].Requests != 2 || rep.Rows[1].Key != "k9" {
+		t.Fatalf("rows = %+v", rep.Rows)
+	}
+	if len(rep.Days) != 2 || rep.Days[0].Date != "2026-12-02" || rep.Days[0].Requests != 2 || rep.Days[1].Cost != 50 {
+		t.Fatalf("days = %+v", rep.Days)
+	}
+	if c, err := l.MonthCost(ctx, "acme", "2026-12"); err != nil || c != 1057 {
+		t.Fatalf("MonthCost = %d, %v", c, err)
+	}
+	if c, err := l.MonthCost(ctx, "nobody", "2026-12"); err != nil || c != 0 {
+		t.Fatalf("MonthCost(nobody) = %d, %v", c, err)
+	}
+	if _, err := l.Query(ctx, "acme", "2026-13"); err == nil {
+		t.Fatal("bad month accepted")
+	}
+}
