@@ -1,0 +1,138 @@
+package keypool
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Outcome is what one upstream attempt told us about the key it used.
+type Outcome struct {
+	// Status is the upstream HTTP status; 0 with Reset false means "no
+	// response seen" (only the in-flight slot is released).
+	Status int
+	// RetryAfter is the provider's Retry-After (0: none).
+	RetryAfter time.Duration
+	// RemainingRequests and RemainingTokens come from
+	// x-ratelimit-remaining-requests/-tokens; -1 means unknown.
+	RemainingRequests, RemainingTokens int
+	// ResetRequests and ResetTokens come from x-ratelimit-reset-requests/
+	// -tokens ("1s", "6m0s"); 0 means unknown.
+	ResetRequests, ResetTokens time.Duration
+	// Reset is a connection reset or connect failure (no status).
+	Reset bool
+}
+
+// outcomeClass is how the breaker counts an outcome.
+type outcomeClass int
+
+const (
+	classNone        outcomeClass = iota // nothing observed
+	classSuccess                         // the key works
+	classRateLimited                     // 429
+	classFailure                         // 5xx, reset, 401
+)
+
+func (o Outcome) class() outcomeClass {
+	switch {
+	case o.Reset:
+		return classFailure
+	case o.Status == 0:
+		return classNone
+	case o.Status == http.StatusTooManyRequests:
+		return classRateLimited
+	case o.Status >= 500, o.Status == http.StatusUnauthorized:
+		// 401 means the key itself is bad (revoked, mistyped): count it
+		// with server errors so the key is taken out after Consecutive5xx.
+		return classFailure
+	default:
+		// 2xx, 3xx and client errors other than 401/429: the key answered.
+		return classSuccess
+	}
+}
+
+// Failed reports whether the attempt failed in a way that must keep the
+// same request from retrying on this key.
+func (o Outcome) Failed() bool {
+	c := o.class()
+	return c == classRateLimited || c == classFailure
+}
+
+// ParseOutcome reads the status and the provider's rate-limit headers of an
+// upstream response. headers returns a header value by lower-case name ("" if
+// absent). It understands Retry-After (seconds or HTTP date), retry-after-ms
+// (OpenAI), x-ratelimit-remaining-requests/-tokens and
+// x-ratelimit-reset-requests/-tokens in OpenAI's duration format ("1s",
+// "6m0s", "20ms") or plain seconds.
+func ParseOutcome(status int, headers func(name string) string) Outcome {
+	o := Outcome{Status: status, RemainingRequests: -1, RemainingTokens: -1}
+	if headers == nil {
+		return o
+	}
+	if v := headers("retry-after-ms"); v != "" {
+		if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && ms > 0 {
+			o.RetryAfter = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = parseRetryAfter(headers("retry-after"), time.Now())
+	}
+	o.RemainingRequests = parseCount(headers("x-ratelimit-remaining-requests"))
+	o.RemainingTokens = parseCount(headers("x-ratelimit-remaining-tokens"))
+	o.ResetRequests = parseReset(headers("x-ratelimit-reset-requests"))
+	o.ResetTokens = parseReset(headers("x-ratelimit-reset-tokens"))
+	return o
+}
+
+// parseRetryAfter accepts delay-seconds or an HTTP date (RFC 9110 §10.2.3).
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+func parseCount(v string) int {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return -1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// parseReset reads OpenAI's reset durations: Go-style "1s", "6m0s",
+// "1h2m3.5s", "20ms", or a plain number of seconds.
+func parseReset(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
+}

@@ -1,0 +1,367 @@
+package keypool
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+// keyState is one API key's live state. Every field is guarded by the
+// owning KeyPool's mutex.
+type keyState struct {
+	cfg     config.APIKey
+	backend string
+	hash    uint64 // of the key id, for rendezvous hashing
+	current int    // smooth weighted round robin current weight
+	ok      bool   // scratch: eligible in the pick being computed
+
+	br           Breaker
+	inFlight     int
+	win          window
+	limitedUntil time.Time // the shared KeyLimiter refused it until then
+	lastStatus   int
+	picks        uint64
+	lastSuccess  time.Time
+	// syncProbe marks the one attempt allowed while the remote state is
+	// unknown and failure_modes.breaker_sync is closed.
+	syncProbe         bool
+	syncProbeDeadline time.Time
+
+	m keyMetrics
+}
+
+// KeyPool is one backend's keys. Its mutex is held only for the in-memory
+// selection step (a few hundred nanoseconds); no I/O happens under it.
+type KeyPool struct {
+	name  string
+	owner *Pools
+
+	mu      sync.Mutex
+	keys    []*keyState
+	byID    map[string]*keyState
+	leases  leaseTable
+	tried   triedTable
+	rng     *rand.Rand
+	healthy bool
+}
+
+func newKeyPool(owner *Pools, b *config.Backend) *KeyPool {
+	kp := &KeyPool{
+		name: b.Name, owner: owner, healthy: true,
+		rng: rand.New(rand.NewPCG(fnv64(b.Name), uint64(time.Now().UnixNano()))),
+	}
+	kp.setKeys(b.Keys)
+	return kp
+}
+
+// setKeys installs a new key list, keeping the state of ids that remain.
+// Callers hold kp.mu (or own kp exclusively).
+func (kp *KeyPool) setKeys(keys []config.APIKey) (removed []*keyState) {
+	old := kp.byID
+	kp.keys = make([]*keyState, 0, len(keys))
+	kp.byID = make(map[string]*keyState, len(keys))
+	for _, c := range keys {
+		k, ok := old[c.ID]
+		if !ok {
+			k = &keyState{backend: kp.name, hash: mix64(fnv64(c.ID))}
+			k.m = kp.owner.metrics.forKey(kp.name, c.ID)
+		}
+		if ok && k.cfg.Weight != c.Weight {
+			k.current = 0
+		}
+		k.cfg = c
+		kp.keys = append(kp.keys, k)
+		kp.byID[c.ID] = k
+	}
+	for id, k := range old {
+		if _, ok := kp.byID[id]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	return removed
+}
+
+// pickInput is what one selection needs besides the request.
+type pickInput struct {
+	now           time.Time
+	pol           *policy
+	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
+	syncUnknown   bool // fail-closed and the remote state is unknown
+	unknownSince  time.Time
+	remoteTried   []string    // key ids the request failed on, from Redis
+	skip          []*keyState // refused by the shared limiter in this call
+}
+
+func (kp *KeyPool) excluded(in *pickInput, req *PickRequest, k *keyState) bool {
+	for _, s := range in.skip {
+		if s == k {
+			return true
+		}
+	}
+	if req.Attempt == 1 || req.RequestID == "" {
+		return false
+	}
+	if kp.tried.contains(req.RequestID, k) || kp.leases.has(leaseKey{req.RequestID, k}) {
+		return true
+	}
+	for _, id := range in.remoteTried {
+		if id == k.cfg.ID {
+			return true
+		}
+	}
+	return false
+}
+
+func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
+	now := in.now
+	switch {
+	case !k.br.allow(now),
+		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
+		now.Before(k.limitedUntil),
+		in.enforceWindow && !k.win.allow(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
+		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline):
+		return false
+	}
+	return !kp.excluded(in, req, k)
+}
+
+// pick selects and reserves a key, or returns an *ExhaustedError.
+func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
+	now := in.now
+	kp.mu.Lock()
+	kp.housekeep(now, in.pol)
+	any := false
+	for _, k := range kp.keys {
+		k.ok = k.cfg.Weight > 0 && kp.eligible(in, req, k)
+		any = any || k.ok
+	}
+	var k *keyState
+	if any {
+		if req.Sticky != "" {
+			k = stickyPick(kp.keys, fnv64(req.Sticky))
+		} else {
+			k = swrr(kp.keys)
+		}
+	}
+	if k == nil {
+		ra := kp.retryAfterLocked(in, req)
+		kp.mu.Unlock()
+		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
+		return Lease{}, &ExhaustedError{Backend: kp.name, RetryAfter: ra}
+	}
+	probe := k.br.acquire(now, &in.pol.br)
+	if in.syncUnknown && k.lastSuccess.Before(in.unknownSince) {
+		k.syncProbe, k.syncProbeDeadline = true, now.Add(in.pol.br.probeTTL)
+	}
+	k.inFlight++
+	k.win.add(now, 1, req.EstTokens)
+	k.picks++
+	kp.leases.add(leaseKey{req.RequestID, k})
+	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, pool: kp, key: k, req: req.RequestID}
+	kp.mu.Unlock()
+	k.m.inFlight.Inc()
+	return l, nil
+}
+
+// undo takes back a pick the shared limiter refused.
+func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time) {
+	kp.mu.Lock()
+	k := l.key
+	if kp.leases.release(leaseKey{l.req, k}) {
+		k.inFlight--
+	}
+	k.win.add(now, -1, -est)
+	k.picks--
+	if l.Probe {
+		k.br.releaseProbe()
+	}
+	k.syncProbe = false
+	if limitedUntil.After(k.limitedUntil) {
+		k.limitedUntil = limitedUntil
+	}
+	kp.mu.Unlock()
+	k.m.inFlight.Dec()
+}
+
+// housekeep expires leaked leases and old tried-sets. Caller holds kp.mu.
+func (kp *KeyPool) housekeep(now time.Time, pol *policy) {
+	kp.leases.rotate(now, pol.leaseTTL, func(lk leaseKey, n int32) {
+		lk.key.inFlight -= int(n)
+		lk.key.m.inFlight.Sub(float64(n))
+		kp.owner.metrics.leasesExpired.WithLabelValues(kp.name).Add(float64(n))
+	})
+	kp.tried.rotate(now, pol.triedTTL)
+}
+
+// retryAfterLocked is the soonest any key could serve this request.
+func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Duration {
+	const unknown = time.Second
+	now := in.now
+	best := time.Duration(-1)
+	consider := func(d time.Duration) {
+		if d > 0 && (best < 0 || d < best) {
+			best = d
+		}
+	}
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 || kp.excluded(in, req, k) {
+			continue
+		}
+		switch k.br.State(now) {
+		case Open:
+			consider(k.br.until.Sub(now))
+			continue
+		case HalfOpen:
+			if !k.br.allow(now) {
+				consider(min(k.br.probeDeadline.Sub(now), unknown))
+				continue
+			}
+		}
+		if now.Before(k.limitedUntil) {
+			consider(k.limitedUntil.Sub(now))
+		}
+		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight {
+			consider(unknown)
+		}
+		if in.enforceWindow {
+			consider(k.win.wait(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens))
+		}
+		if in.syncUnknown && k.syncProbe {
+			consider(unknown)
+		}
+	}
+	if best <= 0 {
+		return unknown
+	}
+	return best
+}
+
+// healthyLocked: some key is not open (closed, or half-open so a probe can
+// flow). Caller holds kp.mu.
+func (kp *KeyPool) healthyLocked(now time.Time) bool {
+	for _, k := range kp.keys {
+		if k.cfg.Weight > 0 && k.br.State(now) != Open {
+			return true
+		}
+	}
+	return false
+}
+
+// soonestLocked is the earliest end of an open period (zero if none).
+func (kp *KeyPool) soonestLocked(now time.Time) time.Time {
+	var t time.Time
+	for _, k := range kp.keys {
+		if k.cfg.Weight > 0 && k.br.State(now) == Open && (t.IsZero() || k.br.until.Before(t)) {
+			t = k.br.until
+		}
+	}
+	return t
+}
+
+// refreshLocked updates the cached health and the state gauges after time
+// passed; it reports whether health flipped.
+func (kp *KeyPool) refreshLocked(now time.Time) bool {
+	for _, k := range kp.keys {
+		k.br.normalize(now)
+		k.m.state.Set(float64(k.br.State(now)))
+	}
+	h := kp.healthyLocked(now)
+	flipped := h != kp.healthy
+	kp.healthy = h
+	return flipped
+}
+
+// observe applies one outcome for key k of request req.
+func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bool) {
+	p := kp.owner
+	now := p.clock.Now()
+	pol := p.pol.Load()
+	kp.mu.Lock()
+	released := release && kp.leases.release(leaseKey{req, k})
+	if released {
+		k.inFlight--
+	}
+	cls := o.class()
+	if cls == classNone {
+		if probe {
+			k.br.releaseProbe()
+		}
+		k.syncProbe = false
+		kp.mu.Unlock()
+		if released {
+			k.m.inFlight.Dec()
+		}
+		return
+	}
+	k.lastStatus = o.Status
+	k.syncProbe = false
+	if cls == classSuccess {
+		k.lastSuccess = now
+	}
+	if o.Failed() {
+		kp.tried.add(req, k)
+	}
+	wasState, wasTrips := k.br.State(now), k.br.trips
+	changed := k.br.observe(now, o, &pol.br, kp.rng.Float64())
+	st := k.br.State(now)
+	rs := k.br.export()
+	reason := k.br.reason
+	flipped := false
+	if changed {
+		flipped = kp.refreshLocked(now)
+	}
+	kp.mu.Unlock()
+
+	if released {
+		k.m.inFlight.Dec()
+	}
+	if probe {
+		if cls == classSuccess {
+			k.m.probeOK.Inc()
+		} else {
+			k.m.probeFail.Inc()
+		}
+	}
+	if changed {
+		k.m.state.Set(float64(st))
+		if rs.Trips > wasTrips || st == Open && wasState != Open {
+			p.metrics.trips.WithLabelValues(kp.name, k.cfg.ID, string(reason)).Inc()
+			p.log.Info("keypool: key opened", "backend", kp.name, "key", k.cfg.ID,
+				"reason", string(reason), "status", o.Status, "open_for", rs.Until.Sub(now).Round(time.Millisecond))
+		} else if st == Closed && wasState != Closed {
+			p.log.Info("keypool: key closed", "backend", kp.name, "key", k.cfg.ID)
+		}
+		if p.sync != nil {
+			p.sync.publish(kp.name, k.cfg.ID, rs)
+		}
+	}
+	if o.Failed() && req != "" && p.sync != nil {
+		p.sync.addTried(req, k.cfg.ID)
+	}
+	if flipped {
+		p.signal()
+	}
+}
+
+// adopt applies a transition learnt from another replica.
+func (kp *KeyPool) adopt(keyID string, rs remoteState) (applied bool) {
+	now := kp.owner.clock.Now()
+	kp.mu.Lock()
+	k, ok := kp.byID[keyID]
+	if !ok {
+		kp.mu.Unlock()
+		return false
+	}
+	applied = k.br.adopt(now, rs)
+	flipped := false
+	if applied {
+		flipped = kp.refreshLocked(now)
+	}
+	kp.mu.Unlock()
+	if flipped {
+		kp.owner.signal()
+	}
+	return applied
+}

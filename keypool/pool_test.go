@@ -1,0 +1,283 @@
+package keypool
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSWRRSequence(t *testing.T) {
+	cfg := testConfig(t, "", map[string][]key{"b": {{id: "a", weight: 5}, {id: "b", weight: 1}, {id: "c", weight: 1}}})
+	p := newPools(t, cfg, Options{Clock: newFakeClock()})
+	var got []string
+	for range 14 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		got = append(got, l.KeyID)
+		l.Done(status(200))
+	}
+	want := "a a b a c a a a a b a c a a" // nginx's sequence, twice
+	if g := strings.Join(got, " "); g != want {
+		t.Fatalf("sequence\n got %s\nwant %s", g, want)
+	}
+}
+
+func TestSWRRSkipsOpenKeys(t *testing.T) {
+	cfg := testConfig(t, breakerYAML(time.Minute, time.Hour, time.Second, 0, false),
+		map[string][]key{"b": {{id: "a", weight: 5}, {id: "b", weight: 1}, {id: "c", weight: 1}}})
+	p := newPools(t, cfg, Options{Clock: newFakeClock()})
+	for range 2 { // consecutive_5xx: 2
+		if err := p.Report(t.Context(), "b", "b", "", status(503)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := stateOf(t, p, "b"); s.State != "open" {
+		t.Fatalf("b not open: %+v", s)
+	}
+	n := map[string]int{}
+	for range 60 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		n[l.KeyID]++
+		l.Done(status(200))
+	}
+	if n["b"] != 0 || n["a"] != 50 || n["c"] != 10 {
+		t.Fatalf("distribution with b open: %v, want a:50 c:10", n)
+	}
+}
+
+func TestPicksReachingRateLimitedKey(t *testing.T) {
+	// Key a answers 429 to everything; b is fine. At most
+	// consecutive_429 + in-flight picks may still reach a.
+	const inFlight = 4
+	cfg := testConfig(t, breakerYAML(time.Minute, time.Hour, time.Second, 0, false),
+		map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	p := newPools(t, cfg, Options{Clock: newFakeClock()})
+	var window []Lease
+	toA := 0
+	for range 200 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if l.KeyID == "a" {
+			toA++
+		}
+		window = append(window, l)
+		if len(window) == inFlight {
+			old := window[0]
+			window = window[1:]
+			if old.KeyID == "a" {
+				old.Done(status(429))
+			} else {
+				old.Done(status(200))
+			}
+		}
+	}
+	if toA > 3+inFlight {
+		t.Fatalf("%d picks reached the rate-limited key, want ≤ %d", toA, 3+inFlight)
+	}
+	if s := stateOf(t, p, "a"); s.State != "open" || s.Reason != "429" {
+		t.Fatalf("a: %+v", s)
+	}
+	t.Logf("picks reaching a: %d (threshold 3, in flight %d)", toA, inFlight)
+}
+
+func TestHalfOpenProbeRecovers(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, false),
+		map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	for range 3 {
+		_ = p.Report(t.Context(), "b", "a", "", status(429))
+	}
+	open := stateOf(t, p, "a")
+	if open.State != "open" || open.OpenUntil.Sub(clk.Now()) != 10*time.Second {
+		t.Fatalf("after 3×429: %+v", open)
+	}
+	for range 10 {
+		if l := pick(t, p, "b", PickRequest{Attempt: 1}); l.KeyID != "b" {
+			t.Fatal("open key picked")
+		} else {
+			l.Done(status(200))
+		}
+	}
+	clk.Advance(10 * time.Second)
+	if s := stateOf(t, p, "a"); s.State != "half-open" {
+		t.Fatalf("after cooldown: %s", s.State)
+	}
+	var probe Lease
+	for probe.KeyID != "a" {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if l.KeyID == "a" {
+			probe = l
+		} else {
+			l.Done(status(200))
+		}
+	}
+	if !probe.Probe {
+		t.Fatal("first pick of a half-open key is not marked as probe")
+	}
+	for range 10 { // probe outstanding: nobody else gets a
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if l.KeyID == "a" {
+			t.Fatal("second request on a half-open key while its probe is out")
+		}
+		l.Done(status(200))
+	}
+	probe.Done(status(200))
+	if s := stateOf(t, p, "a"); s.State != "closed" {
+		t.Fatalf("after probe success: %s", s.State)
+	}
+	n := 0
+	for range 10 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if l.KeyID == "a" {
+			n++
+		}
+		l.Done(status(200))
+	}
+	if n != 5 {
+		t.Fatalf("traffic back on a: %d of 10, want 5", n)
+	}
+}
+
+func TestProbeFailureDoublesCooldown(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, 35*time.Second, time.Second, 0, false), map[string][]key{"b": {{id: "a"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	for range 2 {
+		_ = p.Report(t.Context(), "b", "a", "", status(500))
+	}
+	for _, want := range []time.Duration{20 * time.Second, 35 * time.Second, 35 * time.Second} {
+		clk.Advance(stateOf(t, p, "a").OpenUntil.Sub(clk.Now()))
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if !l.Probe {
+			t.Fatal("not a probe")
+		}
+		l.Done(Outcome{Reset: true})
+		if got := stateOf(t, p, "a").OpenUntil.Sub(clk.Now()); got != want {
+			t.Fatalf("open for %s after failed probe, want %s", got, want)
+		}
+	}
+}
+
+func TestRetryAfterHonoured(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, false), map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	// One 429 with Retry-After: the key rests that long without waiting
+	// for the threshold.
+	o := ParseOutcome(429, func(h string) string {
+		if h == "retry-after" {
+			return "7"
+		}
+		return ""
+	})
+	_ = p.Report(t.Context(), "b", "a", "", o)
+	s := stateOf(t, p, "a")
+	if s.State != "open" || s.Reason != "quota" || s.OpenUntil.Sub(clk.Now()) != 7*time.Second {
+		t.Fatalf("after one 429 Retry-After 7: %+v", s)
+	}
+	clk.Advance(7 * time.Second)
+	if s := stateOf(t, p, "a"); s.State != "closed" {
+		t.Fatalf("quota period over: %s", s.State)
+	}
+	// The key keeps answering 429 after each rest: the third in a row
+	// trips the breaker, open for max(Retry-After, cooldown).
+	o.RetryAfter = 45 * time.Second
+	_ = p.Report(t.Context(), "b", "a", "", o)
+	clk.Advance(45 * time.Second)
+	_ = p.Report(t.Context(), "b", "a", "", o)
+	if s := stateOf(t, p, "a"); s.Reason != "429" || s.Trips != 1 || s.OpenUntil.Sub(clk.Now()) != 45*time.Second {
+		t.Fatalf("third 429 in a row, Retry-After 45s: %+v", s)
+	}
+	o.RetryAfter = 0
+	clk.Advance(45 * time.Second)
+	_ = p.Report(t.Context(), "b", "a", "", o) // probe fails, no Retry-After: cooldown·2
+	if s := stateOf(t, p, "a"); s.Trips != 2 || s.OpenUntil.Sub(clk.Now()) != 20*time.Second {
+		t.Fatalf("failed probe: %+v", s)
+	}
+}
+
+func TestRemainingHeadersStopBefore429(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, true), map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	h := map[string]string{"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "6m0s", "x-ratelimit-remaining-tokens": "1000"}
+	l := pick(t, p, "b", PickRequest{Attempt: 1})
+	if l.KeyID != "a" {
+		t.Fatalf("first pick %s", l.KeyID)
+	}
+	l.Done(ParseOutcome(200, func(n string) string { return h[n] }))
+	for range 10 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if l.KeyID == "a" {
+			t.Fatal("key with remaining 0 picked before its reset")
+		}
+		l.Done(status(200))
+	}
+	clk.Advance(6 * time.Minute)
+	n := 0
+	for range 10 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1})
+		if l.KeyID == "a" {
+			n++
+			if l.Probe {
+				t.Fatal("a quota opening needs no probe")
+			}
+		}
+		l.Done(status(200))
+	}
+	if n != 5 {
+		t.Fatalf("after reset a got %d of 10", n)
+	}
+}
+
+func TestLocalWindowAndInFlight(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, "", map[string][]key{"rpm": {{id: "r", rpm: 2}}, "inflight": {{id: "i", max: 1}}})
+	p := newPools(t, cfg, Options{Clock: clk, LeaseTTL: time.Minute})
+	pick(t, p, "rpm", PickRequest{Attempt: 1}).Done(status(200))
+	clk.Advance(30 * time.Second)
+	pick(t, p, "rpm", PickRequest{Attempt: 1}).Done(status(200))
+	_, err := p.Pick(t.Context(), "rpm", PickRequest{Attempt: 1})
+	var ex *ExhaustedError
+	if !errors.As(err, &ex) || !errors.Is(err, ErrNoKey) || ex.RetryAfter != 30*time.Second {
+		t.Fatalf("third pick in a minute at rpm 2: %v", err)
+	}
+	if ok, ra := p.Available([]string{"rpm"}); ok || ra != 30*time.Second {
+		t.Fatalf("Available = %v %s", ok, ra)
+	}
+	clk.Advance(30 * time.Second)
+	pick(t, p, "rpm", PickRequest{Attempt: 1})
+
+	pick(t, p, "inflight", PickRequest{RequestID: "r1", Attempt: 1}) // never released
+	if _, err := p.Pick(t.Context(), "inflight", PickRequest{Attempt: 1}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("second in-flight pick at max_in_flight 1: %v", err)
+	}
+	clk.Advance(2*time.Minute + time.Second) // a leaked lease lives at most 2·TTL
+	pick(t, p, "inflight", PickRequest{Attempt: 1}).Release()
+	if s := stateOf(t, p, "i"); s.InFlight != 0 {
+		t.Fatalf("in flight after expiry and release: %d", s.InFlight)
+	}
+}
+
+func TestRetryNeverReusesFailedKey(t *testing.T) {
+	cfg := testConfig(t, "", map[string][]key{"b": {{id: "a"}, {id: "b"}, {id: "c"}}})
+	p := newPools(t, cfg, Options{Clock: newFakeClock()})
+	for i := range 30 {
+		req := PickRequest{RequestID: "req-" + string(rune('A'+i)), Attempt: 1}
+		first := pick(t, p, "b", req)
+		first.Done(status(429))
+		req.Attempt = 2
+		second := pick(t, p, "b", req)
+		if second.KeyID == first.KeyID {
+			t.Fatalf("retry reused %s", first.KeyID)
+		}
+		// A per-try timeout: no outcome, lease still held.
+		req.Attempt = 3
+		third := pick(t, p, "b", req)
+		if third.KeyID == first.KeyID || third.KeyID == second.KeyID {
+			t.Fatalf("attempt 3 reused a key: %s %s %s", first.KeyID, second.KeyID, third.KeyID)
+		}
+		second.Release()
+		third.Done(status(200))
+	}
+}

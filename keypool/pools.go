@@ -1,0 +1,441 @@
+package keypool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+// ErrNoKey means no key can serve the attempt. Every pick failure matches
+// it with errors.Is; an *ExhaustedError also says when to try again.
+var ErrNoKey = errors.New("keypool: no usable key")
+
+// ExhaustedError is returned when a backend has keys but none is usable now.
+type ExhaustedError struct {
+	Backend    string
+	RetryAfter time.Duration // soonest a key could serve again (≥ 1s when unknown)
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("keypool: every key of backend %s is open, busy or rate limited; retry after %s", e.Backend, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrNoKey) true.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrNoKey }
+
+// KeyLimiter checks per-key RPM/TPM in the shared rate-limit service. It is
+// defined here, where it is consumed; another package implements it.
+type KeyLimiter interface {
+	Allow(ctx context.Context, keyID string, tokens int) (ok bool, retryAfter time.Duration, err error)
+}
+
+// Clock tells the time; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Options are the dependencies of Pools.
+type Options struct {
+	// Redis shares breaker state and failed keys between replicas; nil
+	// keeps everything local to this process.
+	Redis      redis.UniversalClient
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics created but not registered
+	Clock      Clock                 // nil: wall clock
+	// Limiter is the shared per-key RPM/TPM check. When nil (or while it
+	// returns errors) each replica enforces RPM/TPM alone with a sliding
+	// window, so N replicas may together send up to N times the limit.
+	Limiter KeyLimiter
+	// LeaseTTL frees the in-flight slot of an attempt whose outcome never
+	// comes; default request.long_timeout + request.message_timeout.
+	LeaseTTL time.Duration
+	// TriedTTL is how long the keys a request failed on are remembered
+	// (locally and in Redis); default request.timeout.
+	TriedTTL time.Duration
+	// ReplicaID names this process in shared state; default random.
+	ReplicaID string
+}
+
+// policy is everything derived from config that the hot path reads; it is
+// swapped whole on SetConfig.
+type policy struct {
+	br           breakerPolicy
+	failClosed   bool
+	leaseTTL     time.Duration
+	triedTTL     time.Duration
+	syncInterval time.Duration
+	readTimeout  time.Duration
+}
+
+// Pools holds one KeyPool per backend. All methods are safe for concurrent
+// use. Call Run to share state through Redis and to get time-based health
+// changes on Changes.
+type Pools struct {
+	opts    Options
+	log     *slog.Logger
+	clock   Clock
+	metrics *metrics
+	limiter KeyLimiter
+	sync    *syncer // nil without Redis
+
+	cfgMu sync.Mutex // serialises SetConfig
+	pools atomic.Pointer[map[string]*KeyPool]
+	pol   atomic.Pointer[policy]
+
+	changes     chan struct{}
+	limiterDown atomic.Int64 // unix nanos until which the local window decides
+	lastHealth  atomic.Pointer[map[string]bool]
+	healthMu    sync.Mutex
+}
+
+// PickRequest describes the attempt that needs a key.
+type PickRequest struct {
+	RequestID string // x-request-id, shared by all attempts of a request
+	Attempt   int    // upstream.request_attempt_count: 1 first try; 0 unknown
+	Sticky    string // session value; empty for no stickiness
+	EstTokens int    // prompt + reserved output tokens, for TPM
+}
+
+// New builds the pools for cfg.
+func New(cfg *config.Config, opts Options) (*Pools, error) {
+	if cfg == nil {
+		return nil, errors.New("keypool: nil config")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
+	}
+	if opts.ReplicaID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		opts.ReplicaID = hex.EncodeToString(b[:])
+	}
+	p := &Pools{
+		opts: opts, log: opts.Logger, clock: opts.Clock, limiter: opts.Limiter,
+		metrics: newMetrics(opts.Registerer),
+		changes: make(chan struct{}, 1),
+	}
+	p.pools.Store(&map[string]*KeyPool{})
+	p.pol.Store(p.policyFor(cfg))
+	if opts.Redis != nil {
+		p.sync = newSyncer(p, opts.Redis, cfg.Redis.KeyPrefix, opts.ReplicaID)
+	}
+	p.SetConfig(cfg)
+	return p, nil
+}
+
+func (p *Pools) policyFor(cfg *config.Config) *policy {
+	lease := p.opts.LeaseTTL
+	if lease <= 0 {
+		lease = cfg.Request.LongTimeout.D() + cfg.Request.MessageTimeout.D()
+	}
+	tried := p.opts.TriedTTL
+	if tried <= 0 {
+		tried = cfg.Request.Timeout.D()
+	}
+	probe := cfg.Retry.PerTryTimeout.D()
+	if probe <= 0 {
+		probe = cfg.Request.Timeout.D()
+	}
+	return &policy{
+		br:           newBreakerPolicy(cfg.Breaker, max(probe, time.Second)),
+		failClosed:   cfg.FailureModes.BreakerSync == config.FailClosed,
+		leaseTTL:     max(lease, time.Second),
+		triedTTL:     max(tried, time.Second),
+		syncInterval: cfg.Breaker.SyncInterval.D(),
+		readTimeout:  cfg.Redis.ReadTimeout.D(),
+	}
+}
+
+// SetConfig applies a reloaded config. Keys that keep their id keep their
+// breaker state, in-flight count and windows; removed keys are forgotten.
+func (p *Pools) SetConfig(cfg *config.Config) {
+	p.cfgMu.Lock()
+	defer p.cfgMu.Unlock()
+	p.pol.Store(p.policyFor(cfg))
+	old := *p.pools.Load()
+	next := make(map[string]*KeyPool, len(cfg.Backends))
+	for i := range cfg.Backends {
+		b := &cfg.Backends[i]
+		kp, ok := old[b.Name]
+		if !ok {
+			next[b.Name] = newKeyPool(p, b)
+			continue
+		}
+		kp.mu.Lock()
+		removed := kp.setKeys(b.Keys)
+		kp.mu.Unlock()
+		for _, k := range removed {
+			p.metrics.forget(b.Name, k.cfg.ID)
+		}
+		next[b.Name] = kp
+	}
+	for name, kp := range old {
+		if _, ok := next[name]; !ok {
+			for _, k := range kp.keys {
+				p.metrics.forget(name, k.cfg.ID)
+			}
+			p.metrics.healthy.DeleteLabelValues(name)
+		}
+	}
+	p.pools.Store(&next)
+	p.refresh()
+}
+
+func (p *Pools) pool(backend string) *KeyPool { return (*p.pools.Load())[backend] }
+
+// Pick chooses the key for one upstream attempt. It never blocks on Redis
+// longer than redis.read_timeout, and only reads Redis for retries
+// (Attempt != 1) to learn which keys the request already failed on.
+func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Lease, error) {
+	kp := p.pool(backend)
+	if kp == nil {
+		return Lease{}, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
+	}
+	in := pickInput{now: p.clock.Now(), pol: p.pol.Load()}
+	if req.Attempt != 1 && req.RequestID != "" && p.sync != nil {
+		in.remoteTried = p.sync.tried(ctx, req.RequestID)
+	}
+	if p.sync != nil && in.pol.failClosed {
+		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
+	}
+	var skipBuf [4]*keyState
+	in.skip = skipBuf[:0]
+	for {
+		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
+		l, err := kp.pick(&in, &req)
+		if err != nil {
+			return Lease{}, err
+		}
+		if in.enforceWindow {
+			l.key.m.picks.Inc()
+			return l, nil
+		}
+		ok, retryAfter, err := p.limiter.Allow(ctx, l.KeyID, req.EstTokens)
+		switch {
+		case err != nil:
+			// The shared limiter is unreachable: let the local windows
+			// decide for a second, then ask it again.
+			p.limiterDown.Store(in.now.Add(time.Second).UnixNano())
+			p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
+			kp.undo(in.now, l, req.EstTokens, time.Time{})
+		case ok:
+			l.key.m.picks.Inc()
+			return l, nil
+		default:
+			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)))
+			in.skip = append(in.skip, l.key)
+		}
+		if err := ctx.Err(); err != nil {
+			return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+		}
+	}
+}
+
+// Report feeds the outcome of an attempt seen without its Lease (on any
+// replica). It frees the attempt's in-flight slot when this replica holds
+// it; elsewhere the slot expires with the lease TTL. Do not also call
+// Lease.Done for the same attempt.
+func (p *Pools) Report(ctx context.Context, backend, keyID, requestID string, o Outcome) error {
+	kp := p.pool(backend)
+	if kp == nil {
+		return fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
+	}
+	kp.mu.Lock()
+	k := kp.byID[keyID]
+	kp.mu.Unlock()
+	if k == nil {
+		return fmt.Errorf("%w: backend %q has no key %q", ErrNoKey, backend, keyID)
+	}
+	kp.observe(k, requestID, o, true, false)
+	return nil
+}
+
+// signal wakes the Changes consumer without blocking; signals coalesce.
+func (p *Pools) signal() {
+	select {
+	case p.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Changes fires (coalesced, never blocking the sender) when BackendHealth
+// may have changed. It has one consumer: the control plane.
+func (p *Pools) Changes() <-chan struct{} { return p.changes }
+
+// BackendHealth reports, per backend, whether some key is not open. A
+// backend whose keys are all open is unhealthy until the soonest open
+// period ends: then its keys are half-open and it is reported healthy again
+// so EDS sends the traffic a probe needs.
+func (p *Pools) BackendHealth() map[string]bool {
+	now := p.clock.Now()
+	pools := *p.pools.Load()
+	out := make(map[string]bool, len(pools))
+	for name, kp := range pools {
+		kp.mu.Lock()
+		out[name] = kp.healthyLocked(now)
+		kp.mu.Unlock()
+	}
+	return out
+}
+
+// refresh recomputes health and gauges after time passed (open periods
+// ending); it signals Changes when some backend flipped. It returns the
+// soonest end of an open period (zero if none).
+func (p *Pools) refresh() time.Time {
+	now := p.clock.Now()
+	var soonest time.Time
+	health := make(map[string]bool)
+	for name, kp := range *p.pools.Load() {
+		kp.mu.Lock()
+		kp.refreshLocked(now)
+		health[name] = kp.healthy
+		if t := kp.soonestLocked(now); !t.IsZero() && (soonest.IsZero() || t.Before(soonest)) {
+			soonest = t
+		}
+		kp.mu.Unlock()
+		v := 0.0
+		if health[name] {
+			v = 1
+		}
+		p.metrics.healthy.WithLabelValues(name).Set(v)
+	}
+	p.healthMu.Lock()
+	prev := p.lastHealth.Load()
+	if prev == nil || !mapsEqual(*prev, health) {
+		p.lastHealth.Store(&health)
+		p.signal()
+	}
+	p.healthMu.Unlock()
+	return soonest
+}
+
+func mapsEqual(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Available reports whether a new request for a pool served by backends
+// could get a key now (attempt 1, breakers, quotas, in-flight caps and local
+// windows; not the shared limiter). When not, retryAfter is the soonest a
+// key reopens: the router-level filter answers 429/503 with it. Unknown
+// backends are ignored; with none known it reports true.
+func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration) {
+	in := pickInput{now: p.clock.Now(), pol: p.pol.Load()}
+	in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
+	req := PickRequest{Attempt: 1}
+	known := false
+	best := time.Duration(-1)
+	for _, name := range backends {
+		kp := p.pool(name)
+		if kp == nil {
+			continue
+		}
+		known = true
+		kp.mu.Lock()
+		for _, k := range kp.keys {
+			if k.cfg.Weight > 0 && kp.eligible(&in, &req, k) {
+				kp.mu.Unlock()
+				return true, 0
+			}
+		}
+		ra := kp.retryAfterLocked(&in, &req)
+		kp.mu.Unlock()
+		if best < 0 || ra < best {
+			best = ra
+		}
+	}
+	if !known {
+		return true, 0
+	}
+	return false, best
+}
+
+// KeyState is one key's state for the admin API. It holds no secret.
+type KeyState struct {
+	Backend        string    `json:"backend"`
+	KeyID          string    `json:"key_id"`
+	Weight         int       `json:"weight"`
+	State          string    `json:"state"`
+	Reason         string    `json:"reason,omitempty"`
+	Consecutive429 int       `json:"consecutive_429"`
+	Consecutive5xx int       `json:"consecutive_5xx"`
+	Trips          int       `json:"trips"`
+	OpenUntil      time.Time `json:"open_until,omitzero"`
+	InFlight       int       `json:"in_flight"`
+	Picks          uint64    `json:"picks"`
+	LastStatus     int       `json:"last_status"`
+}
+
+// Snapshot lists every key's state, sorted by backend then config order.
+func (p *Pools) Snapshot() []KeyState {
+	now := p.clock.Now()
+	pools := *p.pools.Load()
+	names := make([]string, 0, len(pools))
+	for n := range pools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []KeyState
+	for _, n := range names {
+		kp := pools[n]
+		kp.mu.Lock()
+		for _, k := range kp.keys {
+			out = append(out, KeyState{
+				Backend: n, KeyID: k.cfg.ID, Weight: k.cfg.Weight,
+				State: k.br.State(now).String(), Reason: string(k.br.reason),
+				Consecutive429: k.br.fails429, Consecutive5xx: k.br.fails5xx, Trips: k.br.trips,
+				OpenUntil: k.br.OpenUntil(), InFlight: k.inFlight, Picks: k.picks, LastStatus: k.lastStatus,
+			})
+		}
+		kp.mu.Unlock()
+	}
+	return out
+}
+
+// Run shares state through Redis (when configured) and turns the end of
+// open periods into health changes. It returns when ctx is done.
+func (p *Pools) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if p.sync != nil {
+		p.sync.run(ctx, &wg)
+	}
+	for {
+		soonest := p.refresh()
+		wait := p.pol.Load().syncInterval
+		if !soonest.IsZero() {
+			wait = min(wait, max(soonest.Sub(p.clock.Now()), time.Millisecond))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			wg.Wait()
+			return nil
+		case <-t.C:
+		}
+	}
+}
