@@ -1,0 +1,285 @@
+package usage
+
+import "bytes"
+
+// StreamFilter removes the usage-only chunk from an SSE stream: the event
+// whose JSON has "choices":[] and a "usage" object, which the provider sends
+// last when stream_options.include_usage is true. The gateway sets that flag
+// for its own accounting; a client that did not ask for it must not get the
+// extra chunk (OpenAI SDKs would hand it to user code as an empty delta).
+//
+// Feed it the chunks the client would get; forward what Write returns. It
+// holds back an incomplete trailing event only while it could still be the
+// usage-only one: an event whose bytes show a non-empty "choices" array is
+// forwarded at once. Other chunks pass through untouched and Write returns
+// the input slice itself. The zero value is ready; Reset makes it reusable.
+// Not safe for concurrent use.
+type StreamFilter struct {
+	held    []byte // undecided bytes of the current event from earlier Writes
+	out     []byte // assembled output when it cannot be a subslice
+	scratch []byte // held+chunk joined
+	data    []byte // data of an event being classified
+	drops   []fspan
+
+	lineLen  int  // bytes of the current line so far
+	evSize   int  // bytes of the current event so far
+	evLines  bool // the current event has a non-blank line
+	passing  bool // current event decided: forward
+	afterCR  bool // the previous Write ended in a CR terminator
+	boundary bool // ... and that CR ended an event
+	dropLF   bool // ... which was dropped: drop the LF completing the CRLF
+	probe    choicesProbe
+	removed  int
+}
+
+type fspan struct{ start, end int }
+
+// Reset clears all state and keeps the buffers.
+func (f *StreamFilter) Reset() {
+	*f = StreamFilter{held: f.held[:0], out: f.out[:0], scratch: f.scratch[:0], data: f.data[:0], drops: f.drops[:0]}
+}
+
+// Removed counts the events removed so far.
+func (f *StreamFilter) Removed() int { return f.removed }
+
+// Write takes the next chunk and returns the bytes to forward now. The
+// result is chunk itself or a subslice of it when possible, else a buffer
+// owned by the filter that is valid until the next call.
+func (f *StreamFilter) Write(chunk []byte) []byte {
+	f.drops = f.drops[:0]
+	heldLive := len(f.held) > 0 // held bytes belong to the event in progress
+	emitHeld := false
+	i, evStart := 0, 0
+	if f.afterCR {
+		f.afterCR = false
+		if len(chunk) > 0 && chunk[0] == '\n' {
+			i = 1
+			if f.boundary {
+				evStart = 1
+				if f.dropLF {
+					f.drops = append(f.drops, fspan{0, 1})
+				}
+			} else {
+				f.evSize++
+			}
+		}
+	}
+	f.dropLF, f.boundary = false, false
+	for i < len(chunk) {
+		j := nextTerminator(chunk[i:])
+		if j < 0 {
+			f.lineLen += len(chunk) - i
+			f.evSize += len(chunk) - i
+			if !f.passing {
+				f.probe.feed(chunk[i:])
+			}
+			break
+		}
+		j += i
+		k, crEnd := j+1, false
+		if chunk[j] == '\r' {
+			if j+1 < len(chunk) {
+				if chunk[j+1] == '\n' {
+					k = j + 2
+				}
+			} else {
+				crEnd = true
+			}
+		}
+		blank := f.lineLen == 0 && j == i
+		f.lineLen = 0
+		f.evSize += k - i
+		if !f.passing {
+			f.probe.feed(chunk[i:k])
+		}
+		if !blank {
+			f.evLines = true
+			i = k
+			if crEnd {
+				f.afterCR = true
+			}
+			continue
+		}
+		// A blank line ends the event [evStart, k).
+		if f.evLines && !f.passing && !f.probe.pass && f.evSize <= MaxEventBytes {
+			block := chunk[evStart:k]
+			if heldLive {
+				f.scratch = append(append(f.scratch[:0], f.held...), block...)
+				block = f.scratch
+			}
+			if f.usageOnly(block) {
+				f.drops = append(f.drops, fspan{evStart, k})
+				f.removed++
+				heldLive = false
+				f.dropLF = crEnd
+			}
+		}
+		if heldLive {
+			emitHeld, heldLive = true, false
+		}
+		evStart = k
+		f.evLines, f.passing, f.evSize = false, false, 0
+		f.probe = choicesProbe{}
+		if crEnd {
+			f.afterCR, f.boundary = true, true
+		}
+		i = k
+	}
+	// The event still open at the end of the chunk.
+	tail := len(chunk)
+	if f.evLines || f.lineLen > 0 || heldLive {
+		switch {
+		case f.passing:
+		case f.probe.pass || f.evSize > MaxEventBytes:
+			f.passing = true
+			if heldLive {
+				emitHeld, heldLive = true, false
+			}
+		default:
+			tail = evStart
+		}
+	}
+	out := f.assemble(chunk, tail, emitHeld)
+	// Now that the old held bytes are copied out, keep the new tail.
+	if tail < len(chunk) {
+		if heldLive {
+			f.held = append(f.held, chunk[tail:]...)
+		} else {
+			f.held = append(f.held[:0], chunk[tail:]...)
+		}
+	} else if !heldLive {
+		f.held = f.held[:0]
+	}
+	return out
+}
+
+// assemble returns held (if emitHeld) + chunk[:tail] minus the drops.
+func (f *StreamFilter) assemble(chunk []byte, tail int, emitHeld bool) []byte {
+	if !emitHeld {
+		switch {
+		case len(f.drops) == 0:
+			return chunk[:tail]
+		case len(f.drops) == 1 && f.drops[0].end >= tail:
+			return chunk[:f.drops[0].start]
+		case len(f.drops) == 1 && f.drops[0].start == 0:
+			return chunk[f.drops[0].end:tail]
+		}
+	}
+	f.out = f.out[:0]
+	if emitHeld {
+		f.out = append(f.out, f.held...)
+	}
+	pos := 0
+	for _, d := range f.drops {
+		if d.start > pos {
+			f.out = append(f.out, chunk[pos:min(d.start, tail)]...)
+		}
+		pos = d.end
+	}
+	if pos < tail {
+		f.out = append(f.out, chunk[pos:tail]...)
+	}
+	return f.out
+}
+
+// Flush ends the stream and returns what is still held: an event the
+// upstream left without its closing blank line (nil if it was the
+// usage-only event).
+func (f *StreamFilter) Flush() []byte {
+	held := f.held
+	drop := len(held) > 0 && !f.passing && !f.probe.pass && f.evSize <= MaxEventBytes && f.usageOnly(held)
+	removed := f.removed
+	f.Reset()
+	f.removed = removed
+	if drop {
+		f.removed++
+		return nil
+	}
+	return held // still valid: Reset only truncates
+}
+
+// usageOnly reports whether a complete event block is a usage-only chunk.
+func (f *StreamFilter) usageOnly(block []byte) bool {
+	var has bool
+	f.data, has = eventData(f.data[:0], block)
+	return has && isUsageOnly(f.data)
+}
+
+// isUsageOnly: a JSON object with "choices":[] and a usage object, and no
+// error.
+func isUsageOnly(d []byte) bool {
+	s := jscan{b: d}
+	if s.peek() != '{' {
+		return false
+	}
+	emptyChoices, hasUsage, other := false, false, false
+	s.object(func(k []byte) {
+		switch string(k) {
+		case "choices":
+			if s.peek() == '[' {
+				n := 0
+				s.array(func() { n++; s.skip() })
+				emptyChoices = n == 0
+				return
+			}
+		case "usage":
+			hasUsage = s.peek() == '{'
+		case "error":
+			other = true
+		}
+		s.skip()
+	})
+	return !s.bad && s.peek() == 0 && emptyChoices && hasUsage && !other
+}
+
+// choicesProbe watches an event's raw bytes for `"choices"` `:` `[` and
+// the byte after it: anything but ']' means the event has choices and
+// cannot be the usage-only chunk. It is a byte-level state machine, so its
+// verdict does not depend on where chunks split.
+type choicesProbe struct {
+	state int8
+	pass  bool
+	done  bool
+}
+
+const choicesKey = `"choices"`
+
+func (p *choicesProbe) feed(b []byte) {
+	for i := 0; i < len(b) && !p.done; i++ {
+		c := b[i]
+		switch {
+		case p.state == 0:
+			j := bytes.IndexByte(b[i:], '"')
+			if j < 0 {
+				return
+			}
+			i += j
+			p.state = 1
+		case int(p.state) < len(choicesKey):
+			if c == choicesKey[p.state] {
+				p.state++
+			} else if c == '"' {
+				p.state = 1
+			} else {
+				p.state = 0
+			}
+		default: // after the key: ws* ':' ws* '[' ws* then the verdict
+			if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+				continue
+			}
+			switch {
+			case p.state == int8(len(choicesKey)) && c == ':':
+				p.state++
+			case p.state == int8(len(choicesKey))+1 && c == '[':
+				p.state++
+			case p.state == int8(len(choicesKey))+2:
+				p.pass = c != ']'
+				p.done = true
+			case c == '"':
+				p.state = 1
+			default:
+				p.state = 0
+			}
+		}
+	}
+}
