@@ -2,20 +2,22 @@ package translator
 
 import (
 	"fmt"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"time"
 )
 
-// mustAny packs a message we built ourselves; marshalling a well-formed
-// generated message cannot fail, so a failure is a programming error.
+// mustAny packs a message we built ourselves, deterministically (map fields
+// sorted) so the same config gives byte-identical resources and versions.
+// Marshalling a well-formed generated message cannot fail, so a failure is a
+// programming error.
 func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
 		panic(fmt.Sprintf("translator: packing %T: %v", m, err))
 	}
 	return a

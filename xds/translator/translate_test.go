@@ -1,6 +1,18 @@
 package translator
 
-import "testing"
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
 
 func TestTranslateValid(t *testing.T) {
 	for _, name := range []string{"default.yaml", "mixed.yaml"} {
@@ -15,5 +27,69 @@ func TestTranslateValid(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestDeterministic: the same config gives byte-identical resources (the
+// version hash depends on it), across separate parses.
+func TestDeterministic(t *testing.T) {
+	marshal := func() [][]byte {
+		r, err := Translate(loadTestdata(t, "mixed.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out [][]byte
+		opts := proto.MarshalOptions{Deterministic: true}
+		for _, m := range []proto.Message{r.Listeners[0], r.Routes[0], r.RateLimit} {
+			b, _ := opts.Marshal(m)
+			out = append(out, b)
+		}
+		for _, c := range r.Clusters {
+			b, _ := opts.Marshal(c)
+			out = append(out, b)
+		}
+		for _, e := range Endpoints(r.IR, EndpointState{Addrs: goldenAddrs}) {
+			b, _ := opts.Marshal(e)
+			out = append(out, b)
+		}
+		return out
+	}
+	first := marshal()
+	for range 5 {
+		again := marshal()
+		if len(again) != len(first) {
+			t.Fatal("resource count changed")
+		}
+		for i := range first {
+			if !bytes.Equal(first[i], again[i]) {
+				t.Fatalf("resource %d differs between two translations of the same config", i)
+			}
+		}
+	}
+}
+
+// TestValidateDescendsIntoAny: a broken typed_config deep inside a cluster
+// is reported (ValidateAll alone would accept it).
+func TestValidateDescendsIntoAny(t *testing.T) {
+	r, err := Translate(loadTestdata(t, "default.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := proto.Clone(r.Clusters[0]).(*clusterv3.Cluster)
+	if err := c.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	bad := &extprocv3.ExternalProcessor{MessageTimeout: durationpb.New(2 * time.Hour)} // max 3600s
+	opts := &httpv3.HttpProtocolOptions{}
+	if err := c.TypedExtensionProtocolOptions[HTTPOptionsKey].UnmarshalTo(opts); err != nil {
+		t.Fatal(err)
+	}
+	opts.HttpFilters[0].ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(bad)}
+	c.TypedExtensionProtocolOptions[HTTPOptionsKey] = mustAny(opts)
+	if err := c.ValidateAll(); err != nil {
+		t.Fatalf("ValidateAll now sees into Any? %v", err)
+	}
+	if err := Validate(c); err == nil || !strings.Contains(err.Error(), "MessageTimeout") {
+		t.Fatalf("Validate missed the broken ext_proc filter: %v", err)
 	}
 }
