@@ -1,0 +1,158 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The interfaces below are what the ext_proc service needs from the policy
+// and accounting packages (keypool, accounting/*). They are defined here, at
+// the consumer, so extproc has no dependency on their internals; package
+// extproc/wire adapts the real implementations.
+
+// Usage is provider-reported token usage.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	TotalTokens      int64
+	CachedTokens     int64
+	ReasoningTokens  int64
+}
+
+// UsageCodec reads usage from response bodies.
+type UsageCodec interface {
+	// FromJSON reads "usage" from a complete JSON response body.
+	FromJSON(body []byte) (Usage, bool)
+	// NewStream returns an incremental SSE parser.
+	NewStream() UsageStream
+	// NewFilter returns a per-stream filter that removes the usage-only
+	// chunk a client did not ask for.
+	NewFilter() ChunkFilter
+	// NewGzip returns an incremental gzip decoder (each call decodes only
+	// the new bytes: no quadratic re-decompression).
+	NewGzip() Decoder
+}
+
+// UsageStream parses an SSE response incrementally across chunk boundaries.
+type UsageStream interface {
+	Write(chunk []byte)
+	Usage() (Usage, bool)
+	// DeliveredContentBytes is the size of the content streamed so far (for
+	// billing a cut stream by what was delivered).
+	DeliveredContentBytes() int64
+}
+
+// ChunkFilter rewrites SSE chunks. Filter returns the bytes to forward for
+// chunk; it may keep a partial event back until the next call. Flush returns
+// what is held back at the end of the stream.
+type ChunkFilter interface {
+	Filter(chunk []byte) []byte
+	Flush() []byte
+}
+
+// Decoder decompresses a stream piecewise.
+type Decoder interface {
+	Decode(chunk []byte) ([]byte, error)
+}
+
+// KeyPicker chooses upstream API keys per attempt and learns from outcomes.
+type KeyPicker interface {
+	Pick(ctx context.Context, backend string, req PickRequest) (Lease, error)
+	Report(ctx context.Context, backend, keyID, requestID string, out Outcome)
+	// Available reports whether any key of the backends is usable, and if
+	// none is, how soon one reopens.
+	Available(backends []string) (ok bool, retryAfter time.Duration)
+	// ParseOutcome reads an attempt's status and rate-limit headers.
+	ParseOutcome(status int, header func(string) string) Outcome
+}
+
+// PickRequest describes one upstream attempt.
+type PickRequest struct {
+	RequestID string
+	Attempt   int
+	Sticky    string
+	EstTokens int
+}
+
+// Lease is the chosen key. Secret must never be logged.
+type Lease struct {
+	KeyID  string
+	Secret string
+}
+
+// Outcome is an attempt's result as the key pool consumes it. It is opaque
+// to extproc: ParseOutcome builds it, Report takes it back.
+type Outcome any
+
+// Reserver reserves tokens at admission and settles them at stream end
+// (accounting/reserve).
+type Reserver interface {
+	Reserve(ctx context.Context, r ReserveRequest) (Reservation, error)
+	Settle(ctx context.Context, id string, actualTokens int64) error
+}
+
+// ReserveRequest asks for tokens for one request.
+type ReserveRequest struct {
+	RequestID string
+	Tenant    string
+	KeyID     string
+	Model     string
+	Tokens    int64
+}
+
+// Reservation is the answer. When Granted is false the request is refused
+// with 429, Retry-After and the x-ratelimit-* figures.
+type Reservation struct {
+	ID         string
+	Granted    bool
+	RetryAfter time.Duration
+	Limit      int64
+	Remaining  int64
+	Reset      time.Duration
+}
+
+// BudgetChecker tells whether a tenant's hard-capped budget is spent
+// (accounting/budget).
+type BudgetChecker interface {
+	Check(ctx context.Context, tenant string) (BudgetStatus, error)
+}
+
+// BudgetStatus is a tenant's month so far.
+type BudgetStatus struct {
+	Exhausted bool
+	Spent     float64
+	Limit     float64
+	Currency  string
+}
+
+// Recorder writes ledger entries idempotently per request id
+// (accounting/ledger).
+type Recorder interface {
+	Record(ctx context.Context, e Entry) error
+}
+
+// Entry is one request's accounting record.
+type Entry struct {
+	RequestID     string
+	Time          time.Time
+	Tenant        string
+	VirtualKeyID  string
+	Model         string
+	Backend       string
+	UpstreamKeyID string
+	Status        int
+	Usage         Usage
+	// Estimated is set when the usage is not the provider's report (cut
+	// stream billed per accounting.bill_on_disconnect).
+	Estimated    bool
+	Disconnected bool
+}
+
+// RefusalLog records requests refused at the gateway (admin status page).
+type RefusalLog interface {
+	Refused(tenant, model, code, reason string)
+}
+
+// ErrNoKey is what a KeyPicker returns when every key is open.
+var ErrNoKey = errors.New("no usable upstream key")

@@ -1,0 +1,96 @@
+package extproc
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+)
+
+// apiError is a refusal in OpenAI's error shape:
+// {"error":{"message","type","param","code"}}.
+type apiError struct {
+	status  int
+	message string
+	typ     string
+	code    string
+	param   string
+	headers []*corev3.HeaderValueOption
+}
+
+func (e *apiError) withRetryAfter(d time.Duration) *apiError {
+	secs := int((d + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	e.headers = append(e.headers, setHeader("retry-after", strconv.Itoa(secs)))
+	return e
+}
+
+func (e *apiError) withHeader(k, v string) *apiError {
+	e.headers = append(e.headers, setHeader(k, v))
+	return e
+}
+
+func errInvalidKey(msg string) *apiError {
+	return &apiError{status: http.StatusUnauthorized, message: msg, typ: "invalid_request_error", code: "invalid_api_key"}
+}
+
+func errBadRequest(msg, code, param string) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: msg, typ: "invalid_request_error", code: code, param: param}
+}
+
+func errModelNotFound(model string) *apiError {
+	return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
+		message: "The model `" + model + "` does not exist or you do not have access to it."}
+}
+
+// body renders the JSON by hand: it runs on refusals under load and must
+// not allocate through reflection.
+func (e *apiError) body() []byte {
+	b := make([]byte, 0, 96+len(e.message))
+	b = append(b, `{"error":{"message":`...)
+	b = strconv.AppendQuote(b, e.message)
+	b = append(b, `,"type":`...)
+	b = strconv.AppendQuote(b, e.typ)
+	b = append(b, `,"param":`...)
+	if e.param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendQuote(b, e.param)
+	}
+	b = append(b, `,"code":`...)
+	if e.code == "" {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendQuote(b, e.code)
+	}
+	return append(b, "}}"...)
+}
+
+// response is the ImmediateResponse Envoy turns into a local reply
+// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/service/ext_proc/v3/external_processor.proto#envoy-v3-api-msg-service-ext-proc-v3-immediateresponse).
+func (e *apiError) response() *extprocv3.ProcessingResponse {
+	hs := append([]*corev3.HeaderValueOption{setHeader("content-type", "application/json")}, e.headers...)
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.status)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
+		Body:    e.body(),
+		Details: "swarmgate_" + e.code,
+	}}}
+}
+
+// setHeader overwrites a header. Values go in raw_value only: Envoy rejects
+// a header with both value and raw_value
+// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/core/v3/base.proto#envoy-v3-api-msg-config-core-v3-headervalue).
+// append_action is explicit because its default, APPEND_IF_EXISTS_OR_ADD,
+// would add a second value.
+func setHeader(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}

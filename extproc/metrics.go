@@ -1,0 +1,48 @@
+package extproc
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests      *prometheus.CounterVec // by tenant, model
+	refusals      *prometheus.CounterVec // by code (fixed set)
+	tokens        *prometheus.CounterVec // by tenant, model, kind
+	disconnects   prometheus.Counter
+	picks         *prometheus.CounterVec // by backend, key
+	pickFailures  *prometheus.CounterVec // by backend
+	accountingErr *prometheus.CounterVec // by step
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_requests_total",
+			Help: "Requests admitted by the router-level filter."}, []string{"tenant", "model"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_refusals_total",
+			Help: "Requests answered locally with an error, by error code."}, []string{"code"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_tokens_total",
+			Help: "Tokens accounted, by kind (prompt, completion)."}, []string{"tenant", "model", "kind"}),
+		disconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "swarmgate_extproc_disconnects_total",
+			Help: "Responses cut before their end (client gone or upstream reset)."}),
+		picks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_key_picks_total",
+			Help: "Upstream keys chosen per attempt."}, []string{"backend", "key"}),
+		pickFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_key_pick_failures_total",
+			Help: "Attempts sent without a key because none was usable."}, []string{"backend"}),
+		accountingErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_accounting_errors_total",
+			Help: "Failed accounting steps (reserve, settle, budget, ledger)."}, []string{"step"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.accountingErr} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,201 @@
+package extproc
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+var (
+	continueResponseBody = func() *extprocv3.ProcessingResponse {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	}
+	removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey}
+)
+
+func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	var ctype, cenc string
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		switch kv.GetKey() {
+		case ":status":
+			r.status, _ = strconv.Atoi(headerValue(kv))
+		case "content-type":
+			ctype = headerValue(kv)
+		case "content-encoding":
+			cenc = headerValue(kv)
+		case contract.HeaderBackend:
+			r.backend = headerValue(kv)
+		case contract.HeaderUpstreamKey:
+			r.upstreamKey = headerValue(kv)
+		}
+	}
+	switch {
+	case strings.HasPrefix(ctype, "text/event-stream"):
+		r.kind = bodySSE
+	case strings.HasPrefix(ctype, "application/json"):
+		r.kind = bodyJSON
+	default:
+		r.kind = bodyOther
+	}
+	if r.admitted && r.status >= 200 && r.status < 300 {
+		switch {
+		case strings.EqualFold(cenc, "gzip"):
+			r.gzip = true
+			r.decoder = s.opts.Usage.NewGzip()
+		case cenc != "" && !strings.EqualFold(cenc, "identity"):
+			r.kind = bodyOther // cannot read usage from it
+		}
+		if r.kind == bodySSE {
+			r.parser = s.opts.Usage.NewStream()
+			if r.hideUsage && !r.gzip {
+				r.filter = s.opts.Usage.NewFilter()
+			}
+		}
+	}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+		Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: removeAttemptHeaders}}}}}
+	if h.GetEndOfStream() {
+		s.finish(r, false)
+		if md := r.metadata(); md != nil {
+			resp.DynamicMetadata = md
+		}
+	}
+	return resp
+}
+
+func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	chunk := b.GetBody()
+	resp := continueResponseBody()
+	if r.admitted && !r.finished {
+		plain := chunk
+		if r.decoder != nil {
+			p, err := r.decoder.Decode(chunk)
+			if err != nil {
+				r.decoder, r.kind = nil, bodyOther
+			}
+			plain = p
+		}
+		switch r.kind {
+		case bodySSE:
+			if r.parser != nil {
+				r.parser.Write(plain)
+			}
+			if r.filter != nil {
+				out := r.filter.Filter(chunk)
+				if b.GetEndOfStream() {
+					out = append(out, r.filter.Flush()...)
+				}
+				if len(out) != len(chunk) || string(out) != string(chunk) {
+					resp.GetResponseBody().Response = &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}}
+				}
+			}
+		case bodyJSON:
+			if !r.jsonOverflow {
+				if len(r.jsonBuf)+len(plain) > maxUsageJSON {
+					r.jsonOverflow, r.jsonBuf = true, r.jsonBuf[:0]
+				} else {
+					r.jsonBuf = append(r.jsonBuf, plain...)
+				}
+			}
+		}
+	}
+	if b.GetEndOfStream() {
+		s.finish(r, false)
+		if md := r.metadata(); md != nil {
+			resp.DynamicMetadata = md
+		}
+	}
+	return resp
+}
+
+// accounted holds the figures finish computed, for the dynamic metadata.
+func (r *routerStream) metadata() *structpb.Struct {
+	if !r.admitted || !r.haveUsage {
+		return nil
+	}
+	return metadataFor(r.usage, r.estTokens)
+}
+
+// finish accounts the request once: at the response's end_of_stream, or
+// when the stream ends without it (client disconnect, upstream reset, local
+// reply), billed per accounting.bill_on_disconnect.
+func (s *Server) finish(r *routerStream, cut bool) {
+	if r.finished {
+		return
+	}
+	r.finished = true
+	if !r.admitted {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.SettleTimeout)
+	defer cancel()
+	ok2xx := r.status >= 200 && r.status < 300
+	var u Usage
+	reported := false
+	if ok2xx {
+		switch {
+		case r.kind == bodyJSON && !r.jsonOverflow && len(r.jsonBuf) > 0:
+			u, reported = s.opts.Usage.FromJSON(r.jsonBuf)
+		case r.kind == bodySSE && r.parser != nil:
+			u, reported = r.parser.Usage()
+		}
+	}
+	estimated := false
+	if cut {
+		s.metrics.disconnects.Inc()
+		switch r.cfg.Accounting.BillOnDisconnect {
+		case "reserved":
+			u, estimated = Usage{PromptTokens: int64(r.estTokens), CompletionTokens: int64(r.maxOut)}, true
+		case "delivered":
+			u, estimated = s.delivered(r), true
+		default: // "reported"
+			if !reported {
+				u, estimated = s.delivered(r), true
+			}
+		}
+	} else if ok2xx && !reported {
+		u, estimated = s.delivered(r), true
+	}
+	if u.TotalTokens == 0 {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	r.usage, r.haveUsage = u, ok2xx || cut
+	tenant, key := r.owner.Tenant.Name, r.owner.Key.ID
+	if u.TotalTokens > 0 {
+		s.metrics.tokens.WithLabelValues(tenant, r.alias, "prompt").Add(float64(u.PromptTokens))
+		s.metrics.tokens.WithLabelValues(tenant, r.alias, "completion").Add(float64(u.CompletionTokens))
+	}
+	if s.opts.Ledger != nil {
+		err := s.opts.Ledger.Record(ctx, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias,
+			Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut})
+		if err != nil {
+			s.metrics.accountingErr.WithLabelValues("ledger").Inc()
+			s.log.Warn("ledger write failed", "request_id", r.requestID, "err", err)
+		}
+	}
+	if r.reservation != "" && s.opts.Reserver != nil {
+		if err := s.opts.Reserver.Settle(ctx, r.reservation, u.TotalTokens); err != nil {
+			s.metrics.accountingErr.WithLabelValues("settle").Inc()
+			s.log.Warn("reservation settle failed", "request_id", r.requestID, "err", err)
+		}
+	}
+}
+
+// delivered estimates usage from what reached the client: the prompt
+// estimate plus streamed content at the configured bytes per token.
+func (s *Server) delivered(r *routerStream) Usage {
+	u := Usage{PromptTokens: int64(r.estTokens)}
+	if r.parser != nil {
+		bpt := r.cfg.Request.BytesPerToken
+		if bpt <= 0 {
+			bpt = 4
+		}
+		u.CompletionTokens = int64(float64(r.parser.DeliveredContentBytes())/bpt + 0.999)
+	}
+	return u
+}

@@ -1,0 +1,476 @@
+package extproc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/swarmgate/swarmgate/chatreq"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+// maxUsageJSON is how much of a non-streamed JSON response is kept to read
+// its usage; bodies pass through untouched either way.
+const maxUsageJSON = 8 << 20
+
+type bodyKind uint8
+
+const (
+	bodyOther bodyKind = iota
+	bodyJSON
+	bodySSE
+)
+
+// routerStream is the state of one router-level stream (one request). It
+// is pooled: reset clears it for the next request.
+type routerStream struct {
+	cfg   *config.Config
+	owner config.KeyOwner
+	path  string
+
+	requestID string
+	sticky    string
+	model     *config.Model
+	alias     string
+	backends  []string
+	embedding bool
+
+	stream       bool
+	clientUsage  bool // the client asked for include_usage itself
+	estTokens    int
+	maxOut       int
+	reservation  string
+	reqBody      []byte // accumulated when Envoy splits a body
+	admitted     bool
+	finished     bool
+	status       int
+	kind         bodyKind
+	gzip         bool
+	hideUsage    bool
+	backend      string
+	upstreamKey  string
+	jsonBuf      []byte
+	jsonOverflow bool
+	parser       UsageStream
+	filter       ChunkFilter
+	decoder      Decoder
+	usage        Usage
+	haveUsage    bool
+}
+
+func (r *routerStream) reset() {
+	buf, jb := r.reqBody[:0], r.jsonBuf[:0]
+	bk := r.backends[:0]
+	*r = routerStream{reqBody: buf, jsonBuf: jb, backends: bk}
+}
+
+func (s *Server) serveRouter(st extprocv3.ExternalProcessor_ProcessServer) error {
+	r := s.routers.Get().(*routerStream)
+	r.reset()
+	r.cfg = s.cfg.Load()
+	defer func() {
+		if cap(r.reqBody) > 1<<20 {
+			r.reqBody = nil // do not pin huge buffers in the pool
+		}
+		if cap(r.jsonBuf) > 1<<20 {
+			r.jsonBuf = nil
+		}
+		s.routers.Put(r)
+	}()
+	ctx := st.Context()
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			// The stream ended before the response's end_of_stream: client
+			// disconnect, upstream reset, or a local reply. Still account.
+			s.finish(r, true)
+			if streamEnded(err) {
+				return nil
+			}
+			return err
+		}
+		resp := s.handleRouter(ctx, r, req)
+		if err := st.Send(resp); err != nil {
+			s.finish(r, true)
+			return nil
+		}
+	}
+}
+
+// handleRouter answers one message; it never returns nil.
+func (s *Server) handleRouter(ctx context.Context, r *routerStream, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return s.requestHeaders(r, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return s.requestBody(ctx, r, v.RequestBody)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return s.responseHeaders(r, v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return s.responseBody(r, v.ResponseBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	}
+	return s.refuse(r, &apiError{status: http.StatusInternalServerError, message: "unexpected ext_proc message", typ: "server_error", code: "internal_error"})
+}
+
+func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingResponse {
+	s.metrics.refusals.WithLabelValues(e.code).Inc()
+	if s.opts.Refusals != nil {
+		tenant := ""
+		if r.owner.Tenant != nil {
+			tenant = r.owner.Tenant.Name
+		}
+		s.opts.Refusals.Refused(tenant, r.alias, e.code, e.message)
+	}
+	r.finished = r.reservation == "" // nothing to settle unless reserved
+	return e.response()
+}
+
+var chatPaths = map[string]bool{"/v1/chat/completions": true, "/v1/completions": true, "/v1/embeddings": true}
+
+func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	var method, auth, apiKey, contentLength string
+	remove := make([]string, 0, 4)
+	stickyName := strings.ToLower(r.cfg.Request.StickyHeader)
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		k := kv.GetKey()
+		switch {
+		case k == ":method":
+			method = headerValue(kv)
+		case k == ":path":
+			r.path = headerValue(kv)
+		case k == "authorization":
+			auth = headerValue(kv)
+			remove = append(remove, k)
+		case k == "x-api-key":
+			apiKey = headerValue(kv)
+			remove = append(remove, k)
+		case k == "content-length":
+			contentLength = headerValue(kv)
+		case k == contract.HeaderRequestID:
+			r.requestID = headerValue(kv)
+		case k == stickyName && stickyName != "":
+			r.sticky = headerValue(kv)
+		case isInternal(k):
+			// Strip every client-supplied internal header first: none of
+			// them may be spoofed.
+			remove = append(remove, k)
+		}
+	}
+	if i := strings.IndexByte(r.path, '?'); i >= 0 {
+		r.path = r.path[:i]
+	}
+	key := bearer(auth)
+	if key == "" {
+		key = strings.TrimSpace(apiKey)
+	}
+	if key == "" {
+		return s.refuse(r, errInvalidKey("You didn't provide an API key. Provide it as Authorization: Bearer <key>."))
+	}
+	owner, ok := r.cfg.LookupKey(key)
+	if !ok {
+		return s.refuse(r, errInvalidKey("Incorrect API key provided."))
+	}
+	if owner.Key.Revoked {
+		return s.refuse(r, errInvalidKey("This API key has been revoked."))
+	}
+	r.owner = owner
+
+	switch {
+	case r.path == "/v1/models" || strings.HasPrefix(r.path, "/v1/models/"):
+		if method != http.MethodGet {
+			return s.refuse(r, &apiError{status: http.StatusMethodNotAllowed, message: "Use GET for " + r.path, typ: "invalid_request_error", code: "method_not_allowed"})
+		}
+		return s.models(r)
+	case chatPaths[r.path]:
+		if method != http.MethodPost {
+			return s.refuse(r, &apiError{status: http.StatusMethodNotAllowed, message: "Use POST for " + r.path, typ: "invalid_request_error", code: "method_not_allowed"})
+		}
+	default:
+		return s.refuse(r, &apiError{status: http.StatusNotFound, message: "Unknown request URL: " + method + " " + r.path, typ: "invalid_request_error", code: "unknown_url"})
+	}
+	r.embedding = r.path == "/v1/embeddings"
+	limit := int64(r.cfg.Request.MaxBodyBytes)
+	if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > limit {
+		return s.refuse(r, errTooLarge(limit))
+	}
+	if h.GetEndOfStream() {
+		return s.refuse(r, errBadRequest("The request has no body; send a JSON object.", "invalid_json", ""))
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+		Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: remove}}}}}
+}
+
+func errTooLarge(limit int64) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+		message: "Request body too large: the limit is " + strconv.FormatInt(limit, 10) + " bytes."}
+}
+
+func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	limit := int64(r.cfg.Request.MaxBodyBytes)
+	body := b.GetBody()
+	if !b.GetEndOfStream() || len(r.reqBody) > 0 {
+		// Not BUFFERED as configured: collect pieces until the end.
+		if int64(len(r.reqBody)+len(body)) > limit {
+			return s.refuse(r, errTooLarge(limit))
+		}
+		r.reqBody = append(r.reqBody, body...)
+		if !b.GetEndOfStream() {
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+		}
+		body = r.reqBody
+	}
+	if int64(len(body)) > limit {
+		return s.refuse(r, errTooLarge(limit))
+	}
+	if r.owner.Tenant == nil {
+		// Headers were refused or never seen; Envoy should not send a body.
+		return s.refuse(r, errInvalidKey("You didn't provide an API key."))
+	}
+	cr, err := chatreq.Scan(body)
+	if err != nil {
+		return s.refuse(r, scanError(err))
+	}
+	alias := cr.Model
+	r.alias = alias
+	model, ok := r.cfg.Model(alias)
+	if !ok {
+		return s.refuse(r, errModelNotFound(alias))
+	}
+	tenant := r.owner.Tenant
+	if !tenant.Allows(alias) {
+		return s.refuse(r, &apiError{status: http.StatusForbidden, typ: "invalid_request_error", code: "model_not_allowed", param: "model",
+			message: "Your API key may not use the model `" + alias + "`."})
+	}
+	r.model = model
+	r.stream = cr.Stream
+	r.clientUsage = cr.IncludeUsage
+	r.estTokens = cr.EstimatePromptTokens(r.cfg.Request.BytesPerToken)
+	r.maxOut = cr.MaxTokens
+	if r.maxOut == 0 && !r.embedding {
+		r.maxOut = r.cfg.Request.DefaultMaxOutputTokens
+	}
+
+	// Context-window-aware routing: skip targets too small for prompt plus
+	// output; restrict the pool to the rest (docs/extproc.md, decisions).
+	need := r.estTokens + r.maxOut
+	minFit, fits := 0, 0
+	for _, t := range model.Targets {
+		if t.ContextWindow == 0 || t.ContextWindow >= need {
+			fits++
+			r.backends = append(r.backends, t.Backend)
+			if t.ContextWindow > 0 && (minFit == 0 || t.ContextWindow < minFit) {
+				minFit = t.ContextWindow
+			}
+		}
+	}
+	if fits == 0 {
+		return s.refuse(r, errBadRequest("This model's maximum context length is "+strconv.Itoa(maxWindow(model))+
+			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.estTokens)+
+			" in the messages, "+strconv.Itoa(r.maxOut)+" in the completion). Please reduce the length of the messages or completion.",
+			"context_length_exceeded", "messages"))
+	}
+	pool := contract.PoolCluster(alias)
+	if fits < len(model.Targets) {
+		if minFit == 0 {
+			// Only targets of unknown window fit: above every known one.
+			minFit = maxWindow(model) + 1
+		}
+		pool = contract.PoolContextCluster(alias, minFit)
+	}
+
+	// Admission: keys, budget, token reservation.
+	if ok, retry := s.opts.Keys.Available(r.backends); !ok {
+		return s.refuse(r, (&apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_keys_exhausted",
+			message: "Every upstream key for `" + alias + "` is rate limited or failing; retry later."}).withRetryAfter(retry))
+	}
+	if tenant.Budget != nil && tenant.Budget.HardCap && s.opts.Budgets != nil {
+		bs, err := s.opts.Budgets.Check(ctx, tenant.Name)
+		switch {
+		case err != nil:
+			s.metrics.accountingErr.WithLabelValues("budget").Inc()
+			s.log.Warn("budget check failed", "tenant", tenant.Name, "err", err, "policy", r.cfg.FailureModes.Budget)
+			if r.cfg.FailureModes.Budget == config.FailClosed {
+				return s.refuse(r, errUnavailable("budget"))
+			}
+		case bs.Exhausted:
+			return s.refuse(r, &apiError{status: http.StatusTooManyRequests, typ: "insufficient_quota", code: "insufficient_quota",
+				message: "Tenant `" + tenant.Name + "` has used its monthly budget of " + strconv.FormatFloat(bs.Limit, 'f', 2, 64) + " " + bs.Currency + "."})
+		}
+	}
+	if r.requestID == "" {
+		r.requestID = "sg-" + strconv.FormatInt(s.opts.Now().UnixNano(), 36)
+	}
+	if r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil {
+		res, err := s.opts.Reserver.Reserve(ctx, ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
+			Model: alias, Tokens: int64(need)})
+		switch {
+		case err != nil:
+			s.metrics.accountingErr.WithLabelValues("reserve").Inc()
+			s.log.Warn("token reservation failed", "tenant", tenant.Name, "err", err, "policy", r.cfg.FailureModes.Reservation)
+			if r.cfg.FailureModes.Reservation == config.FailClosed {
+				return s.refuse(r, errUnavailable("reservation"))
+			}
+		case !res.Granted:
+			e := (&apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded",
+				message: "Rate limit reached for `" + alias + "` (tokens per minute) on tenant `" + tenant.Name + "`: requested " +
+					strconv.Itoa(need) + ", remaining " + strconv.FormatInt(res.Remaining, 10) + "."}).withRetryAfter(res.RetryAfter)
+			e.withHeader("x-ratelimit-limit-tokens", strconv.FormatInt(res.Limit, 10)).
+				withHeader("x-ratelimit-remaining-tokens", strconv.FormatInt(res.Remaining, 10)).
+				withHeader("x-ratelimit-reset-tokens", res.Reset.Round(time.Millisecond).String())
+			return s.refuse(r, e)
+		default:
+			r.reservation = res.ID
+		}
+	}
+	r.admitted = true
+	s.metrics.requests.WithLabelValues(tenant.Name, alias).Inc()
+
+	long := (cr.HasTools && r.cfg.Request.LongWhenTools) || (cr.MaxTokens >= r.cfg.Request.LongMaxTokens && r.cfg.Request.LongMaxTokens > 0) || model.LongRunning
+	sticky := r.sticky
+	if sticky == "" && tenant.Sticky {
+		sticky = tenant.Name + "/" + r.owner.Key.ID
+	}
+	sets := make([]*corev3.HeaderValueOption, 0, 10)
+	sets = append(sets,
+		setHeader(contract.HeaderPool, pool),
+		setHeader(contract.HeaderTenant, tenant.Name),
+		setHeader(contract.HeaderKeyID, r.owner.Key.ID),
+		setHeader(contract.HeaderModel, alias),
+		setHeader(contract.HeaderEstTokens, strconv.Itoa(r.estTokens)),
+		setHeader(contract.HeaderMaxTokens, strconv.Itoa(r.maxOut)),
+		setHeader(contract.HeaderRequestID, r.requestID))
+	if long {
+		sets = append(sets, setHeader(contract.HeaderLong, "1"))
+	}
+	if sticky != "" {
+		sets = append(sets, setHeader(contract.HeaderSticky, stickyValue(sticky)))
+	}
+	if r.reservation != "" {
+		sets = append(sets, setHeader(contract.HeaderReservation, r.reservation))
+	}
+	cresp := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: sets}}
+	if r.stream && !r.clientUsage {
+		nb, err := chatreq.SetIncludeUsage(body)
+		if err != nil {
+			return s.refuse(r, scanError(err))
+		}
+		r.hideUsage = true
+		// BUFFERED with headers SENT: the processor must keep
+		// content-length right (processing_mode.proto, BodySendMode).
+		sets = append(sets, setHeader("content-length", strconv.Itoa(len(nb))))
+		cresp.HeaderMutation.SetHeaders = sets
+		// The usage chunk is removed from the plain SSE stream, so ask the
+		// upstream not to compress it.
+		cresp.HeaderMutation.RemoveHeaders = append(cresp.HeaderMutation.RemoveHeaders, "accept-encoding")
+		cresp.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cresp}}}
+}
+
+func errUnavailable(what string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "accounting_unavailable",
+		message: "The gateway cannot check the " + what + " right now; retry later."}
+}
+
+func maxWindow(m *config.Model) int {
+	w := 0
+	for _, t := range m.Targets {
+		w = max(w, t.ContextWindow)
+	}
+	return w
+}
+
+// stickyValue bounds the stickiness key; long values are hashed.
+func stickyValue(v string) string {
+	if len(v) <= 128 {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "h:" + hex.EncodeToString(sum[:16])
+}
+
+func scanError(err error) *apiError {
+	var se *chatreq.SyntaxError
+	var fe *chatreq.FieldError
+	switch {
+	case errors.As(err, &se):
+		return errBadRequest("We could not parse the JSON body of your request: "+se.Error()+".", "invalid_json", "")
+	case errors.As(err, &fe):
+		return errBadRequest(fe.Error()+".", "invalid_value", fe.Field)
+	case errors.Is(err, chatreq.ErrNoModel), errors.Is(err, chatreq.ErrModelType), errors.Is(err, chatreq.ErrDuplicateModel):
+		return errBadRequest(err.Error()+".", "invalid_value", "model")
+	}
+	return errBadRequest(err.Error()+".", "invalid_json", "")
+}
+
+// models answers GET /v1/models (and /v1/models/{id}) with the aliases the
+// caller may use, in OpenAI's list shape.
+func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
+	t := r.owner.Tenant
+	one := strings.TrimPrefix(r.path, "/v1/models/")
+	if r.path == "/v1/models" {
+		one = ""
+	}
+	b := make([]byte, 0, 256)
+	if one == "" {
+		b = append(b, `{"object":"list","data":[`...)
+	}
+	n := 0
+	for i := range r.cfg.Models {
+		m := &r.cfg.Models[i]
+		if !t.Allows(m.Name) || (one != "" && m.Name != one) {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = append(b, `{"id":`...)
+		b = strconv.AppendQuote(b, m.Name)
+		b = append(b, `,"object":"model","created":0,"owned_by":"swarmgate"}`...)
+	}
+	if one == "" {
+		b = append(b, "]}"...)
+	} else if n == 0 {
+		return s.refuse(r, errModelNotFound(one))
+	}
+	r.finished = true
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode_OK},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}},
+		Body:    b,
+	}}}
+}
+
+// metadataFor builds the dynamic metadata the rate-limit filter reads
+// (%DYNAMIC_METADATA(swarmgate:tokens_top_up)%); Envoy keeps it only when
+// the namespace is in metadata_options.receiving_namespaces.untyped.
+func metadataFor(u Usage, est int) *structpb.Struct {
+	topUp := u.CompletionTokens
+	if extra := u.PromptTokens - int64(est); extra > 0 {
+		topUp += extra
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		contract.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			contract.MetaPromptTokens:     structpb.NewNumberValue(float64(u.PromptTokens)),
+			contract.MetaCompletionTokens: structpb.NewNumberValue(float64(u.CompletionTokens)),
+			contract.MetaTotalTokens:      structpb.NewNumberValue(float64(u.TotalTokens)),
+			contract.MetaTokensTopUp:      structpb.NewNumberValue(float64(topUp)),
+		}}),
+	}}
+}

@@ -1,0 +1,134 @@
+// Package extproc is swarmgate's Envoy external processor
+// (envoy.service.ext_proc.v3.ExternalProcessor). One gRPC service serves two
+// filters, told apart by the gRPC metadata contract.GRPCRoleHeader:
+//
+//   - router level (once per request): authenticates the virtual key,
+//     answers GET /v1/models, reads the request body once, chooses the pool,
+//     admits the request (keys, budget, token reservation), writes routing
+//     headers; on the response it reads usage from JSON or SSE, emits token
+//     counts as dynamic metadata and writes the ledger;
+//   - upstream level (once per attempt, retries included): picks an upstream
+//     key for the backend Envoy chose, sets its credential, path and model,
+//     and reports the attempt's outcome to the key pool.
+//
+// The two streams of one request may reach different replicas: everything
+// the upstream filter needs travels in internal headers and attributes.
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+// Options are the server's collaborators. Config, Keys and Usage are
+// required; a nil Reserver, Budgets, Ledger or Refusals disables that step.
+type Options struct {
+	Config     *config.Config
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Keys       KeyPicker
+	Usage      UsageCodec
+	Reserver   Reserver
+	Budgets    BudgetChecker
+	Ledger     Recorder
+	Refusals   RefusalLog
+	// SettleTimeout bounds accounting writes after a client disconnect
+	// (the stream's context is gone by then). Default 5 s.
+	SettleTimeout time.Duration
+	Now           func() time.Time
+}
+
+// Server implements the ExternalProcessor service.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	cfg     atomic.Pointer[config.Config]
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+	routers sync.Pool
+}
+
+// New builds a server.
+func New(opts Options) (*Server, error) {
+	switch {
+	case opts.Config == nil:
+		return nil, errors.New("extproc: Options.Config is required")
+	case opts.Keys == nil:
+		return nil, errors.New("extproc: Options.Keys is required")
+	case opts.Usage == nil:
+		return nil, errors.New("extproc: Options.Usage is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.SettleTimeout == 0 {
+		opts.SettleTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: %w", err)
+	}
+	s := &Server{opts: opts, log: opts.Logger, metrics: m}
+	s.cfg.Store(opts.Config)
+	s.routers.New = func() any { return &routerStream{} }
+	return s, nil
+}
+
+// SetConfig swaps the config snapshot; streams already running keep the one
+// they started with.
+func (s *Server) SetConfig(c *config.Config) {
+	if c != nil {
+		s.cfg.Store(c)
+	}
+}
+
+// Config is the current snapshot.
+func (s *Server) Config() *config.Config { return s.cfg.Load() }
+
+// Register adds the service to a gRPC server.
+func (s *Server) Register(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, s) }
+
+// Process serves one ext_proc stream.
+func (s *Server) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
+	role := contract.RoleRouter
+	if md, ok := metadata.FromIncomingContext(st.Context()); ok {
+		if v := md.Get(contract.GRPCRoleHeader); len(v) > 0 {
+			role = v[0]
+		}
+	}
+	switch role {
+	case contract.RoleUpstream:
+		return s.serveUpstream(st)
+	case contract.RoleRouter:
+		return s.serveRouter(st)
+	}
+	return status.Errorf(codes.InvalidArgument, "unknown %s %q", contract.GRPCRoleHeader, role)
+}
+
+// streamEnded tells a normal end (Envoy half-closed or cancelled the stream)
+// from a failure.
+func streamEnded(err error) bool {
+	if errors.Is(err, io.EOF) {
+		return true
+	}
+	c := status.Code(err)
+	return c == codes.Canceled || c == codes.DeadlineExceeded
+}

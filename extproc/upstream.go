@@ -1,0 +1,226 @@
+package extproc
+
+import (
+	"context"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/swarmgate/swarmgate/chatreq"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+// attrFilterName is the key Envoy files request_attributes under.
+const attrFilterName = "envoy.filters.http.ext_proc"
+
+// upstreamStream is one attempt. Nothing here outlives the stream: all
+// inputs come from headers and attributes, so the router-level stream of
+// the same request may run on another replica.
+type upstreamStream struct {
+	cfg           *config.Config
+	backend       *config.Backend
+	keyID         string
+	requestID     string
+	upstreamModel string
+	alias         string
+	rewrite       bool
+}
+
+// bodyOverride asks Envoy for this attempt's buffered body when the model
+// must be rewritten (upstream filter: request body NONE by default,
+// allow_mode_override on). A mode override replaces the whole mode.
+var bodyOverride = &extprocfilter.ProcessingMode{
+	RequestHeaderMode:   extprocfilter.ProcessingMode_SEND,
+	ResponseHeaderMode:  extprocfilter.ProcessingMode_SEND,
+	RequestBodyMode:     extprocfilter.ProcessingMode_BUFFERED,
+	ResponseBodyMode:    extprocfilter.ProcessingMode_NONE,
+	RequestTrailerMode:  extprocfilter.ProcessingMode_SKIP,
+	ResponseTrailerMode: extprocfilter.ProcessingMode_SKIP,
+}
+
+func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) error {
+	u := upstreamStream{cfg: s.cfg.Load()}
+	ctx := st.Context()
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			if streamEnded(err) {
+				return nil
+			}
+			return err
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch v := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			resp = s.upstreamHeaders(ctx, &u, req, v.RequestHeaders)
+		case *extprocv3.ProcessingRequest_RequestBody:
+			resp = s.upstreamBody(&u, v.RequestBody)
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			resp = s.upstreamResponse(ctx, &u, v.ResponseHeaders)
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		default:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		}
+		if err := st.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+// hostMetadata reads the chosen endpoint's metadata. Envoy sends a
+// message-typed attribute as its text format in a string value
+// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes);
+// a struct value is accepted too.
+func hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
+	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
+	var fields map[string]*structpb.Value
+	switch {
+	case v.GetStringValue() != "":
+		var md corev3.Metadata
+		if err := prototext.Unmarshal([]byte(v.GetStringValue()), &md); err != nil {
+			return "", ""
+		}
+		fields = md.GetFilterMetadata()[contract.MetadataNamespace].GetFields()
+	case v.GetStructValue() != nil:
+		fm := v.GetStructValue().GetFields()["filter_metadata"].GetStructValue()
+		fields = fm.GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+	}
+	return fields[contract.EndpointBackend].GetStringValue(), fields[contract.EndpointUpstreamModel].GetStringValue()
+}
+
+func attemptCount(attrs map[string]*structpb.Struct) int {
+	v := attrs[attrFilterName].GetFields()[contract.AttrAttemptCount]
+	if n := v.GetNumberValue(); n > 0 {
+		return int(n)
+	}
+	n, _ := strconv.Atoi(v.GetStringValue())
+	return max(n, 1)
+}
+
+func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	attrs := req.GetAttributes()
+	if len(attrs) == 0 {
+		attrs = h.GetAttributes()
+	}
+	backendName, upstreamModel := hostMetadata(attrs)
+	attempt := attemptCount(attrs)
+	var path, sticky string
+	est := 0
+	remove := make([]string, 0, 12)
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		k := kv.GetKey()
+		switch {
+		case k == ":path":
+			path = headerValue(kv)
+		case k == contract.HeaderRequestID:
+			u.requestID = headerValue(kv)
+		case k == "authorization" || k == "x-api-key" || k == "api-key":
+			remove = append(remove, k)
+		case isInternal(k):
+			switch k {
+			case contract.HeaderSticky:
+				sticky = headerValue(kv)
+			case contract.HeaderEstTokens:
+				est, _ = strconv.Atoi(headerValue(kv))
+			case contract.HeaderModel:
+				u.alias = headerValue(kv)
+			}
+			// No internal header leaves Envoy.
+			remove = append(remove, k)
+		}
+	}
+	mut := &extprocv3.HeaderMutation{RemoveHeaders: remove}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+		Response: &extprocv3.CommonResponse{HeaderMutation: mut}}}}
+	b, ok := u.cfg.Backend(backendName)
+	if !ok {
+		s.log.Warn("upstream attempt without a known backend in host metadata", "backend", backendName, "request_id", u.requestID)
+		return resp
+	}
+	u.backend = b
+	lease, err := s.opts.Keys.Pick(ctx, b.Name, PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: sticky, EstTokens: est})
+	if err != nil {
+		// An upstream filter cannot answer locally (ImmediateResponse is
+		// ignored there): the attempt goes out without a credential and the
+		// provider refuses it. Admission checked Available beforehand.
+		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
+		s.log.Warn("no upstream key", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
+	} else {
+		u.keyID = lease.KeyID
+		s.metrics.picks.WithLabelValues(b.Name, lease.KeyID).Inc()
+		switch b.Auth {
+		case config.AuthXAPIKey:
+			mut.SetHeaders = append(mut.SetHeaders, setHeader("x-api-key", lease.Secret))
+		case config.AuthAPIKey:
+			mut.SetHeaders = append(mut.SetHeaders, setHeader("api-key", lease.Secret))
+		default:
+			mut.SetHeaders = append(mut.SetHeaders, setHeader("authorization", "Bearer "+lease.Secret))
+		}
+	}
+	for k, v := range b.Headers {
+		mut.SetHeaders = append(mut.SetHeaders, setHeader(k, v))
+	}
+	if path != "" {
+		if up := b.UpstreamPath(path); up != path {
+			mut.SetHeaders = append(mut.SetHeaders, setHeader(":path", up))
+		}
+	}
+	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
+		u.upstreamModel, u.rewrite = upstreamModel, true
+		resp.ModeOverride = bodyOverride
+	}
+	return resp
+}
+
+func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+	if !u.rewrite || !b.GetEndOfStream() {
+		return resp
+	}
+	nb, err := chatreq.SetModel(b.GetBody(), u.upstreamModel)
+	if err != nil {
+		// The router-level filter validated this body; leave it as it is.
+		return resp
+	}
+	resp.GetRequestBody().Response = &extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(nb)))}},
+		BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}},
+	}
+	return resp
+}
+
+// upstreamResponse feeds the attempt's outcome to the key pool and tags the
+// response with the backend and key for the router-level accounting.
+func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+	if u.backend == nil {
+		return resp
+	}
+	hs := h.GetHeaders().GetHeaders()
+	get := func(name string) string {
+		for _, kv := range hs {
+			if kv.GetKey() == name {
+				return headerValue(kv)
+			}
+		}
+		return ""
+	}
+	st, _ := strconv.Atoi(get(":status"))
+	if u.keyID != "" {
+		s.opts.Keys.Report(ctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ParseOutcome(st, get))
+	}
+	sets := []*corev3.HeaderValueOption{setHeader(contract.HeaderBackend, u.backend.Name)}
+	if u.keyID != "" {
+		sets = append(sets, setHeader(contract.HeaderUpstreamKey, u.keyID))
+	}
+	resp.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: sets}}
+	return resp
+}
