@@ -99,3 +99,17 @@ func unwrapPathError(err error) error {
 	}
 	return err
 }
+
+// ResolveSecret resolves a reference "env:NAME" or "file:PATH" outside a
+// config (flags of `swarmgate mock-upstream`, tools). lookupEnv defaults to
+// os.LookupEnv. The error never contains the value.
+func ResolveSecret(ref string, lookupEnv func(string) (string, bool)) (Secret, error) {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	s := Secret{ref: strings.TrimSpace(ref)}
+	if err := s.resolve(lookupEnv); err != nil {
+		return Secret{}, fmt.Errorf("secret %s: %w", s.ref, err)
+	}
+	return s, nil
+}

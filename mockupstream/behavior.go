@@ -1,0 +1,115 @@
+package mockupstream
+
+import (
+	"math"
+	"time"
+)
+
+// Action is what the mock does with a request that passed authentication.
+type Action int
+
+const (
+	// ActOK answers normally.
+	ActOK Action = iota
+	// ActRateLimit answers 429 with Retry-After and
+	// x-ratelimit-remaining-requests: 0.
+	ActRateLimit
+	// ActError answers Behavior.Status (default 500) with an OpenAI error.
+	ActError
+	// ActReset closes the connection without answering (after reading the
+	// request): Envoy sees an upstream reset.
+	ActReset
+	// ActResetMidStream sends the headers and Behavior.ResetAfterChunks
+	// chunks, then resets the connection. A JSON answer is cut in half.
+	ActResetMidStream
+)
+
+func (a Action) String() string {
+	switch a {
+	case ActOK:
+		return "ok"
+	case ActRateLimit:
+		return "rate_limit"
+	case ActError:
+		return "error"
+	case ActReset:
+		return "reset"
+	case ActResetMidStream:
+		return "reset_mid_stream"
+	}
+	return "unknown"
+}
+
+// Behavior is how the mock treats the requests of one key. Change it at any
+// time with Server.SetBehavior; it applies from the next request.
+type Behavior struct {
+	Action Action
+	// Status is the HTTP status of ActError (default 500).
+	Status int
+	// RetryAfter is sent as Retry-After (whole seconds, rounded up) with
+	// ActRateLimit. Default 1s.
+	RetryAfter time.Duration
+	// ResetAfterChunks is how many SSE chunks ActResetMidStream sends first.
+	ResetAfterChunks int
+
+	// RPM and TPM, when positive, limit the key in fixed one-minute windows
+	// (starting at the key's first request). Every answer of such a key
+	// carries x-ratelimit-limit-*, x-ratelimit-remaining-* and
+	// x-ratelimit-reset-* for the limits set; beyond a limit the answer is
+	// 429 with Retry-After until the window ends.
+	RPM int
+	TPM int
+
+	// FailProbability in [0,1] makes a request otherwise answered OK take
+	// FailAction instead (seeded RNG, Options.Seed). FailAction defaults to
+	// ActError when zero (ActOK).
+	FailProbability float64
+	FailAction      Action
+
+	// Latency is added before anything is sent (slow key).
+	Latency time.Duration
+	// Headers are added to every answer for this key.
+	Headers map[string]string
+}
+
+func (b Behavior) status() int {
+	if b.Status == 0 {
+		return 500
+	}
+	return b.Status
+}
+
+func (b Behavior) failAction() Action {
+	if b.FailAction == ActOK {
+		return ActError
+	}
+	return b.FailAction
+}
+
+func retryAfterSeconds(d time.Duration) int {
+	if d <= 0 {
+		return 1
+	}
+	return int(math.Ceil(d.Seconds()))
+}
+
+// window is one key's fixed one-minute usage window.
+type window struct {
+	start    time.Time
+	requests int
+	tokens   int
+}
+
+func (w *window) roll(now time.Time) {
+	if w.start.IsZero() || now.Sub(w.start) >= time.Minute {
+		*w = window{start: now}
+	}
+}
+
+func (w *window) resetIn(now time.Time) time.Duration {
+	d := w.start.Add(time.Minute).Sub(now)
+	if d < 0 {
+		return 0
+	}
+	return d
+}
