@@ -43,17 +43,19 @@ type UsageStream interface {
 	DeliveredContentBytes() int64
 }
 
-// ChunkFilter rewrites SSE chunks. Filter returns the bytes to forward for
-// chunk; it may keep a partial event back until the next call. Flush returns
-// what is held back at the end of the stream.
+// ChunkFilter rewrites SSE chunks. Write returns the bytes to forward for
+// chunk (valid until the next call); it may keep a partial event back until
+// the next call. Flush returns what is held back at the end of the stream.
 type ChunkFilter interface {
-	Filter(chunk []byte) []byte
+	Write(chunk []byte) []byte
 	Flush() []byte
 }
 
-// Decoder decompresses a stream piecewise.
+// Decoder decompresses a stream piecewise. Decode returns the bytes decoded
+// from chunk (valid until the next call); Close releases it.
 type Decoder interface {
 	Decode(chunk []byte) ([]byte, error)
+	Close()
 }
 
 // KeyPicker chooses upstream API keys per attempt and learns from outcomes.
@@ -120,10 +122,11 @@ type BudgetChecker interface {
 
 // BudgetStatus is a tenant's month so far.
 type BudgetStatus struct {
-	Exhausted bool
-	Spent     float64
-	Limit     float64
-	Currency  string
+	Exhausted  bool
+	Spent      float64
+	Limit      float64
+	Currency   string
+	RetryAfter time.Duration // until the budget frees room
 }
 
 // Recorder writes ledger entries idempotently per request id
@@ -147,6 +150,7 @@ type Entry struct {
 	// stream billed per accounting.bill_on_disconnect).
 	Estimated    bool
 	Disconnected bool
+	Streamed     bool
 }
 
 // RefusalLog records requests refused at the gateway (admin status page).

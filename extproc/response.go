@@ -76,6 +76,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 		if r.decoder != nil {
 			p, err := r.decoder.Decode(chunk)
 			if err != nil {
+				r.decoder.Close()
 				r.decoder, r.kind = nil, bodyOther
 			}
 			plain = p
@@ -86,7 +87,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 				r.parser.Write(plain)
 			}
 			if r.filter != nil {
-				out := r.filter.Filter(chunk)
+				out := r.filter.Write(chunk)
 				if b.GetEndOfStream() {
 					out = append(out, r.filter.Flush()...)
 				}
@@ -129,6 +130,10 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		return
 	}
 	r.finished = true
+	if r.decoder != nil {
+		r.decoder.Close()
+		r.decoder = nil
+	}
 	if !r.admitted {
 		return
 	}
@@ -172,7 +177,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	}
 	if s.opts.Ledger != nil {
 		err := s.opts.Ledger.Record(ctx, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias,
-			Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut})
+			Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream})
 		if err != nil {
 			s.metrics.accountingErr.WithLabelValues("ledger").Inc()
 			s.log.Warn("ledger write failed", "request_id", r.requestID, "err", err)

@@ -308,8 +308,9 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 				return s.refuse(r, errUnavailable("budget"))
 			}
 		case bs.Exhausted:
-			return s.refuse(r, &apiError{status: http.StatusTooManyRequests, typ: "insufficient_quota", code: "insufficient_quota",
-				message: "Tenant `" + tenant.Name + "` has used its monthly budget of " + strconv.FormatFloat(bs.Limit, 'f', 2, 64) + " " + bs.Currency + "."})
+			return s.refuse(r, (&apiError{status: http.StatusTooManyRequests, typ: "insufficient_quota", code: "budget_exceeded",
+				message: "Tenant `" + tenant.Name + "` has used its monthly budget of " + strconv.FormatFloat(bs.Limit, 'f', 2, 64) + " " +
+					r.cfg.Accounting.Currency + "."}).withRetryAfter(bs.RetryAfter))
 		}
 	}
 	if r.requestID == "" {

@@ -1,0 +1,138 @@
+// Package wire adapts swarmgate's policy and accounting packages (keypool,
+// accounting/usage, accounting/ledger, accounting/budget) to the interfaces
+// package extproc defines at the consumer.
+package wire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/swarmgate/swarmgate/accounting/budget"
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/accounting/usage"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/keypool"
+)
+
+// Keys adapts *keypool.Pools.
+func Keys(p *keypool.Pools) extproc.KeyPicker { return keys{p} }
+
+type keys struct{ p *keypool.Pools }
+
+func (k keys) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
+	l, err := k.p.Pick(ctx, backend, keypool.PickRequest{RequestID: req.RequestID, Attempt: req.Attempt, Sticky: req.Sticky, EstTokens: req.EstTokens})
+	if err != nil {
+		if errors.Is(err, keypool.ErrNoKey) {
+			return extproc.Lease{}, errors.Join(extproc.ErrNoKey, err)
+		}
+		return extproc.Lease{}, err
+	}
+	// The outcome arrives through Report (the response-headers message of
+	// the same attempt), which frees the in-flight slot.
+	return extproc.Lease{KeyID: l.KeyID, Secret: l.Secret.Value()}, nil
+}
+
+func (k keys) Report(ctx context.Context, backend, keyID, requestID string, out extproc.Outcome) {
+	o, _ := out.(keypool.Outcome)
+	_ = k.p.Report(ctx, backend, keyID, requestID, o)
+}
+
+func (k keys) Available(backends []string) (bool, time.Duration) { return k.p.Available(backends) }
+
+func (k keys) ParseOutcome(status int, header func(string) string) extproc.Outcome {
+	return keypool.ParseOutcome(status, header)
+}
+
+// Usage adapts accounting/usage.
+func Usage() extproc.UsageCodec { return codec{} }
+
+type codec struct{}
+
+func conv(u usage.Usage) extproc.Usage {
+	return extproc.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
+}
+
+func (codec) FromJSON(b []byte) (extproc.Usage, bool) {
+	u, ok := usage.FromJSON(b)
+	return conv(u), ok
+}
+
+func (codec) NewStream() extproc.UsageStream { return &stream{} }
+func (codec) NewFilter() extproc.ChunkFilter { return &usage.StreamFilter{} }
+func (codec) NewGzip() extproc.Decoder {
+	d := &gz{}
+	d.g = usage.NewGzipStream(&d.out)
+	return d
+}
+
+type stream struct{ p usage.StreamParser }
+
+func (s *stream) Write(b []byte) { s.p.Write(b) }
+func (s *stream) Usage() (extproc.Usage, bool) {
+	u, ok := s.p.Usage()
+	return conv(u), ok
+}
+func (s *stream) DeliveredContentBytes() int64 { return s.p.DeliveredContentBytes() }
+
+type gz struct {
+	g   *usage.GzipStream
+	out bytes.Buffer
+}
+
+func (d *gz) Decode(chunk []byte) ([]byte, error) {
+	d.out.Reset()
+	_, err := d.g.Write(chunk)
+	return d.out.Bytes(), err
+}
+
+func (d *gz) Close() { _ = d.g.Close() }
+
+// Ledger adapts *ledger.Ledger; cost comes from the price of the target
+// (model alias, backend) in the current config.
+func Ledger(l *ledger.Ledger, cfg func() *config.Config) extproc.Recorder { return recorder{l, cfg} }
+
+type recorder struct {
+	l   *ledger.Ledger
+	cfg func() *config.Config
+}
+
+func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
+	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
+		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens}
+	var cost pricing.Money
+	if m, ok := r.cfg().Model(e.Model); ok {
+		for _, t := range m.Targets {
+			if t.Backend == e.Backend || (e.Backend == "" && cost == 0) {
+				cost = pricing.RateOf(t.Price).Cost(u)
+				if t.Backend == e.Backend {
+					break
+				}
+			}
+		}
+	}
+	return r.l.Record(ctx, ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
+		Usage: u, Cost: cost, Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected})
+}
+
+// Budgets adapts *budget.Budgets (which applies failure_modes.budget
+// itself: an error is a fail-closed refusal).
+func Budgets(b *budget.Budgets) extproc.BudgetChecker { return budgets{b} }
+
+type budgets struct{ b *budget.Budgets }
+
+func (b budgets) Check(ctx context.Context, tenant string) (extproc.BudgetStatus, error) {
+	err := b.b.Check(ctx, tenant)
+	var ex *budget.ExceededError
+	switch {
+	case err == nil:
+		return extproc.BudgetStatus{}, nil
+	case errors.As(err, &ex):
+		return extproc.BudgetStatus{Exhausted: true, Spent: ex.Spent.Float(), Limit: ex.Cap.Float(), RetryAfter: ex.RetryAfter}, nil
+	}
+	return extproc.BudgetStatus{}, err
+}
