@@ -58,3 +58,16 @@ func ServiceCluster(name, addr string) (*clusterv3.Cluster, error) {
 		},
 	}, nil
 }
+
+// SocketAddress parses host:port into an Envoy address.
+func SocketAddress(addr string) (*corev3.Address, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	return socketAddress(host, uint32(port)), nil
+}

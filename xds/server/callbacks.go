@@ -1,0 +1,64 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+)
+
+type corev3Node = corev3.Node
+
+func asResources[T types.Resource](in []T) []types.Resource {
+	out := make([]types.Resource, len(in))
+	for i, r := range in {
+		out[i] = r
+	}
+	return out
+}
+
+// callbacks count streams and log NACKs (a client rejecting our config is
+// a bug in the translator or a too-old Envoy).
+func (cp *ControlPlane) callbacks() serverv3.Callbacks {
+	nack := func(node *corev3.Node, typeURL string, detail string) {
+		cp.metrics.nacks.WithLabelValues(typeURL).Inc()
+		cp.log.Warn("xDS client rejected a response", "node", node.GetId(), "cluster", node.GetCluster(), "type", typeURL, "err", detail)
+	}
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc: func(context.Context, int64, string) error {
+			cp.metrics.streams.WithLabelValues("sotw").Inc()
+			return nil
+		},
+		StreamClosedFunc: func(int64, *corev3.Node) { cp.metrics.streams.WithLabelValues("sotw").Dec() },
+		DeltaStreamOpenFunc: func(context.Context, int64, string) error {
+			cp.metrics.streams.WithLabelValues("delta").Inc()
+			return nil
+		},
+		DeltaStreamClosedFunc: func(int64, *corev3.Node) { cp.metrics.streams.WithLabelValues("delta").Dec() },
+		StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
+			if r.GetErrorDetail() != nil {
+				nack(r.GetNode(), r.GetTypeUrl(), r.GetErrorDetail().GetMessage())
+			}
+			return nil
+		},
+		StreamDeltaRequestFunc: func(_ int64, r *discoveryv3.DeltaDiscoveryRequest) error {
+			if r.GetErrorDetail() != nil {
+				nack(r.GetNode(), r.GetTypeUrl(), r.GetErrorDetail().GetMessage())
+			}
+			return nil
+		},
+	}
+}
+
+// cacheLogger adapts go-control-plane's logger to slog (debug is dropped:
+// it logs every watch).
+type cacheLogger struct{ l *slog.Logger }
+
+func (cacheLogger) Debugf(string, ...any)        {}
+func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }
