@@ -18,8 +18,8 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/xds/gatewayconfig"
 	pb "github.com/swarmgate/swarmgate/protos/swarmgate/v1"
+	"github.com/swarmgate/swarmgate/xds/gatewayconfig"
 )
 
 // Options configure a replica's subscription.

@@ -58,7 +58,7 @@ func (cp *ControlPlane) callbacks() serverv3.Callbacks {
 // it logs every watch).
 type cacheLogger struct{ l *slog.Logger }
 
-func (cacheLogger) Debugf(string, ...any)        {}
+func (cacheLogger) Debugf(string, ...any)       {}
 func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
 func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
 func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }
