@@ -136,6 +136,9 @@ func (h *nodeGroup) ID(n *corev3Node) string {
 	return envoy
 }
 
+// ErrNoConfig: Run was called before a config was set.
+var ErrNoConfig = errors.New("xds: no config set; call SetConfig before Run")
+
 // ErrReservedGroup: envoy.node_cluster may not name another node group.
 var ErrReservedGroup = errors.New("envoy.node_cluster names a reserved xDS node group")
 
@@ -307,7 +310,16 @@ func (cp *ControlPlane) Versions() map[string]map[string]string {
 
 // Run serves ADS (SotW and Delta, plus the per-type discovery services) on
 // lis until ctx is done, and runs the health and DNS loops.
+//
+// SetConfig must have succeeded once before Run: a node that connected
+// before any config would be filed under no node group and never answered.
 func (cp *ControlPlane) Run(ctx context.Context, lis net.Listener) error {
+	cp.mu.Lock()
+	ready := cp.res != nil
+	cp.mu.Unlock()
+	if !ready {
+		return ErrNoConfig
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := serverv3.NewServer(ctx, cp.cache, cp.callbacks())
