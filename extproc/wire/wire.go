@@ -9,7 +9,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/swarmgate/swarmgate/accounting/budget"
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/accounting/pricing"
 	"github.com/swarmgate/swarmgate/accounting/usage"
@@ -117,22 +116,4 @@ func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
 	}
 	return r.l.Record(ctx, ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
 		Usage: u, Cost: cost, Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected})
-}
-
-// Budgets adapts *budget.Budgets (which applies failure_modes.budget
-// itself: an error is a fail-closed refusal).
-func Budgets(b *budget.Budgets) extproc.BudgetChecker { return budgets{b} }
-
-type budgets struct{ b *budget.Budgets }
-
-func (b budgets) Check(ctx context.Context, tenant string) (extproc.BudgetStatus, error) {
-	err := b.b.Check(ctx, tenant)
-	var ex *budget.ExceededError
-	switch {
-	case err == nil:
-		return extproc.BudgetStatus{}, nil
-	case errors.As(err, &ex):
-		return extproc.BudgetStatus{Exhausted: true, Spent: ex.Spent.Float(), Limit: ex.Cap.Float(), RetryAfter: ex.RetryAfter}, nil
-	}
-	return extproc.BudgetStatus{}, err
 }

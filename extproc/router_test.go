@@ -1,0 +1,353 @@
+package extproc_test
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/swarmgate/swarmgate/chatreq"
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+// estimate is chatreq's prompt estimate at the test config's 4 bytes/token.
+func estimate(t testing.TB, body string) int64 {
+	t.Helper()
+	r, err := chatreq.Scan([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(r.EstimatePromptTokens(4))
+}
+
+type openAIError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func chatHeaders(key string, extra ...string) []string {
+	return append([]string{":method", "POST", ":path", "/v1/chat/completions", ":authority", "gw", ":scheme", "http",
+		"authorization", "Bearer " + key, "x-request-id", "req-1", "content-type", "application/json"}, extra...)
+}
+
+func TestRouterRefusals(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	long := `{"model":"chat","messages":[{"role":"user","content":"` + strings.Repeat("x", 40000) + `"}]}`
+	tests := []struct {
+		name    string
+		headers []string
+		noBody  bool
+		body    string
+		status  int
+		code    string
+		msgHas  string
+	}{
+		{"no key", []string{":method", "POST", ":path", "/v1/chat/completions"}, false, "", 401, "invalid_api_key", "didn't provide"},
+		{"unknown key", chatHeaders("sk-nope"), false, "", 401, "invalid_api_key", "Incorrect"},
+		{"revoked key", chatHeaders(keyRevoked), false, "", 401, "invalid_api_key", "revoked"},
+		{"x-api-key unknown", []string{":method", "POST", ":path", "/v1/chat/completions", "x-api-key", "zzz"}, false, "", 401, "invalid_api_key", ""},
+		{"unknown path", []string{":method", "POST", ":path", "/v1/images", "authorization", "Bearer " + keyAlpha}, false, "", 404, "unknown_url", "/v1/images"},
+		{"wrong method", []string{":method", "GET", ":path", "/v1/chat/completions", "authorization", "Bearer " + keyAlpha}, false, "", 405, "method_not_allowed", ""},
+		{"content-length too large", chatHeaders(keyAlpha, "content-length", "5000"), false, "", 413, "request_too_large", "4096 bytes"},
+		{"no body", chatHeaders(keyAlpha), true, "", 400, "invalid_json", ""},
+		{"body too large", chatHeaders(keyAlpha), false, long, 413, "request_too_large", "4096"},
+		{"malformed json", chatHeaders(keyAlpha), false, "{\"model\":\"chat\",\n \"messages\": [}", 400, "invalid_json", "line 2, column 15"},
+		{"bad field", chatHeaders(keyAlpha), false, `{"model":"chat","stream":"yes"}`, 400, "invalid_value", "stream"},
+		{"no model", chatHeaders(keyAlpha), false, `{"messages":[]}`, 400, "invalid_value", "model"},
+		{"unknown model", chatHeaders(keyAlpha), false, `{"model":"gpt-9"}`, 404, "model_not_found", "gpt-9"},
+		{"model not allowed", chatHeaders(keyAlpha), false, `{"model":"secret-model"}`, 403, "model_not_allowed", "secret-model"},
+		{"context too long", chatHeaders(keyAlpha), false, `{"model":"chat","max_tokens":9000,"messages":[{"role":"user","content":"hi"}]}`, 400, "context_length_exceeded", "maximum context length is 8000"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "body too large" {
+				// Content-length absent (chunked): caught at the body phase.
+			}
+			st, cancel := h.stream(t, contract.RoleRouter)
+			defer cancel()
+			resp := roundTrip(t, st, reqHeaders(tc.noBody, tc.headers...))
+			if resp.GetImmediateResponse() == nil && tc.body != "" {
+				if rm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, "authorization") {
+					t.Errorf("authorization not removed: %v", rm)
+				}
+				resp = roundTrip(t, st, reqBody(tc.body))
+			}
+			ir := resp.GetImmediateResponse()
+			if ir == nil {
+				t.Fatalf("no immediate response: %v", resp)
+			}
+			if int(ir.GetStatus().GetCode()) != tc.status {
+				t.Errorf("status %d, want %d", ir.GetStatus().GetCode(), tc.status)
+			}
+			var e openAIError
+			if err := json.Unmarshal(ir.GetBody(), &e); err != nil {
+				t.Fatalf("body %q: %v", ir.GetBody(), err)
+			}
+			if e.Error.Code == nil || *e.Error.Code != tc.code || e.Error.Type == "" || !strings.Contains(e.Error.Message, tc.msgHas) {
+				t.Errorf("error %s", ir.GetBody())
+			}
+			if setOf(t, ir.GetHeaders())["content-type"] != "application/json" {
+				t.Error("content-type not json")
+			}
+			if strings.Contains(string(ir.GetBody()), "secret-model") && tc.code != "model_not_allowed" {
+				t.Error("error lists a model")
+			}
+		})
+	}
+}
+
+func TestModelsListsOnlyAllowed(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	for _, tc := range []struct {
+		key, path string
+		status    int
+		want      []string
+	}{
+		{keyAlpha, "/v1/models", 200, []string{"chat", "agent"}},
+		{keyBeta, "/v1/models?limit=5", 200, []string{"chat", "secret-model", "agent"}},
+		{keyAlpha, "/v1/models/chat", 200, []string{"chat"}},
+		{keyAlpha, "/v1/models/secret-model", 404, nil},
+	} {
+		st, cancel := h.stream(t, contract.RoleRouter)
+		resp := roundTrip(t, st, reqHeaders(true, ":method", "GET", ":path", tc.path, "authorization", "Bearer "+tc.key))
+		cancel()
+		ir := resp.GetImmediateResponse()
+		if int(ir.GetStatus().GetCode()) != tc.status {
+			t.Fatalf("%s: status %v", tc.path, ir.GetStatus())
+		}
+		if tc.status != 200 {
+			continue
+		}
+		var list struct {
+			Object string `json:"object"`
+			Data   []struct{ ID, Object string }
+		}
+		var one struct{ ID, Object string }
+		if strings.HasPrefix(tc.path, "/v1/models/") {
+			if err := json.Unmarshal(ir.GetBody(), &one); err != nil || one.ID != tc.want[0] || one.Object != "model" {
+				t.Fatalf("%s: %s %v", tc.path, ir.GetBody(), err)
+			}
+			continue
+		}
+		if err := json.Unmarshal(ir.GetBody(), &list); err != nil || list.Object != "list" {
+			t.Fatalf("%s: %s %v", tc.path, ir.GetBody(), err)
+		}
+		var got []string
+		for _, d := range list.Data {
+			got = append(got, d.ID)
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: got %v want %v", tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestRouterAdmitsAndWritesRoutingHeaders(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	tests := []struct {
+		name, body string
+		pool       string
+		long       bool
+		inject     bool
+	}{
+		{"plain", `{"model":"chat","messages":[{"role":"user","content":"hello there"}]}`, contract.PoolCluster("chat"), false, false},
+		{"stream without usage", `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}`, contract.PoolCluster("chat"), false, true},
+		{"stream with usage", `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, contract.PoolCluster("chat"), false, false},
+		{"tools are long", `{"model":"chat","tools":[{"type":"function","function":{"name":"f"}}],"messages":[]}`, contract.PoolCluster("chat"), true, false},
+		{"max_tokens long, skips small window", `{"model":"chat","max_tokens":2000,"messages":[]}`, contract.PoolContextCluster("chat", 8000), true, false},
+		{"long_running model", `{"model":"agent","messages":[]}`, contract.PoolCluster("agent"), true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, cancel := h.stream(t, contract.RoleRouter)
+			defer cancel()
+			resp := roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha, "x-swarmgate-pool", "pool_evil", "X-Swarmgate-Tenant", "beta", "x-session-id", "s-1")...))
+			rm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
+			if !contains(rm, "x-swarmgate-pool") || !contains(rm, "x-swarmgate-tenant") {
+				t.Fatalf("client internal headers not stripped: %v", rm)
+			}
+			resp = roundTrip(t, st, reqBody(tc.body))
+			cr := resp.GetRequestBody().GetResponse()
+			if cr == nil {
+				t.Fatalf("not admitted: %v", resp)
+			}
+			set := setOf(t, cr.GetHeaderMutation())
+			if !cr.GetClearRouteCache() || set[contract.HeaderPool] != tc.pool || set[contract.HeaderTenant] != "alpha" ||
+				set[contract.HeaderKeyID] != "alpha-1" || set[contract.HeaderSticky] != "s-1" || set[contract.HeaderEstTokens] == "" {
+				t.Errorf("routing headers %v clear=%v", set, cr.GetClearRouteCache())
+			}
+			if (set[contract.HeaderLong] == "1") != tc.long {
+				t.Errorf("long=%q want %v", set[contract.HeaderLong], tc.long)
+			}
+			nb := cr.GetBodyMutation().GetBody()
+			if tc.inject != (nb != nil) {
+				t.Fatalf("body mutation %q", nb)
+			}
+			if tc.inject {
+				if !strings.Contains(string(nb), `"stream_options":{"include_usage":true}`) || set["content-length"] != strconv.Itoa(len(nb)) {
+					t.Errorf("injected body %q content-length %q", nb, set["content-length"])
+				}
+			}
+		})
+	}
+}
+
+func TestReservationRefused(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	h.cap.grant = false
+	st, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+	body := `{"model":"chat","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`
+	resp := roundTrip(t, st, reqBody(body))
+	ir := resp.GetImmediateResponse()
+	set := setOf(t, ir.GetHeaders())
+	if ir.GetStatus().GetCode() != 429 || set["retry-after"] != "2" || set["x-ratelimit-remaining-tokens"] != "10" || set["x-ratelimit-limit-tokens"] != "1000" {
+		t.Fatalf("%v %v", ir.GetStatus(), set)
+	}
+	if r := h.cap.reserved[0]; r.Tenant != "alpha" || r.Model != "chat" || r.Tokens != estimate(t, body)+50 || r.RequestID != "req-1" {
+		t.Errorf("reserve request %+v", r)
+	}
+}
+
+// exchange runs an admitted request through response phases.
+func admit(t *testing.T, h *harness, body string) (extprocv3.ExternalProcessor_ProcessClient, func()) {
+	t.Helper()
+	st, cancel := h.stream(t, contract.RoleRouter)
+	roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+	if resp := roundTrip(t, st, reqBody(body)); resp.GetRequestBody() == nil {
+		t.Fatalf("not admitted: %v", resp)
+	}
+	return st, cancel
+}
+
+func TestResponseUsageJSON(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	req := `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`
+	st, cancel := admit(t, h, req)
+	defer cancel()
+	resp := roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", contract.HeaderBackend, "big", contract.HeaderUpstreamKey, "big-2"))
+	if rm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, contract.HeaderBackend) {
+		t.Errorf("attempt tags not removed: %v", rm)
+	}
+	body := fixture(t, "openai_chat.json")
+	half := len(body) / 2
+	if r := roundTrip(t, st, respBody(body[:half], false)); r.GetResponseBody().GetResponse().GetBodyMutation() != nil || r.GetDynamicMetadata() != nil {
+		t.Errorf("JSON chunk mutated or metadata early: %v", r)
+	}
+	r := roundTrip(t, st, respBody(body[half:], true))
+	md := r.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+	if md[contract.MetaPromptTokens].GetNumberValue() != 1117 || md[contract.MetaCompletionTokens].GetNumberValue() != 46 ||
+		md[contract.MetaTotalTokens].GetNumberValue() != 1163 {
+		t.Fatalf("metadata %v", md)
+	}
+	// Top-up is completion plus the prompt above the request-time estimate.
+	if md[contract.MetaTokensTopUp].GetNumberValue() != float64(46+1117-estimate(t, req)) {
+		t.Errorf("top-up %v", md[contract.MetaTokensTopUp])
+	}
+	e := h.cap.waitEntry(t)
+	if e.Usage.PromptTokens != 1117 || e.Backend != "big" || e.UpstreamKeyID != "big-2" || e.Estimated || e.Tenant != "alpha" || e.RequestID != "req-1" {
+		t.Errorf("entry %+v", e)
+	}
+	if h.cap.settled["res-req-1"] != 1163 {
+		t.Errorf("settled %v", h.cap.settled)
+	}
+}
+
+func TestResponseSSEHidesInjectedUsage(t *testing.T) {
+	sse := fixture(t, "openai_chat_include_usage.sse")
+	for _, clientAsked := range []bool{false, true} {
+		h := newHarness(t, testConfig(t))
+		body := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`
+		if clientAsked {
+			body = `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[]}`
+		}
+		st, cancel := admit(t, h, body)
+		roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+		var out []byte
+		// Split at awkward places: usage parsing must cross chunk boundaries.
+		for i := 0; i < len(sse); i += 97 {
+			end := min(i+97, len(sse))
+			r := roundTrip(t, st, respBody(sse[i:end], false))
+			if m := r.GetResponseBody().GetResponse().GetBodyMutation(); m != nil {
+				out = append(out, m.GetBody()...)
+			} else {
+				out = append(out, sse[i:end]...)
+			}
+		}
+		r := roundTrip(t, st, respBody(nil, true))
+		out = append(out, r.GetResponseBody().GetResponse().GetBodyMutation().GetBody()...)
+		cancel()
+		hasUsage := strings.Contains(string(out), `"prompt_tokens":19`)
+		if hasUsage != clientAsked || !strings.Contains(string(out), "[DONE]") || !strings.Contains(string(out), `"Hello"`) {
+			t.Errorf("clientAsked=%v: usage chunk present=%v; out tail %q", clientAsked, hasUsage, out[max(0, len(out)-300):])
+		}
+		md := r.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+		if md[contract.MetaPromptTokens].GetNumberValue() != 19 || md[contract.MetaCompletionTokens].GetNumberValue() != 10 {
+			t.Errorf("metadata %v", md)
+		}
+		if e := h.cap.waitEntry(t); e.Usage.TotalTokens != 29 || !e.Streamed {
+			t.Errorf("entry %+v", e)
+		}
+	}
+}
+
+func TestDisconnectBilling(t *testing.T) {
+	sse := fixture(t, "openai_chat_include_usage.sse")
+	cut := strings.Index(string(sse), `"finish_reason":"stop"`) // before the usage chunk
+	tests := []struct {
+		policy     string
+		prompt     int64
+		completion int64
+	}{
+		{"reported", 0, 0}, // no usage seen: billed as delivered
+		{"delivered", 0, 0},
+		{"reserved", 0, 100},
+	}
+	for _, tc := range tests {
+		t.Run(tc.policy, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Accounting.BillOnDisconnect = tc.policy
+			h := newHarness(t, cfg)
+			req := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`
+			tc.prompt = estimate(t, req)
+			st, cancel := admit(t, h, req)
+			roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+			roundTrip(t, st, respBody(sse[:cut], false))
+			cancel() // Envoy resets the stream: client gone.
+			e := h.cap.waitEntry(t)
+			if !e.Disconnected || !e.Estimated || e.Usage.PromptTokens != tc.prompt {
+				t.Fatalf("entry %+v", e)
+			}
+			if tc.policy == "reserved" && e.Usage.CompletionTokens != tc.completion {
+				t.Errorf("completion %d", e.Usage.CompletionTokens)
+			}
+			if tc.policy != "reserved" && e.Usage.CompletionTokens == 0 {
+				t.Errorf("delivered content not billed: %+v", e.Usage)
+			}
+		})
+	}
+}
+
+func TestResponseErrorStatusSettlesZero(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	st, cancel := admit(t, h, `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`)
+	defer cancel()
+	roundTrip(t, st, respHeaders(false, ":status", "429", "content-type", "application/json"))
+	r := roundTrip(t, st, respBody([]byte(`{"error":{"message":"slow down"}}`), true))
+	if r.GetDynamicMetadata() != nil {
+		t.Errorf("metadata on an error: %v", r.GetDynamicMetadata())
+	}
+	if e := h.cap.waitEntry(t); e.Usage.TotalTokens != 0 || e.Status != 429 {
+		t.Errorf("entry %+v", e)
+	}
+	if n, ok := h.cap.settled["res-req-1"]; !ok || n != 0 {
+		t.Errorf("settled %v", h.cap.settled)
+	}
+}
