@@ -90,12 +90,15 @@ type pickInput struct {
 	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
 	syncUnknown   bool // fail-closed and the remote state is unknown
 	unknownSince  time.Time
-	remoteTried   []string    // key ids the request failed on, from Redis
-	skip          []*keyState // refused by the shared limiter in this call
+	remoteTried   []string           // key ids the request failed on, from Redis
+	skip          [maxSkip]*keyState // refused by the shared limiter in this call
+	nskip         int
 }
 
+const maxSkip = 8
+
 func (kp *KeyPool) excluded(in *pickInput, req *PickRequest, k *keyState) bool {
-	for _, s := range in.skip {
+	for _, s := range in.skip[:in.nskip] {
 		if s == k {
 			return true
 		}
@@ -343,6 +346,9 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	if flipped {
 		p.signal()
 	}
+	if changed && st == Open {
+		p.wake()
+	}
 }
 
 // adopt applies a transition learnt from another replica.
@@ -362,6 +368,9 @@ func (kp *KeyPool) adopt(keyID string, rs remoteState) (applied bool) {
 	kp.mu.Unlock()
 	if flipped {
 		kp.owner.signal()
+	}
+	if applied {
+		kp.owner.wake()
 	}
 	return applied
 }

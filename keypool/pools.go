@@ -97,9 +97,8 @@ type Pools struct {
 	pol   atomic.Pointer[policy]
 
 	changes     chan struct{}
-	limiterDown atomic.Int64 // unix nanos until which the local window decides
-	lastHealth  atomic.Pointer[map[string]bool]
-	healthMu    sync.Mutex
+	rearm       chan struct{} // a key opened: Run recomputes its timer
+	limiterDown atomic.Int64  // unix nanos until which the local window decides
 }
 
 // PickRequest describes the attempt that needs a key.
@@ -130,6 +129,7 @@ func New(cfg *config.Config, opts Options) (*Pools, error) {
 		opts: opts, log: opts.Logger, clock: opts.Clock, limiter: opts.Limiter,
 		metrics: newMetrics(opts.Registerer),
 		changes: make(chan struct{}, 1),
+		rearm:   make(chan struct{}, 1),
 	}
 	p.pools.Store(&map[string]*KeyPool{})
 	p.pol.Store(p.policyFor(cfg))
@@ -196,6 +196,16 @@ func (p *Pools) SetConfig(cfg *config.Config) {
 	}
 	p.pools.Store(&next)
 	p.refresh()
+	if len(next) != len(old) {
+		p.signal() // backends added or removed
+	} else {
+		for name := range next {
+			if old[name] == nil {
+				p.signal()
+				break
+			}
+		}
+	}
 }
 
 func (p *Pools) pool(backend string) *KeyPool { return (*p.pools.Load())[backend] }
@@ -215,8 +225,6 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	if p.sync != nil && in.pol.failClosed {
 		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
 	}
-	var skipBuf [4]*keyState
-	in.skip = skipBuf[:0]
 	for {
 		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 		l, err := kp.pick(&in, &req)
@@ -240,7 +248,11 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			return l, nil
 		default:
 			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)))
-			in.skip = append(in.skip, l.key)
+			if in.nskip == maxSkip {
+				return Lease{}, &ExhaustedError{Backend: backend, RetryAfter: max(retryAfter, time.Second)}
+			}
+			in.skip[in.nskip] = l.key
+			in.nskip++
 		}
 		if err := ctx.Err(); err != nil {
 			return Lease{}, fmt.Errorf("keypool: pick: %w", err)
@@ -275,6 +287,13 @@ func (p *Pools) signal() {
 	}
 }
 
+func (p *Pools) wake() {
+	select {
+	case p.rearm <- struct{}{}:
+	default:
+	}
+}
+
 // Changes fires (coalesced, never blocking the sender) when BackendHealth
 // may have changed. It has one consumer: the control plane.
 func (p *Pools) Changes() <-chan struct{} { return p.changes }
@@ -296,46 +315,30 @@ func (p *Pools) BackendHealth() map[string]bool {
 }
 
 // refresh recomputes health and gauges after time passed (open periods
-// ending); it signals Changes when some backend flipped. It returns the
+// ending) and signals Changes when some backend flipped. It returns the
 // soonest end of an open period (zero if none).
 func (p *Pools) refresh() time.Time {
 	now := p.clock.Now()
 	var soonest time.Time
-	health := make(map[string]bool)
+	flipped := false
 	for name, kp := range *p.pools.Load() {
 		kp.mu.Lock()
-		kp.refreshLocked(now)
-		health[name] = kp.healthy
+		flipped = kp.refreshLocked(now) || flipped
+		healthy := kp.healthy
 		if t := kp.soonestLocked(now); !t.IsZero() && (soonest.IsZero() || t.Before(soonest)) {
 			soonest = t
 		}
 		kp.mu.Unlock()
 		v := 0.0
-		if health[name] {
+		if healthy {
 			v = 1
 		}
 		p.metrics.healthy.WithLabelValues(name).Set(v)
 	}
-	p.healthMu.Lock()
-	prev := p.lastHealth.Load()
-	if prev == nil || !mapsEqual(*prev, health) {
-		p.lastHealth.Store(&health)
+	if flipped {
 		p.signal()
 	}
-	p.healthMu.Unlock()
 	return soonest
-}
-
-func mapsEqual(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Available reports whether a new request for a pool served by backends
@@ -436,6 +439,8 @@ func (p *Pools) Run(ctx context.Context) error {
 			wg.Wait()
 			return nil
 		case <-t.C:
+		case <-p.rearm:
+			t.Stop()
 		}
 	}
 }

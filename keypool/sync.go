@@ -265,7 +265,8 @@ func (s *syncer) republishOpen() {
 
 func (s *syncer) subscriber(ctx context.Context) {
 	ps := s.rdb.Subscribe(ctx, s.channel)
-	defer ps.Close()
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // unblocks Receive
+	defer stop()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
@@ -274,7 +275,7 @@ func (s *syncer) subscriber(ctx context.Context) {
 			if errors.As(err, &nerr) && nerr.Timeout() {
 				continue // idle; go-redis keeps the subscription
 			}
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			s.p.metrics.syncErrors.WithLabelValues("subscribe").Inc()
