@@ -1,0 +1,168 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+func cfgYAML(model string) string {
+	return `backends:
+  - name: relay
+    base_url: http://127.0.0.1:18101/v1
+    keys: [{id: relay-1, secret: env:K}]
+models:
+  - {name: ` + model + `, targets: [{backend: relay}]}
+`
+}
+
+type harness struct {
+	t       *testing.T
+	path    string
+	applied chan string // first model name of each applied config
+	reg     *prometheus.Registry
+}
+
+func start(t *testing.T, refuse func(*config.Config) error) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	h := &harness{t: t, path: filepath.Join(dir, "gateway.yaml"), applied: make(chan string, 16), reg: prometheus.NewRegistry()}
+	if err := os.WriteFile(h.path, []byte(cfgYAML("m1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, h.path, func(c *config.Config) error {
+			if refuse != nil {
+				if err := refuse(c); err != nil {
+					return err
+				}
+			}
+			h.applied <- c.Models[0].Name
+			return nil
+		}, Options{Load: config.Options{SkipSecrets: true}, Registerer: h.reg, Debounce: 20 * time.Millisecond})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	h.expect("m1")
+	return h
+}
+
+func (h *harness) expect(model string) {
+	h.t.Helper()
+	select {
+	case got := <-h.applied:
+		if got != model {
+			h.t.Fatalf("applied %q, want %q", got, model)
+		}
+	case <-time.After(10 * time.Second):
+		h.t.Fatalf("config with %q not applied within 10s", model)
+	}
+}
+
+// renameSave writes like vim or an IDE: a temporary file renamed over the
+// original (the watched inode disappears).
+func (h *harness) renameSave(content string) {
+	h.t.Helper()
+	tmp := h.path + ".swp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, h.path); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) rejected() float64 {
+	mfs, _ := h.reg.Gather()
+	for _, mf := range mfs {
+		if strings.HasSuffix(mf.GetName(), "rejected_total") {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func (h *harness) waitRejected(n float64) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.rejected() < n {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("rejected count stayed %v, want %v", h.rejected(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	h := start(t, nil)
+
+	t.Run("in-place write", func(t *testing.T) {
+		if err := os.WriteFile(h.path, []byte(cfgYAML("m2")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.expect("m2")
+	})
+	t.Run("rename on save", func(t *testing.T) {
+		h.renameSave(cfgYAML("m3"))
+		h.expect("m3")
+		h.renameSave(cfgYAML("m4")) // the new inode is watched too
+		h.expect("m4")
+	})
+	t.Run("bad edit is rejected and counted", func(t *testing.T) {
+		if n := h.rejected(); n != 0 {
+			t.Fatalf("%v rejections before the bad edit", n)
+		}
+		h.renameSave(strings.Replace(cfgYAML("m5"), "backend: relay", "backend: nowhere", 1))
+		h.waitRejected(1)
+		select {
+		case got := <-h.applied:
+			t.Fatalf("invalid config applied: %s", got)
+		default:
+		}
+		h.renameSave(cfgYAML("m6")) // a fixed edit goes through
+		h.expect("m6")
+	})
+	if mfs, _ := h.reg.Gather(); len(mfs) != 2 {
+		got := len(mfs)
+		t.Errorf("%d metrics registered, want 2", got)
+	}
+}
+
+func TestWatchApplyRefusal(t *testing.T) {
+	refuse := errors.New("translation failed")
+	h := start(t, func(c *config.Config) error {
+		if c.Models[0].Name == "bad" {
+			return refuse
+		}
+		return nil
+	})
+	h.renameSave(cfgYAML("bad"))
+	h.waitRejected(1)
+	h.renameSave(cfgYAML("good"))
+	h.expect("good")
+}
+
+func TestWatchFirstLoadFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte("models: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(context.Background(), path, func(*config.Config) error { return nil }, Options{Load: config.Options{SkipSecrets: true}})
+	if err == nil {
+		t.Fatal("Run accepted an invalid first config")
+	}
+}
