@@ -39,8 +39,14 @@ type Route struct {
 	ClusterHeader string
 	Timeout       time.Duration // 0: Envoy's 15 s route default
 	Retry         *RetryPolicy
-	// AutoHostRewrite sets Host to the chosen endpoint's address.
+	// AutoHostRewrite sets Host to the chosen endpoint's hostname (its
+	// address when it has none).
 	AutoHostRewrite bool
+	// DirectStatus, when set, answers locally (DirectResponseAction) with
+	// DirectBody and ResponseHeaders.
+	DirectStatus    int
+	DirectBody      string
+	ResponseHeaders map[string]string
 }
 
 // RetryPolicy is the subset of route.v3.RetryPolicy swarmgate generates
@@ -59,6 +65,11 @@ type RetryPolicy struct {
 	// BackoffBase is retry_back_off.base_interval (Envoy default 25 ms).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// RetryAfterBackoff is rate_limited_retry_back_off with a retry-after
+	// reset header in seconds, capped at RateLimitedMax
+	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-msg-config-route-v3-retrypolicy-ratelimitedretrybackoff).
+	RetryAfterBackoff bool
+	RateLimitedMax    time.Duration
 }
 
 // Cluster is a set of prioritised, weighted endpoints.
@@ -74,6 +85,7 @@ type Cluster struct {
 // Endpoint is one upstream host.
 type Endpoint struct {
 	Address   string // host:port
+	Hostname  string // endpoint.hostname, used by auto_host_rewrite
 	Priority  int
 	Weight    int // 0 means 1
 	Unhealthy bool

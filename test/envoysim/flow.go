@@ -70,6 +70,14 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.rec.Route = route.Name
+	if route.DirectStatus != 0 {
+		lr := &localReply{status: route.DirectStatus, body: []byte(route.DirectBody)}
+		for k, v := range route.ResponseHeaders {
+			lr.header.set(k, v)
+		}
+		x.respondLocal(ctx, lr)
+		return
+	}
 	cluster := route.Cluster
 	if route.ClusterHeader != "" {
 		cluster = x.req.get(route.ClusterHeader)

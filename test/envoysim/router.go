@@ -39,10 +39,15 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 	triedHosts := map[string]bool{}
 	triedPrios := map[int]bool{}
 	var last routeResult
+	retryAfter := time.Duration(-1)
 	for attempt := 1; attempt <= rp.NumRetries+1; attempt++ {
 		if attempt > 1 {
 			s.stats.retries.Add(1)
-			if err := sleepCtx(ctx, backoff(rp, attempt-1, s)); err != nil {
+			wait := backoff(rp, attempt-1, s)
+			if retryAfter >= 0 {
+				wait = retryAfter
+			}
+			if err := sleepCtx(ctx, wait); err != nil {
 				break
 			}
 		}
@@ -61,7 +66,13 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 		if !retriable || attempt == rp.NumRetries+1 {
 			break
 		}
+		retryAfter = -1
 		if res.resp != nil {
+			if rp.RetryAfterBackoff {
+				if secs, err := strconv.Atoi(res.resp.Header.Get("retry-after")); err == nil && secs >= 0 {
+					retryAfter = min(time.Duration(secs)*time.Second, max(rp.RateLimitedMax, time.Millisecond))
+				}
+			}
 			res.resp.Body.Close()
 		}
 	}
@@ -186,7 +197,11 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 	at := Attempt{Endpoint: ep.Address, Priority: ep.Priority}
 	defer func() { x.rec.Attempts = append(x.rec.Attempts, at) }()
 	if route.AutoHostRewrite {
-		h.set(":authority", ep.Address)
+		host := ep.Hostname
+		if host == "" {
+			host = ep.Address
+		}
+		h.set(":authority", host)
 	}
 	var up *filterRun
 	if f := cl.UpstreamFilter; f != nil {
