@@ -26,6 +26,10 @@ type Request struct {
 	// PromptNonASCIIBytes is the part of PromptBytes that is not ASCII (CJK
 	// and other scripts tokenize at fewer bytes per token).
 	PromptNonASCIIBytes int
+	// PromptSymbolBytes is the part of PromptBytes that is ASCII but neither
+	// a letter nor whitespace: digits and punctuation, which code and JSON
+	// are full of and which tokenize at about one token per 1.6 bytes.
+	PromptSymbolBytes int
 	// PromptTokenIDs counts pre-tokenized prompt/input entries (arrays of
 	// integers), which are tokens exactly.
 	PromptTokenIDs int
@@ -296,9 +300,14 @@ func (s *scanner) message(r *Request) error {
 		}
 		return s.skip()
 	})
+	r.addText(st)
+	return err
+}
+
+func (r *Request) addText(st textStats) {
 	r.PromptBytes += st.bytes
 	r.PromptNonASCIIBytes += st.nonASCII
-	return err
+	r.PromptSymbolBytes += st.symbols
 }
 
 // functionCall counts a {"name","arguments"} object.
@@ -348,8 +357,7 @@ func (s *scanner) promptValue(r *Request, depth int) error {
 	case c == '"':
 		st := textStats{}
 		_, _, err := s.str(&st)
-		r.PromptBytes += st.bytes
-		r.PromptNonASCIIBytes += st.nonASCII
+		r.addText(st)
 		return err
 	case c == '[' && depth < 2:
 		return s.array(func() error { return s.promptValue(r, depth+1) })

@@ -35,7 +35,7 @@ func TestScan(t *testing.T) {
   ]
 }`,
 			want: Request{Model: "gpt-4o-mini", Stream: true, IncludeUsage: true, HasTools: true, MaxTokens: 100,
-				Messages: 4, PromptBytes: 8 + 6 + 3 + 7 + 2, PromptNonASCIIBytes: 2,
+				Messages: 4, PromptBytes: 8 + 6 + 3 + 7 + 2, PromptNonASCIIBytes: 2, PromptSymbolBytes: 6 + 2,
 				ToolsBytes: len(`[{"type":"function","function":{"name":"f","parameters":{}}}]`), User: "u-1"},
 		},
 		{
@@ -77,6 +77,11 @@ func TestScan(t *testing.T) {
 			name: "escapes decoded",
 			body: `{"m\u006fdel":"a\/b\u00e9","messages":[{"role":"user","content":"a\nb\u4e2d\ud83d\ude00"}]}`,
 			want: Request{Model: "a/bé", Messages: 1, PromptBytes: 3 + 3 + 4, PromptNonASCIIBytes: 7},
+		},
+		{
+			name: "byte classes, escaped and raw",
+			body: `{"model":"m","prompt":"Ab 1,\"\u0041\u002e\t~é"}`,
+			want: Request{Model: "m", PromptBytes: 12, PromptNonASCIIBytes: 2, PromptSymbolBytes: 5},
 		},
 		{
 			name: "stream false and null options",

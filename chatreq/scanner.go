@@ -60,26 +60,49 @@ func (s *scanner) expect(c byte, what string) error {
 	return s.errHere("expected " + what + ", found")
 }
 
-// textStats accumulates decoded sizes of text strings.
+// textStats accumulates decoded sizes of text strings, by the byte classes
+// the token estimate weighs differently.
 type textStats struct {
 	bytes    int // decoded UTF-8 bytes
-	nonASCII int // decoded bytes >= 0x80
+	nonASCII int // bytes >= 0x80
+	symbols  int // ASCII bytes that are neither letters nor whitespace
 }
 
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
+	l7  = 0x7f7f7f7f7f7f7f7f
 )
+
+// wordClasses counts, exactly, the non-ASCII bytes and the ASCII bytes that
+// are not letters or spaces in the bytes of w selected by sel (high bits).
+// Raw strings hold no tabs or newlines (those must be escaped).
+func wordClasses(w, sel uint64) (nonASCII, symbols int) {
+	ascii := ^w & sel
+	t := (w | lsb*0x20) & l7 // fold case; low 7 bits
+	ge := (t + lsb*(0x80-'a')) & msb
+	gt := (t + lsb*(0x80-'z'-1)) & msb
+	letters := ge &^ gt & ascii
+	sp := w ^ (lsb * ' ')
+	spaces := ^(((sp & l7) + l7) | sp | l7) & sel
+	nonASCII = bits.OnesCount64(w & sel & msb)
+	symbols = bits.OnesCount64(ascii) - bits.OnesCount64(letters) - bits.OnesCount64(spaces)
+	return nonASCII, symbols
+}
+
+func byteIsSymbol(c byte) bool {
+	l := c | 0x20
+	return c < 0x80 && c != ' ' && c != '\t' && c != '\n' && c != '\r' && (l < 'a' || l > 'z')
+}
 
 // str scans a string whose opening quote is at s.i and returns its raw
 // content (escapes not decoded) and whether it contains escapes. When st is
-// not nil the decoded length is added to it.
+// not nil the decoded length and byte classes are added to it.
 func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 	b := s.b
 	start := s.i + 1
 	i := start
-	nonASCII := 0
-	saved := 0 // bytes escapes save when decoded
+	var acc textStats // bytes holds what escapes save when decoded
 	for {
 		// Eight bytes at a time: flag '"', '\\' and control bytes. The lowest
 		// flagged byte is exact (borrows only propagate upwards).
@@ -92,13 +115,17 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 			if m != 0 {
 				k := bits.TrailingZeros64(m) >> 3
 				if st != nil && k > 0 {
-					nonASCII += bits.OnesCount64(w & msb & (1<<(8*uint(k)) - 1))
+					n, sy := wordClasses(w, msb&(1<<(8*uint(k))-1))
+					acc.nonASCII += n
+					acc.symbols += sy
 				}
 				i += k
 				break
 			}
 			if st != nil {
-				nonASCII += bits.OnesCount64(w & msb)
+				n, sy := wordClasses(w, msb)
+				acc.nonASCII += n
+				acc.symbols += sy
 			}
 			i += 8
 		}
@@ -110,7 +137,9 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 				break
 			}
 			if c >= 0x80 {
-				nonASCII++
+				acc.nonASCII++
+			} else if byteIsSymbol(c) {
+				acc.symbols++
 			}
 			i++
 		}
@@ -121,8 +150,9 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 		case c == '"':
 			s.i = i + 1
 			if st != nil {
-				st.bytes += i - start - saved
-				st.nonASCII += nonASCII
+				st.bytes += i - start - acc.bytes
+				st.nonASCII += acc.nonASCII
+				st.symbols += acc.symbols
 			}
 			return b[start:i], escaped, nil
 		case c < 0x20:
@@ -133,20 +163,22 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 		if i+1 >= len(b) {
 			return nil, false, s.errAt(len(b), "unexpected end of JSON input in string escape")
 		}
-		switch b[i+1] {
+		switch c := b[i+1]; c {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			saved++
+			acc.bytes++
+			if c != 'n' && c != 'r' && c != 't' {
+				acc.symbols++
+			}
 			i += 2
 		case 'u':
 			r, ok := hex4(b, i+2)
 			if !ok {
 				return nil, false, s.errAt(i, "invalid \\u escape in string")
 			}
-			n := 6
 			if r >= 0xD800 && r < 0xDC00 {
 				if r2, ok2 := hex4(b, i+8); ok2 && b[i+6] == '\\' && b[i+7] == 'u' && r2 >= 0xDC00 && r2 < 0xE000 {
-					saved += 12 - 4
-					nonASCII += 4
+					acc.bytes += 12 - 4
+					acc.nonASCII += 4
 					i += 12
 					continue
 				}
@@ -156,10 +188,12 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 				dl = 3
 			}
 			if dl > 1 {
-				nonASCII += dl
+				acc.nonASCII += dl
+			} else if byteIsSymbol(byte(r)) {
+				acc.symbols++
 			}
-			saved += n - dl
-			i += n
+			acc.bytes += 6 - dl
+			i += 6
 		default:
 			return nil, false, s.errAt(i, "invalid escape in string")
 		}
