@@ -1,8 +1,9 @@
 package pricing
 
-// Usage is the provider-reported token usage of one request. Its fields are
-// those of accounting/usage.Usage in the same order, so a usage.Usage
-// converts with a plain type conversion: pricing.Usage(u).
+import "github.com/swarmgate/swarmgate/accounting/usage"
+
+// Usage is the provider-reported token usage of one request, the token
+// fields of accounting/usage.Usage (FromUsage converts).
 //
 // OpenAI semantics: PromptTokens includes CachedTokens
 // (prompt_tokens_details.cached_tokens) and CompletionTokens includes
@@ -22,4 +23,16 @@ func (u Usage) Tokens() int64 {
 		return t
 	}
 	return u.TotalTokens
+}
+
+// FromUsage takes the token counts of a parsed provider usage. The
+// provider's own cost figure is ignored: cost comes from the price table.
+func FromUsage(u usage.Usage) Usage {
+	return Usage{
+		PromptTokens:     u.PromptTokens,
+		CompletionTokens: u.CompletionTokens,
+		TotalTokens:      u.TotalTokens,
+		CachedTokens:     u.CachedTokens,
+		ReasoningTokens:  u.ReasoningTokens,
+	}
 }

@@ -1,0 +1,125 @@
+package reserve
+
+import "github.com/redis/go-redis/v9"
+
+// Shared Lua helpers. A scope is a sorted set Z (member -> time in ms it
+// stops counting) and a hash H (member -> "amount:admitted_ms", plus "_sum").
+const luaHelpers = `
+-- numbers reach Redis as integers, never in exponent notation
+local function int(x) return string.format('%d', x) end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function amount_of(v)
+  if not v then return 0, 0 end
+  local a, at = string.match(v, '^(%-?%d+):(%d+)$')
+  return tonumber(a), tonumber(at)
+end
+-- drop members whose time has come, return what the scope still holds
+local function clean(z, h, now)
+  while true do
+    local old = redis.call('ZRANGEBYSCORE', z, '-inf', int(now), 'LIMIT', 0, 500)
+    if #old == 0 then break end
+    local freed = 0
+    for _, m in ipairs(old) do freed = freed + amount_of(redis.call('HGET', h, m)) end
+    redis.call('HDEL', h, unpack(old))
+    redis.call('ZREM', z, unpack(old))
+    redis.call('HINCRBY', h, '_sum', int(-freed))
+    if #old < 500 then break end
+  end
+  return tonumber(redis.call('HGET', h, '_sum') or '0')
+end
+`
+
+// reserveScript admits a request into every scope or none.
+//
+// KEYS[1] ledger month hash (money base), KEYS[2] settled marker, then per
+// scope i: KEYS[1+2i] zset, KEYS[2+2i] hash.
+// ARGV[1] member, ARGV[2] ttl ms, ARGV[3] key expiry ms, ARGV[4] n, then per
+// scope i: ARGV[2+3i] kind ('t' tokens, 'm' money), ARGV[3+3i] limit,
+// ARGV[4+3i] amount.
+// Returns {1, 0, 0, 0, now} admitted, {2, ...} already reserved or settled,
+// {0, i, retry_ms, used, now, held} refused by scope i; retry_ms -1: never fits,
+// -2: only the month reset frees room.
+var reserveScript = redis.NewScript(luaHelpers + `
+local member, ttl, keyttl, n = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local now = now_ms()
+if redis.call('EXISTS', KEYS[2]) == 1 then return {2, 0, 0, 0, now} end
+for i = 1, n do
+  if redis.call('HEXISTS', KEYS[2 + 2 * i], member) == 1 then return {2, 0, 0, 0, now} end
+end
+for i = 1, n do
+  local z, h = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local kind, limit, amount = ARGV[2 + 3 * i], tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i])
+  local held = clean(z, h, now)
+  local used = held
+  if kind == 'm' then used = used + tonumber(redis.call('HGET', KEYS[1], '*|cost') or '0') end
+  if used + amount > limit then
+    local retry = -1
+    local need = used + amount - limit
+    if amount <= limit then
+      if need > held then
+        retry = -2
+      else
+        local freed, off = 0, 0
+        while retry < 0 do
+          local ms = redis.call('ZRANGE', z, off, off + 199, 'WITHSCORES')
+          if #ms == 0 then break end
+          for j = 1, #ms, 2 do
+            freed = freed + amount_of(redis.call('HGET', h, ms[j]))
+            if freed >= need then retry = tonumber(ms[j + 1]) - now; break end
+          end
+          off = off + 200
+        end
+      end
+    end
+    return {0, i, retry, used, now, held}
+  end
+end
+for i = 1, n do
+  local z, h = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local amount = ARGV[4 + 3 * i]
+  redis.call('ZADD', z, int(now + ttl), member)
+  redis.call('HSET', h, member, amount .. ':' .. int(now))
+  redis.call('HINCRBY', h, '_sum', amount)
+  redis.call('PEXPIRE', z, keyttl)
+  redis.call('PEXPIRE', h, keyttl)
+end
+return {1, 0, 0, 0, now}
+`)
+
+// settleScript replaces reservations by real amounts, once per request.
+//
+// KEYS[1] settled marker, then per scope i: KEYS[2i] zset, KEYS[1+2i] hash.
+// ARGV[1] member, ARGV[2] marker ttl ms, ARGV[3] window ms, ARGV[4] n, then
+// per scope i: ARGV[3+2i] kind, ARGV[4+2i] actual amount.
+// Returns {0} when already settled, else {1, reserved_1, ..., reserved_n}
+// (0 for a scope whose reservation had expired).
+var settleScript = redis.NewScript(luaHelpers + `
+local member, window, n = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[2]) then return {0} end
+local now = now_ms()
+local out = {1}
+for i = 1, n do
+  local z, h = KEYS[2 * i], KEYS[1 + 2 * i]
+  local kind, actual = ARGV[3 + 2 * i], tonumber(ARGV[4 + 2 * i])
+  local reserved, at = amount_of(redis.call('HGET', h, member))
+  if at == 0 then
+    out[i + 1] = 0
+  else
+    out[i + 1] = reserved
+    local until_ms = at + window
+    if kind == 'm' or actual <= 0 or until_ms <= now then
+      redis.call('HDEL', h, member)
+      redis.call('ZREM', z, member)
+      redis.call('HINCRBY', h, '_sum', int(-reserved))
+    else
+      redis.call('HSET', h, member, int(actual) .. ':' .. int(at))
+      redis.call('ZADD', z, int(until_ms), member)
+      redis.call('HINCRBY', h, '_sum', int(actual - reserved))
+    end
+  end
+end
+return out
+`)
