@@ -2,7 +2,33 @@ package config
 
 import "time"
 
-// applyDefaults fills every unset field with the documented default
+// Defaults returns a Config with every top-level default filled in and no
+// backends, models or tenants: the starting point for a Config built in
+// code. Parse decodes a file over these same values, so a field the file
+// sets, even to zero, keeps what the file says.
+// The envoy.*_address fields stay empty so that they follow Listen.
+func Defaults() Config {
+	var c Config
+	c.prefill()
+	c.applyDefaults()
+	c.Envoy.XDSAddress, c.Envoy.ExtProcAddress, c.Envoy.RateLimitAddress = "", "", ""
+	return c
+}
+
+// prefill sets the defaults of fields whose zero value is meaningful
+// (retry.num_retries: 0 is no retries, breaker.jitter, telemetry.sample_ratio,
+// accounting.ledger_buffer, retry.min_retry_concurrency): Parse calls it
+// before decoding, and applyDefaults never touches these fields again.
+// docs/config.md lists every default.
+func (c *Config) prefill() {
+	c.Retry.NumRetries = 3
+	c.Retry.MinRetryConcurrency = 10
+	c.Breaker.Jitter = 0.2
+	c.Telemetry.SampleRatio = 1
+	c.Accounting.LedgerBuffer = 100000
+}
+
+// applyDefaults fills every unset field whose zero value means "default"
 // (docs/config.md lists them).
 func (c *Config) applyDefaults() {
 	def := func(p *string, v string) {
@@ -60,18 +86,13 @@ func (c *Config) applyDefaults() {
 	defInt(&c.Breaker.Consecutive5xx, 5)
 	defDur(&c.Breaker.Cooldown, 30*time.Second)
 	defDur(&c.Breaker.MaxCooldown, 5*time.Minute)
-	if c.Breaker.Jitter == 0 {
-		c.Breaker.Jitter = 0.2
-	}
 	defDur(&c.Breaker.SyncInterval, 500*time.Millisecond)
 
-	defInt(&c.Retry.NumRetries, 3)
 	defDur(&c.Retry.BackoffBase, 250*time.Millisecond)
 	defDur(&c.Retry.BackoffMax, 5*time.Second)
 	if c.Retry.BudgetPercent == 0 {
 		c.Retry.BudgetPercent = 25
 	}
-	defInt(&c.Retry.MinRetryConcurrency, 10)
 
 	defMode := func(p *FailureMode, v FailureMode) {
 		if *p == "" {
@@ -84,16 +105,12 @@ func (c *Config) applyDefaults() {
 	defMode(&c.FailureModes.Reservation, FailOpen)
 	defMode(&c.FailureModes.BreakerSync, FailOpen)
 
-	defInt(&c.Accounting.LedgerBuffer, 100000)
 	def(&c.Accounting.BillOnDisconnect, "reported")
 	defDur(&c.Accounting.ReservationTTL, 10*time.Minute)
 	def(&c.Accounting.Currency, "USD")
 	def(&c.Accounting.TokenLimits, "reserve")
 
 	defDur(&c.Alerts.Timeout, 5*time.Second)
-	if c.Telemetry.SampleRatio == 0 {
-		c.Telemetry.SampleRatio = 1
-	}
 
 	for i := range c.Backends {
 		b := &c.Backends[i]
@@ -105,15 +122,11 @@ func (c *Config) applyDefaults() {
 		defInt(&b.MaxConnections, 1024)
 		defInt(&b.MaxPendingRequests, 1024)
 		defInt(&b.MaxRequests, 4096)
-		for j := range b.Keys {
-			defInt(&b.Keys[j].Weight, 1)
-		}
 	}
 	for i := range c.Models {
 		for j := range c.Models[i].Targets {
 			t := &c.Models[i].Targets[j]
 			def(&t.Model, c.Models[i].Name)
-			defInt(&t.Weight, 1)
 		}
 	}
 	for i := range c.Tenants {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,8 +28,17 @@ type Options struct {
 	LookupEnv func(string) (string, bool)
 	// SkipSecrets leaves secrets unresolved (validate on a machine without
 	// the credentials, the control plane which never needs key values).
+	// The form of every reference is still checked. Virtual keys given by
+	// secret instead of hash are then not indexed.
 	SkipSecrets bool
+	// BaseDir is where relative file: secret paths are resolved from. Load
+	// sets it to the config file's directory when empty; otherwise relative
+	// paths are relative to the working directory.
+	BaseDir string
 }
+
+// MaxConfigBytes bounds the size of a config file.
+const MaxConfigBytes = 16 << 20
 
 // Load reads, parses and validates the config file at path.
 func Load(path string, opts Options) (*Config, error) {
@@ -35,50 +46,108 @@ func Load(path string, opts Options) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
+	if opts.BaseDir == "" {
+		opts.BaseDir = filepath.Dir(path)
+	}
 	return Parse(data, path, opts)
 }
 
 // Parse parses and validates a config. name is used in error messages. The
-// returned error is an Errors value when the problems are in the content.
+// returned error is an Errors value when the problems are in the content;
+// every Error carries the file, line and field path.
+//
+// Parse decodes the YAML over the zero-meaningful defaults (unknown fields are errors), so a
+// field set to zero stays zero; it fills weights that were left out with 1
+// (an explicit weight 0 drains a key or target), then calls Prepare.
 func Parse(data []byte, name string, opts Options) (*Config, error) {
+	doc, errs := parseDocument(data, name)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	var c Config
+	c.prefill()
+	errs = checkFields(doc, name)
+	if err := doc.Decode(&c); err != nil {
+		errs = append(errs, decodeErrors(doc, name, err)...)
+	}
+	if len(errs) > 0 {
+		return nil, errs.sorted()
+	}
+	defaultOmittedWeights(doc, &c)
+	c.Source = name
+	if err := c.Prepare(opts); err != nil {
+		var es Errors
+		if !errors.As(err, &es) {
+			return nil, err
+		}
+		for _, e := range es {
+			e.File = name
+			if e.Line == 0 {
+				e.Line = lineOf(doc, e.Path)
+			}
+		}
+		return nil, es.sorted()
+	}
+	return &c, nil
+}
+
+// Prepare makes a Config built in code (for example rebuilt from its xDS
+// form on an ext_proc replica) ready to use, exactly as Parse does for a
+// file: it fills defaults, validates, resolves secrets that have no value
+// yet (opts) and builds the lookup index. Zero fields take their default,
+// except those where zero means something (weights: 0 is drained;
+// retry.num_retries, retry.min_retry_concurrency, breaker.jitter,
+// telemetry.sample_ratio, accounting.ledger_buffer): start from Defaults()
+// to get those. On failure it returns Errors with field
+// paths (no line numbers: there is no file) and the Config must not be
+// used. Prepare may be called again after changing the Config.
+func (c *Config) Prepare(opts Options) error {
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
+	}
+	c.applyDefaults()
+	if errs := c.validate(opts); len(errs) > 0 {
+		for _, e := range errs {
+			if e.File == "" {
+				e.File = c.Source
+			}
+		}
+		return errs.sorted()
+	}
+	c.buildIndex()
+	return nil
+}
+
+// parseDocument parses exactly one YAML document whose root is a mapping.
+func parseDocument(data []byte, name string) (*yaml.Node, Errors) {
+	if len(data) > MaxConfigBytes {
+		return nil, Errors{{File: name, Line: 1, Msg: fmt.Sprintf("config is larger than %d bytes", MaxConfigBytes)}}
 	}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, Errors{{File: name, Msg: "config is empty"}}
+			return nil, Errors{{File: name, Line: 1, Msg: "config is empty"}}
 		}
-		return nil, Errors{yamlError(name, err)}
+		e := yamlError(name, err)
+		e.Line, e.Path = locateSyntaxError(data, e.Line)
+		if e.Path == "" {
+			e.Path = "(document)"
+		}
+		return nil, Errors{e}
 	}
 	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
-		return nil, Errors{{File: name, Line: root.Line, Msg: "config must be a YAML mapping"}}
+		return nil, Errors{{File: name, Line: max(1, root.Line), Msg: "config must be a YAML mapping"}}
 	}
-	var c Config
-	if err := decodeStrict(data, &c); err != nil {
-		return nil, Errors{yamlError(name, err)}
-	}
-	c.Source = name
-	c.applyDefaults()
-	errs := c.validate(opts)
-	for _, e := range errs {
-		e.File = name
-		if e.Line == 0 {
-			e.Line = lineOf(root.Content[0], e.Path)
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil {
+			line = lineFromMsg(err.Error())
 		}
+		return nil, Errors{{File: name, Line: max(1, line), Msg: "more than one YAML document; a config is one document"}}
 	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	c.buildIndex()
-	return &c, nil
-}
-
-func decodeStrict(data []byte, c *Config) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	return dec.Decode(c)
+	return root.Content[0], nil
 }
 
 // Error is one problem in a config, with where it is.
@@ -114,14 +183,62 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
+// sorted orders errors by line, then path, so output is stable.
+func (es Errors) sorted() Errors {
+	slices.SortStableFunc(es, func(a, b *Error) int {
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return strings.Compare(a.Path, b.Path)
+	})
+	return es
+}
+
 // yamlError turns a yaml.v3 error ("yaml: line 3: ...") into an Error.
 func yamlError(name string, err error) *Error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		return &Error{File: name, Line: lineFromMsg(te.Errors[0]), Msg: stripLine(te.Errors[0])}
-	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return &Error{File: name, Line: lineFromMsg(msg), Msg: stripLine(msg)}
+	return &Error{File: name, Line: max(1, lineFromMsg(msg)), Msg: "YAML syntax error: " + stripLine(msg)}
+}
+
+// decodeErrors maps yaml.v3 type errors ("line 7: cannot unmarshal ...")
+// and ours from custom unmarshalers ("line 7: column 12: ...") to Errors
+// with the field path.
+func decodeErrors(doc *yaml.Node, name string, err error) Errors {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		e := yamlError(name, err)
+		e.Msg = strings.TrimPrefix(e.Msg, "YAML syntax error: ")
+		return Errors{e}
+	}
+	var out Errors
+	for _, msg := range te.Errors {
+		line := lineFromMsg(msg)
+		msg = stripLine(msg)
+		col := 0
+		if rest, ok := strings.CutPrefix(msg, "column "); ok {
+			if i := strings.IndexByte(rest, ':'); i > 0 {
+				col, _ = strconv.Atoi(rest[:i])
+				msg = strings.TrimSpace(rest[i+1:])
+			}
+		}
+		value := ""
+		if i := strings.IndexByte(msg, '`'); i >= 0 {
+			if j := strings.IndexByte(msg[i+1:], '`'); j >= 0 {
+				value = strings.TrimSuffix(msg[i+1:i+1+j], "...")
+			}
+		}
+		path := findPath(doc, func(n *yaml.Node) bool {
+			if n.Line != line {
+				return false
+			}
+			if col > 0 {
+				return n.Column == col
+			}
+			return value == "" || strings.HasPrefix(n.Value, value)
+		})
+		out = append(out, &Error{File: name, Line: max(1, line), Path: path, Msg: msg})
+	}
+	return out
 }
 
 func lineFromMsg(msg string) int {
@@ -146,59 +263,70 @@ func stripLine(msg string) string {
 	return msg
 }
 
-// lineOf finds the line of a field path such as "backends[1].keys[0].secret"
-// in the YAML tree, or of its deepest existing ancestor.
-func lineOf(n *yaml.Node, path string) int {
-	line := n.Line
-	for _, seg := range splitPath(path) {
-		switch {
-		case seg.index >= 0 && n.Kind == yaml.SequenceNode && seg.index < len(n.Content):
-			n = n.Content[seg.index]
-		case seg.index < 0 && n.Kind == yaml.MappingNode:
-			found := false
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == seg.key {
-					line = n.Content[i].Line
-					n, found = n.Content[i+1], true
-					break
-				}
-			}
-			if !found {
-				return line
-			}
-			continue
-		default:
-			return line
-		}
-		line = n.Line
-	}
-	return line
+// typeError is how custom unmarshalers report a bad value: yaml.v3 keeps
+// decoding after a *yaml.TypeError (other errors abort without a line).
+func typeError(n *yaml.Node, format string, args ...any) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: ", n.Line, n.Column) + fmt.Sprintf(format, args...)}}
 }
 
-type pathSeg struct {
-	key   string
-	index int
-}
-
-func splitPath(path string) []pathSeg {
-	var segs []pathSeg
-	for _, part := range strings.Split(path, ".") {
-		if part == "" {
-			continue
+// defaultOmittedWeights sets weight 1 on keys and targets that do not
+// mention weight, so an explicit 0 stays 0 (drained).
+func defaultOmittedWeights(doc *yaml.Node, c *Config) {
+	var has func(n *yaml.Node, key string) bool
+	has = func(n *yaml.Node, key string) bool {
+		n = resolveAlias(n)
+		if n == nil || n.Kind != yaml.MappingNode {
+			return false
 		}
-		key, rest, _ := strings.Cut(part, "[")
-		if key != "" {
-			segs = append(segs, pathSeg{key: key, index: -1})
-		}
-		for rest != "" {
-			num, after, _ := strings.Cut(rest, "]")
-			if i, err := strconv.Atoi(num); err == nil {
-				segs = append(segs, pathSeg{index: i})
-			} else {
-				segs = append(segs, pathSeg{key: num, index: -1}) // map key: model_limits[gpt-4o]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return true
 			}
-			rest = strings.TrimPrefix(after, "[")
+			if n.Content[i].Tag == "!!merge" && has(n.Content[i+1], key) {
+				return true
+			}
+		}
+		return false
+	}
+	items := func(n *yaml.Node, key string) []*yaml.Node {
+		v := mappingValue(n, key)
+		if v == nil || v.Kind != yaml.SequenceNode {
+			return nil
+		}
+		return v.Content
+	}
+	for i, bn := range items(doc, "backends") {
+		for j, kn := range items(resolveAlias(bn), "keys") {
+			if i < len(c.Backends) && j < len(c.Backends[i].Keys) && !has(kn, "weight") {
+				c.Backends[i].Keys[j].Weight = 1
+			}
 		}
 	}
-	return segs
+	for i, mn := range items(doc, "models") {
+		for j, tn := range items(resolveAlias(mn), "targets") {
+			if i < len(c.Models) && j < len(c.Models[i].Targets) && !has(tn, "weight") {
+				c.Models[i].Targets[j].Weight = 1
+			}
+		}
+	}
+}
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	n = resolveAlias(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return resolveAlias(n.Content[i+1])
+		}
+	}
+	return nil
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -46,18 +49,33 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.ref), nil }
 
 // UnmarshalYAML reads the reference; resolution happens in Parse.
 func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
-	var ref string
-	if err := n.Decode(&ref); err != nil {
-		return fmt.Errorf("secret: %w", err)
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!null") {
+		return typeError(n, `a secret must be a string "env:NAME" or "file:PATH"`)
 	}
-	s.ref = strings.TrimSpace(ref)
+	s.ref, s.value = strings.TrimSpace(n.Value), ""
 	return nil
 }
 
 var errInlineSecret = errors.New(`must be a reference "env:NAME" or "file:PATH"; inline secrets are not accepted`)
 
-// resolve looks the secret up. The error never contains the value.
-func (s *Secret) resolve(env func(string) (string, bool)) error {
+// checkRef checks the form of the reference without resolving it.
+func (s *Secret) checkRef() error {
+	kind, name, ok := strings.Cut(s.ref, ":")
+	if !ok || name == "" || (kind != "env" && kind != "file") {
+		return errInlineSecret
+	}
+	if kind == "env" && strings.ContainsAny(name, " \t\r\n=") {
+		return errors.New("invalid environment variable name")
+	}
+	return nil
+}
+
+// resolve looks the secret up; relative file paths are taken from baseDir.
+// The error never contains the value.
+func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error {
+	if err := s.checkRef(); err != nil {
+		return err
+	}
 	kind, name, ok := strings.Cut(s.ref, ":")
 	if !ok || name == "" {
 		return errInlineSecret
@@ -71,6 +89,9 @@ func (s *Secret) resolve(env func(string) (string, bool)) error {
 		}
 		v = val
 	case "file":
+		if baseDir != "" && !filepath.IsAbs(name) {
+			name = filepath.Join(baseDir, name)
+		}
 		b, err := os.ReadFile(name)
 		if err != nil {
 			return fmt.Errorf("reading secret file: %w", unwrapPathError(err))
@@ -83,8 +104,11 @@ func (s *Secret) resolve(env func(string) (string, bool)) error {
 	if v == "" {
 		return errors.New("resolves to an empty value")
 	}
-	if strings.ContainsAny(v, " \t\r\n") {
-		return errors.New("resolved value contains whitespace or a newline")
+	if strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return errors.New("resolved value contains whitespace, a newline or a control character")
+	}
+	if !utf8.ValidString(v) {
+		return errors.New("resolved value is not valid UTF-8")
 	}
 	s.value = v
 	return nil
@@ -108,7 +132,7 @@ func ResolveSecret(ref string, lookupEnv func(string) (string, bool)) (Secret, e
 		lookupEnv = os.LookupEnv
 	}
 	s := Secret{ref: strings.TrimSpace(ref)}
-	if err := s.resolve(lookupEnv); err != nil {
+	if err := s.resolve(lookupEnv, ""); err != nil {
 		return Secret{}, fmt.Errorf("secret %s: %w", s.ref, err)
 	}
 	return s, nil

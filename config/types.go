@@ -252,6 +252,8 @@ type VirtualKey struct {
 	Hash    string `yaml:"hash" json:"hash"`
 	Secret  Secret `yaml:"secret" json:"secret"`
 	Revoked bool   `yaml:"revoked" json:"revoked"`
+
+	derived bool // Hash was computed from Secret
 }
 
 // Limits are request and token rates. Zero means unlimited.

@@ -17,13 +17,17 @@ func (d Duration) D() time.Duration { return d.Duration }
 
 // UnmarshalYAML accepts Go duration strings.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("duration: %w", err)
+	if n.Kind != yaml.ScalarNode {
+		return typeError(n, "a duration must be a string such as 500ms, 30s or 5m")
+	}
+	s := n.Value
+	if s == "0" {
+		d.Duration = 0
+		return nil
 	}
 	v, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
-		return fmt.Errorf("invalid duration %q (use e.g. 500ms, 30s, 5m)", s)
+		return typeError(n, "invalid duration %q (use e.g. 500ms, 30s, 5m)", s)
 	}
 	d.Duration = v
 	return nil
@@ -70,13 +74,12 @@ func ParseByteSize(s string) (ByteSize, error) {
 
 // UnmarshalYAML accepts a number of bytes or a string with a unit.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("size: %w", err)
+	if n.Kind != yaml.ScalarNode {
+		return typeError(n, "a size must be a number of bytes or a string such as 512KiB or 8MiB")
 	}
-	v, err := ParseByteSize(s)
+	v, err := ParseByteSize(n.Value)
 	if err != nil {
-		return err
+		return typeError(n, "%v", err)
 	}
 	*b = v
 	return nil
@@ -91,6 +94,9 @@ func (b ByteSize) String() string {
 	}
 	return strconv.FormatInt(int64(b), 10)
 }
+
+// MarshalJSON writes the size as a number of bytes.
+func (b ByteSize) MarshalJSON() ([]byte, error) { return strconv.AppendInt(nil, int64(b), 10), nil }
 
 // MarshalYAML writes the size with its unit.
 func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }

@@ -3,8 +3,8 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -16,58 +16,110 @@ var modelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$`)
 
 var hashRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
+// headerNameRE is an HTTP header field name (RFC 9110 token).
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
 type validator struct {
 	errs Errors
+	opts Options
 }
 
 func (v *validator) add(path, format string, args ...any) {
 	v.errs = append(v.errs, &Error{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
+// secret checks a reference and, unless SkipSecrets, resolves it (once: a
+// secret that already has a value, e.g. from SecretFromValue, is kept).
+func (v *validator) secret(path string, s *Secret, required bool) bool {
+	switch {
+	case s.IsZero():
+		if required {
+			v.add(path, "required: env:NAME or file:PATH")
+		}
+		return false
+	case s.value != "":
+		return true
+	case v.opts.SkipSecrets:
+		if err := s.checkRef(); err != nil {
+			v.add(path, "%v", err)
+		}
+		return false
+	}
+	if err := s.resolve(v.opts.LookupEnv, v.opts.BaseDir); err != nil {
+		v.add(path, "%v", err)
+		return false
+	}
+	return true
+}
+
 func (c *Config) validate(opts Options) Errors {
-	v := &validator{}
+	v := &validator{opts: opts}
 	c.validateListen(v)
-	c.validateRedis(v, opts)
+	c.validateRedis(v)
 	c.validatePolicies(v)
-	backends := c.validateBackends(v, opts)
+	backends := c.validateBackends(v)
 	models := c.validateModels(v, backends)
-	c.validateTenants(v, models, opts)
+	c.validateTenants(v, models)
 	return v.errs
 }
 
-func (c *Config) validateListen(v *validator) {
-	addrs := map[string]string{}
-	check := func(path, addr string) {
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			v.add(path, "invalid address %q: want host:port", addr)
-			return
-		}
-		if prev, dup := addrs[addr]; dup {
-			v.add(path, "address %q is already used by %s", addr, prev)
-		}
-		addrs[addr] = path
+type namedValue[T any] struct {
+	path string
+	val  T
+}
+
+func checkHostPort(v *validator, path, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(path, "invalid address %q: want host:port", addr)
+		return false
 	}
-	check("listen.xds", c.Listen.XDS)
-	check("listen.extproc", c.Listen.ExtProc)
-	check("listen.ratelimit", c.Listen.RateLimit)
-	check("listen.admin", c.Listen.Admin)
-	for path, addr := range map[string]string{
-		"envoy.xds_address": c.Envoy.XDSAddress, "envoy.extproc_address": c.Envoy.ExtProcAddress,
-		"envoy.ratelimit_address": c.Envoy.RateLimitAddress,
+	if n, err := net.LookupPort("tcp", port); err != nil || n < 0 || n > 65535 || strings.ContainsAny(host, "/ ") {
+		v.add(path, "invalid address %q: bad host or port", addr)
+		return false
+	}
+	return true
+}
+
+func (c *Config) validateListen(v *validator) {
+	seen := map[string]string{}
+	for _, a := range []namedValue[string]{
+		{"listen.xds", c.Listen.XDS}, {"listen.extproc", c.Listen.ExtProc},
+		{"listen.ratelimit", c.Listen.RateLimit}, {"listen.admin", c.Listen.Admin},
 	} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			v.add(path, "invalid address %q: want host:port", addr)
+		if !checkHostPort(v, a.path, a.val) {
+			continue
 		}
+		if prev, dup := seen[a.val]; dup {
+			v.add(a.path, "address %q is already used by %s", a.val, prev)
+		}
+		seen[a.val] = a.path
+	}
+	for _, a := range []namedValue[string]{
+		{"envoy.xds_address", c.Envoy.XDSAddress}, {"envoy.extproc_address", c.Envoy.ExtProcAddress},
+		{"envoy.ratelimit_address", c.Envoy.RateLimitAddress},
+	} {
+		if checkHostPort(v, a.path, a.val) {
+			if _, port, _ := net.SplitHostPort(a.val); port == "0" {
+				v.add(a.path, "port 0 cannot be dialled; set the address Envoy should connect to")
+			}
+		}
+	}
+	if net.ParseIP(c.Envoy.ListenerAddress) == nil {
+		v.add("envoy.listener_address", "invalid IP address %q", c.Envoy.ListenerAddress)
 	}
 	if c.Envoy.ListenerPort > 65535 {
 		v.add("envoy.listener_port", "port %d out of range", c.Envoy.ListenerPort)
+	}
+	if !nameRE.MatchString(c.Envoy.NodeCluster) {
+		v.add("envoy.node_cluster", "invalid node cluster %q", c.Envoy.NodeCluster)
 	}
 	if !nameRE.MatchString(c.Envoy.RateLimitDomain) {
 		v.add("envoy.ratelimit_domain", "invalid domain %q", c.Envoy.RateLimitDomain)
 	}
 }
 
-func (c *Config) validateRedis(v *validator, opts Options) {
+func (c *Config) validateRedis(v *validator) {
 	r := &c.Redis
 	switch r.Mode {
 	case "standalone":
@@ -79,19 +131,31 @@ func (c *Config) validateRedis(v *validator, opts Options) {
 			v.add("redis.master_name", "required in sentinel mode")
 		}
 	case "cluster":
+		if r.DB != 0 {
+			v.add("redis.db", "Redis Cluster has only database 0")
+		}
 	default:
 		v.add("redis.mode", "unknown mode %q: want standalone, sentinel or cluster", r.Mode)
 	}
+	if r.Mode != "sentinel" && r.MasterName != "" {
+		v.add("redis.master_name", "only used in sentinel mode")
+	}
 	for i, a := range r.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			v.add(fmt.Sprintf("redis.addrs[%d]", i), "invalid address %q: want host:port", a)
-		}
+		checkHostPort(v, fmt.Sprintf("redis.addrs[%d]", i), a)
 	}
-	if !r.Password.IsZero() && !opts.SkipSecrets {
-		if err := r.Password.resolve(opts.LookupEnv); err != nil {
-			v.add("redis.password", "%v", err)
-		}
+	if r.DB < 0 || r.DB > 15 {
+		v.add("redis.db", "must be between 0 and 15, got %d", r.DB)
 	}
+	if r.DialTimeout.Duration <= 0 {
+		v.add("redis.dial_timeout", "must be positive")
+	}
+	if r.ReadTimeout.Duration <= 0 {
+		v.add("redis.read_timeout", "must be positive")
+	}
+	if strings.ContainsAny(r.KeyPrefix, " \t\r\n{}") {
+		v.add("redis.key_prefix", "must not contain whitespace or braces (Cluster hash tags are added by swarmgate)")
+	}
+	v.secret("redis.password", &r.Password, false)
 }
 
 func (c *Config) validatePolicies(v *validator) {
@@ -99,7 +163,9 @@ func (c *Config) validatePolicies(v *validator) {
 	if rq.MaxBodyBytes < 1024 || rq.MaxBodyBytes > 256<<20 {
 		v.add("request.max_body_bytes", "must be between 1KiB and 256MiB, got %s", rq.MaxBodyBytes)
 	}
-	if rq.Timeout.Duration < 0 || rq.LongTimeout.Duration < rq.Timeout.Duration {
+	if rq.Timeout.Duration <= 0 {
+		v.add("request.timeout", "must be positive")
+	} else if rq.LongTimeout.Duration < rq.Timeout.Duration {
 		v.add("request.long_timeout", "must not be shorter than request.timeout (%s)", rq.Timeout.Duration)
 	}
 	if rq.MessageTimeout.Duration <= 0 || rq.MessageTimeout.Duration.Hours() > 1 {
@@ -108,8 +174,16 @@ func (c *Config) validatePolicies(v *validator) {
 	if rq.BytesPerToken <= 0 || rq.BytesPerToken > 16 {
 		v.add("request.bytes_per_token", "must be in (0, 16], got %g", rq.BytesPerToken)
 	}
-	if rq.DefaultMaxOutputTokens < 0 || rq.LongMaxTokens < 0 {
+	if rq.DefaultMaxOutputTokens < 0 {
 		v.add("request.default_max_output_tokens", "must not be negative")
+	}
+	if rq.LongMaxTokens < 0 {
+		v.add("request.long_max_tokens", "must not be negative")
+	}
+	if !headerNameRE.MatchString(rq.StickyHeader) {
+		v.add("request.sticky_header", "invalid header name %q", rq.StickyHeader)
+	} else if strings.HasPrefix(strings.ToLower(rq.StickyHeader), "x-swarmgate-") {
+		v.add("request.sticky_header", "x-swarmgate-* headers are internal and stripped from clients")
 	}
 	b := &c.Breaker
 	if b.Consecutive429 < 1 {
@@ -134,44 +208,90 @@ func (c *Config) validatePolicies(v *validator) {
 	if r.NumRetries < 0 || r.NumRetries > 10 {
 		v.add("retry.num_retries", "must be between 0 and 10, got %d", r.NumRetries)
 	}
+	if r.PerTryTimeout.Duration < 0 {
+		v.add("retry.per_try_timeout", "must not be negative")
+	} else if r.PerTryTimeout.Duration > rq.LongTimeout.Duration && rq.LongTimeout.Duration > 0 {
+		v.add("retry.per_try_timeout", "is longer than request.long_timeout (%s): a try could never time out", rq.LongTimeout.Duration)
+	}
+	if r.BackoffBase.Duration <= 0 {
+		v.add("retry.backoff_base", "must be positive")
+	}
 	if r.BackoffMax.Duration < r.BackoffBase.Duration {
-		v.add("retry.backoff_max", "must not be shorter than retry.backoff_base")
+		v.add("retry.backoff_max", "must not be shorter than retry.backoff_base (%s)", r.BackoffBase.Duration)
 	}
 	if r.BudgetPercent <= 0 || r.BudgetPercent > 100 {
 		v.add("retry.budget_percent", "must be in (0, 100], got %g", r.BudgetPercent)
 	}
-	for path, m := range map[string]FailureMode{
-		"failure_modes.extproc": c.FailureModes.ExtProc, "failure_modes.ratelimit": c.FailureModes.RateLimit,
-		"failure_modes.budget": c.FailureModes.Budget, "failure_modes.reservation": c.FailureModes.Reservation,
-		"failure_modes.breaker_sync": c.FailureModes.BreakerSync,
+	if r.MinRetryConcurrency < 0 {
+		v.add("retry.min_retry_concurrency", "must not be negative")
+	}
+	f := &c.FailureModes
+	for _, m := range []namedValue[FailureMode]{
+		{"failure_modes.extproc", f.ExtProc}, {"failure_modes.ratelimit", f.RateLimit},
+		{"failure_modes.budget", f.Budget}, {"failure_modes.reservation", f.Reservation},
+		{"failure_modes.breaker_sync", f.BreakerSync},
 	} {
-		if m != FailOpen && m != FailClosed {
-			v.add(path, "unknown failure mode %q: want open or closed", m)
+		if m.val != FailOpen && m.val != FailClosed {
+			v.add(m.path, "unknown failure mode %q: want open or closed", m.val)
 		}
 	}
-	switch c.Accounting.BillOnDisconnect {
+	a := &c.Accounting
+	switch a.BillOnDisconnect {
 	case "reported", "delivered", "reserved":
 	default:
-		v.add("accounting.bill_on_disconnect", "unknown policy %q: want reported, delivered or reserved", c.Accounting.BillOnDisconnect)
+		v.add("accounting.bill_on_disconnect", "unknown policy %q: want reported, delivered or reserved", a.BillOnDisconnect)
 	}
-	if t := c.Accounting.TokenLimits; t != "reserve" && t != "ratelimit" {
-		v.add("accounting.token_limits", "unknown mode %q: want reserve or ratelimit", t)
+	if a.TokenLimits != "reserve" && a.TokenLimits != "ratelimit" {
+		v.add("accounting.token_limits", "unknown mode %q: want reserve or ratelimit", a.TokenLimits)
 	}
-	if c.Accounting.LedgerBuffer < 0 {
+	if a.LedgerBuffer < 0 {
 		v.add("accounting.ledger_buffer", "must not be negative")
 	}
-	if c.Accounting.ReservationTTL.Duration <= 0 {
+	if a.ReservationTTL.Duration <= 0 {
 		v.add("accounting.reservation_ttl", "must be positive")
+	} else if a.ReservationTTL.Duration < rq.LongTimeout.Duration {
+		v.add("accounting.reservation_ttl", "is shorter than request.long_timeout (%s): reservations of long jobs would expire while they run", rq.LongTimeout.Duration)
+	}
+	if len(a.Currency) != 3 || strings.ToUpper(a.Currency) != a.Currency {
+		v.add("accounting.currency", "want a three-letter ISO 4217 code such as USD, got %q", a.Currency)
 	}
 	if c.Telemetry.SampleRatio < 0 || c.Telemetry.SampleRatio > 1 {
-		v.add("telemetry.sample_ratio", "must be between 0 and 1")
+		v.add("telemetry.sample_ratio", "must be between 0 and 1, got %g", c.Telemetry.SampleRatio)
 	}
-	if u := c.Alerts.WebhookURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-		v.add("alerts.webhook_url", "must be an http or https URL")
+	if e := c.Telemetry.OTLPEndpoint; e != "" {
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")); err != nil {
+			v.add("telemetry.otlp_endpoint", "want host:port (optionally with http:// or https://)")
+		}
+	}
+	if u := c.Alerts.WebhookURL; u != "" {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			// Never echo the URL: webhook URLs often embed a token.
+			v.add("alerts.webhook_url", "must be an absolute http or https URL")
+		}
+	}
+	if c.Alerts.Timeout.Duration <= 0 {
+		v.add("alerts.timeout", "must be positive")
 	}
 }
 
-func (c *Config) validateBackends(v *validator, opts Options) map[string]bool {
+// credentialHeader reports header names that carry credentials: static
+// headers are printed in config dumps, so these belong in keys.
+func credentialHeader(name string) bool {
+	lh := strings.ToLower(name)
+	switch lh {
+	case "authorization", "proxy-authorization", "x-api-key", "api-key", "cookie":
+		return true
+	}
+	for _, s := range []string{"token", "secret", "password", "apikey", "api-key", "api_key"} {
+		if strings.Contains(lh, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) validateBackends(v *validator) map[string]bool {
 	names := map[string]bool{}
 	keyIDs := map[string]string{}
 	if len(c.Backends) == 0 {
@@ -189,9 +309,20 @@ func (c *Config) validateBackends(v *validator, opts Options) map[string]bool {
 		names[b.Name] = true
 		u, err := parseBaseURL(b.BaseURL)
 		if err != nil {
-			v.add(p+".base_url", "invalid URL %q: %v", b.BaseURL, err)
+			v.add(p+".base_url", "invalid URL %q: %v", redactURL(b.BaseURL), err)
 		}
 		b.url = u
+		if err == nil && u.scheme != "https" {
+			if b.SNI != "" {
+				v.add(p+".sni", "SNI needs an https base_url")
+			}
+			if b.TLS.InsecureSkipVerify || b.TLS.CAFile != "" {
+				v.add(p+".tls", "TLS settings need an https base_url")
+			}
+		}
+		if b.SNI != "" && (net.ParseIP(b.SNI) != nil || strings.ContainsAny(b.SNI, ":/ ")) {
+			v.add(p+".sni", "invalid server name %q: want a DNS name", b.SNI)
+		}
 		if b.APIStyle != "openai" {
 			v.add(p+".api_style", "unsupported api_style %q: want openai", b.APIStyle)
 		}
@@ -201,10 +332,22 @@ func (c *Config) validateBackends(v *validator, opts Options) map[string]bool {
 			v.add(p+".auth", "unknown auth style %q: want bearer, x-api-key or api-key", b.Auth)
 		}
 		for h := range b.Headers {
+			hp := p + ".headers[" + h + "]"
 			lh := strings.ToLower(h)
-			if lh == "authorization" || lh == "x-api-key" || lh == "api-key" || strings.HasPrefix(lh, ":") || strings.HasPrefix(lh, "x-swarmgate-") {
-				v.add(p+".headers["+h+"]", "header %q is managed by swarmgate and cannot be set here", h)
+			switch {
+			case !headerNameRE.MatchString(h):
+				v.add(hp, "invalid header name %q", h)
+			case lh == "host" || strings.HasPrefix(lh, "x-swarmgate-") || strings.HasPrefix(lh, "x-envoy-"):
+				v.add(hp, "header %q is managed by swarmgate or Envoy and cannot be set here", h)
+			case credentialHeader(h):
+				v.add(hp, "header %q looks like a credential; static headers are not secret (put the credential in keys)", h)
 			}
+			if strings.ContainsAny(b.Headers[h], "\r\n\x00") {
+				v.add(hp, "header value contains a line break or NUL")
+			}
+		}
+		if b.ConnectTimeout.Duration <= 0 {
+			v.add(p+".connect_timeout", "must be positive")
 		}
 		if len(b.Keys) == 0 {
 			v.add(p+".keys", "backend %q has no API keys", b.Name)
@@ -218,36 +361,47 @@ func (c *Config) validateBackends(v *validator, opts Options) map[string]bool {
 				v.add(kp+".id", "invalid key id %q", k.ID)
 			case keyIDs[k.ID] != "":
 				v.add(kp+".id", "duplicate key id %q (also in backend %s); key ids are global", k.ID, keyIDs[k.ID])
-			}
-			keyIDs[k.ID] = b.Name
-			if k.Weight < 0 {
-				v.add(kp+".weight", "must not be negative")
-			}
-			total += k.Weight
-			if k.RPM < 0 || k.TPM < 0 || k.MaxInFlight < 0 {
-				v.add(kp, "rpm, tpm and max_in_flight must not be negative")
-			}
-			switch {
-			case k.Secret.IsZero():
-				v.add(kp+".secret", "required: env:NAME or file:PATH")
-			case !opts.SkipSecrets:
-				if err := k.Secret.resolve(opts.LookupEnv); err != nil {
-					v.add(kp+".secret", "%v", err)
-				}
 			default:
-				if kind, _, _ := strings.Cut(k.Secret.ref, ":"); kind != "env" && kind != "file" {
-					v.add(kp+".secret", "%v", errInlineSecret)
+				keyIDs[k.ID] = b.Name
+			}
+			if k.Weight < 0 || k.Weight > 1000000 {
+				v.add(kp+".weight", "must be between 0 (drained) and 1000000, got %d", k.Weight)
+			} else {
+				total += k.Weight
+			}
+			for _, n := range []namedValue[int]{{"rpm", k.RPM}, {"tpm", k.TPM}, {"max_in_flight", k.MaxInFlight}} {
+				if n.val < 0 {
+					v.add(kp+"."+n.path, "must not be negative (0 means unlimited)")
 				}
 			}
+			v.secret(kp+".secret", &k.Secret, true)
 		}
 		if len(b.Keys) > 0 && total == 0 {
 			v.add(p+".keys", "key weights sum to zero: no key would ever be picked")
 		}
-		if b.MaxConnections < 0 || b.MaxPendingRequests < 0 || b.MaxRequests < 0 {
-			v.add(p, "circuit-breaker thresholds must not be negative")
+		for _, n := range []namedValue[int]{{"max_connections", b.MaxConnections}, {"max_pending_requests", b.MaxPendingRequests}, {"max_requests", b.MaxRequests}} {
+			if n.val < 0 {
+				v.add(p+"."+n.path, "must not be negative")
+			}
 		}
 	}
 	return names
+}
+
+// redactURL drops user info, query and fragment before a URL is echoed.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "REDACTED"
+	}
+	u.Fragment = ""
+	return u.String()
 }
 
 func (c *Config) validateModels(v *validator, backends map[string]bool) map[string]bool {
@@ -270,6 +424,7 @@ func (c *Config) validateModels(v *validator, backends map[string]bool) map[stri
 		}
 		seen := map[string]bool{}
 		weights := map[int]int{}
+		var prios []int
 		for j := range m.Targets {
 			t := &m.Targets[j]
 			tp := fmt.Sprintf("%s.targets[%d]", p, j)
@@ -283,27 +438,30 @@ func (c *Config) validateModels(v *validator, backends map[string]bool) map[stri
 			if !modelRE.MatchString(t.Model) {
 				v.add(tp+".model", "invalid upstream model name %q", t.Model)
 			}
-			if t.Weight < 0 {
-				v.add(tp+".weight", "must not be negative")
+			if t.Weight < 0 || t.Weight > 1000000 {
+				v.add(tp+".weight", "must be between 0 (drained) and 1000000, got %d", t.Weight)
 			}
 			if t.Priority < 0 || t.Priority > 7 {
 				v.add(tp+".priority", "must be between 0 and 7, got %d", t.Priority)
 			}
-			weights[t.Priority] += t.Weight
+			if _, ok := weights[t.Priority]; !ok {
+				prios = append(prios, t.Priority)
+			}
+			weights[t.Priority] += max(0, t.Weight)
 			if t.ContextWindow < 0 {
 				v.add(tp+".context_window", "must not be negative")
 			}
 			pr := t.Price
-			for name, val := range map[string]float64{"input_per_mtok": pr.InputPerMTok, "output_per_mtok": pr.OutputPerMTok,
-				"cached_input_per_mtok": pr.CachedInputPerMTok, "reasoning_per_mtok": pr.ReasoningPerMTok} {
-				if val < 0 {
-					v.add(tp+".price."+name, "negative price %g", val)
+			for _, pv := range []namedValue[float64]{{"input_per_mtok", pr.InputPerMTok}, {"output_per_mtok", pr.OutputPerMTok},
+				{"cached_input_per_mtok", pr.CachedInputPerMTok}, {"reasoning_per_mtok", pr.ReasoningPerMTok}} {
+				if pv.val < 0 || pv.val != pv.val || pv.val > 1e6 {
+					v.add(tp+".price."+pv.path, "price must be between 0 and 1000000 per million tokens, got %g", pv.val)
 				}
 			}
 		}
-		for prio, w := range weights {
-			if w == 0 {
-				v.add(p+".targets", "target weights at priority %d sum to zero", prio)
+		for _, prio := range prios {
+			if weights[prio] == 0 {
+				v.add(p+".targets", "target weights at priority %d sum to zero: that priority would never be used", prio)
 			}
 		}
 		if m.Timeout.Duration < 0 {
@@ -313,9 +471,13 @@ func (c *Config) validateModels(v *validator, backends map[string]bool) map[stri
 	return names
 }
 
-func (c *Config) validateTenants(v *validator, models map[string]bool, opts Options) {
+func (c *Config) validateTenants(v *validator, models map[string]bool) {
 	names := map[string]bool{}
 	hashes := map[string]string{}
+	keyIDs := map[string]string{}
+	if len(c.Tenants) == 0 {
+		v.add("tenants", "at least one tenant is required: without one every request is refused")
+	}
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
@@ -332,21 +494,28 @@ func (c *Config) validateTenants(v *validator, models map[string]bool, opts Opti
 		for j := range t.Keys {
 			k := &t.Keys[j]
 			kp := fmt.Sprintf("%s.keys[%d]", p, j)
-			if !nameRE.MatchString(k.ID) {
+			if k.derived { // computed by an earlier Prepare
+				k.Hash, k.derived = "", false
+			}
+			switch {
+			case !nameRE.MatchString(k.ID):
 				v.add(kp+".id", "invalid key id %q", k.ID)
+			case keyIDs[k.ID] != "":
+				v.add(kp+".id", "duplicate virtual key id %q (also in %s); virtual key ids are global", k.ID, keyIDs[k.ID])
+			default:
+				keyIDs[k.ID] = kp
 			}
 			switch {
 			case k.Hash != "" && !k.Secret.IsZero():
 				v.add(kp, "set hash or secret, not both")
 			case k.Hash != "":
+				k.Hash = strings.ToLower(strings.TrimSpace(k.Hash))
 				if !hashRE.MatchString(k.Hash) {
-					v.add(kp+".hash", `must be "sha256:" and 64 lowercase hex digits (swarmgate hash-key prints it)`)
+					v.add(kp+".hash", `must be "sha256:" and 64 hex digits (swarmgate hash-key prints it)`)
 				}
 			case !k.Secret.IsZero():
-				if err := k.Secret.resolve(opts.LookupEnv); err != nil {
-					v.add(kp+".secret", "%v", err)
-				} else {
-					k.Hash = HashKey(k.Secret.value)
+				if v.secret(kp+".secret", &k.Secret, true) {
+					k.Hash, k.derived = HashKey(k.Secret.value), true
 				}
 			default:
 				v.add(kp, "hash or secret is required")
@@ -377,15 +546,16 @@ func (c *Config) validateTenants(v *validator, models map[string]bool, opts Opti
 			checkLimits(v, mp, l)
 		}
 		if b := t.Budget; b != nil {
-			if b.Monthly <= 0 {
+			if !(b.Monthly > 0) || b.Monthly > 1e12 {
 				v.add(p+".budget.monthly", "must be positive, got %g", b.Monthly)
 			}
-			if !slices.IsSorted(b.Alerts) || slices.Compact(slices.Clone(b.Alerts)) == nil || len(slices.Compact(slices.Clone(b.Alerts))) != len(b.Alerts) {
-				v.add(p+".budget.alerts", "thresholds must be strictly ascending, got %v", b.Alerts)
-			}
 			for j, a := range b.Alerts {
-				if a <= 0 || a > 100 {
-					v.add(fmt.Sprintf("%s.budget.alerts[%d]", p, j), "threshold %g%% out of range (0, 100]", a)
+				ap := fmt.Sprintf("%s.budget.alerts[%d]", p, j)
+				switch {
+				case !(a > 0 && a <= 100):
+					v.add(ap, "threshold %g%% out of range (0, 100]", a)
+				case j > 0 && a <= b.Alerts[j-1]:
+					v.add(ap, "thresholds must be strictly ascending: %g%% follows %g%%", a, b.Alerts[j-1])
 				}
 			}
 		}
@@ -393,8 +563,10 @@ func (c *Config) validateTenants(v *validator, models map[string]bool, opts Opti
 }
 
 func checkLimits(v *validator, path string, l Limits) {
-	if l.RPM < 0 || l.RPD < 0 || l.TPM < 0 {
-		v.add(path, "limits must not be negative")
+	for _, n := range []namedValue[int]{{"rpm", l.RPM}, {"rpd", l.RPD}, {"tpm", l.TPM}} {
+		if n.val < 0 {
+			v.add(path+"."+n.path, "must not be negative (0 means unlimited)")
+		}
 	}
 	if l.RPM > 0 && l.RPD > 0 && l.RPD < l.RPM {
 		v.add(path+".rpd", "requests per day (%d) is below requests per minute (%d)", l.RPD, l.RPM)
