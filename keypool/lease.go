@@ -44,47 +44,56 @@ type leaseKey struct {
 // O(leaked) work: whatever is still in the old generation at rotation is
 // older than the TTL and is dropped. An entry lives between ttl and 2·ttl.
 type leaseTable struct {
-	cur, prev map[leaseKey]int32
+	cur, prev map[leaseKey]leaseVal
 	rotateAt  time.Time
 }
 
-func (t *leaseTable) add(k leaseKey) {
-	if t.cur == nil {
-		t.cur, t.prev = map[leaseKey]int32{}, map[leaseKey]int32{}
-	}
-	t.cur[k]++
+type leaseVal struct {
+	n     int32
+	probe bool // one of them is the key's half-open probe
 }
 
-func (t *leaseTable) has(k leaseKey) bool { return t.cur[k] > 0 || t.prev[k] > 0 }
+func (t *leaseTable) add(k leaseKey, probe bool) {
+	if t.cur == nil {
+		t.cur, t.prev = map[leaseKey]leaseVal{}, map[leaseKey]leaseVal{}
+	}
+	v := t.cur[k]
+	v.n++
+	v.probe = v.probe || probe
+	t.cur[k] = v
+}
 
-// release removes one lease; false if it had already expired.
-func (t *leaseTable) release(k leaseKey) bool {
-	for _, m := range [2]map[leaseKey]int32{t.cur, t.prev} {
-		if n := m[k]; n > 0 {
-			if n == 1 {
+func (t *leaseTable) has(k leaseKey) bool { return t.cur[k].n > 0 || t.prev[k].n > 0 }
+
+// release removes one lease: found is false if it had already expired;
+// probe tells whether it was the key's probe.
+func (t *leaseTable) release(k leaseKey) (found, probe bool) {
+	for _, m := range [2]map[leaseKey]leaseVal{t.cur, t.prev} {
+		if v, ok := m[k]; ok {
+			if v.n <= 1 {
 				delete(m, k)
 			} else {
-				m[k] = n - 1
+				m[k] = leaseVal{n: v.n - 1}
 			}
-			return true
+			return true, v.probe
 		}
 	}
-	return false
+	return false, false
 }
 
 // rotate expires the old generation, calling expire for each leaked lease.
-func (t *leaseTable) rotate(now time.Time, ttl time.Duration, expire func(leaseKey, int32)) {
+func (t *leaseTable) rotate(now time.Time, ttl time.Duration, expire func(leaseKey, leaseVal)) {
 	if now.Before(t.rotateAt) {
 		return
 	}
-	for k, n := range t.prev {
-		expire(k, n)
+	for k, v := range t.prev {
+		expire(k, v)
 	}
 	clear(t.prev)
 	if !now.Before(t.rotateAt.Add(ttl)) {
 		// Idle for two periods: the current generation is older than ttl too.
-		for k, n := range t.cur {
-			expire(k, n)
+		for k, v := range t.cur {
+			expire(k, v)
 		}
 		clear(t.cur)
 	}

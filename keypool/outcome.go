@@ -91,8 +91,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s <= 0 {
+	if isNumber(v) {
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil || s <= 0 {
 			return 0
 		}
 		return time.Duration(s * float64(time.Second))
@@ -110,6 +111,9 @@ func parseCount(v string) int {
 	if v == "" {
 		return -1
 	}
+	if !isNumber(v) || strings.Contains(v, ".") {
+		return -1
+	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return -1
@@ -124,8 +128,9 @@ func parseReset(v string) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s <= 0 {
+	if isNumber(v) {
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil || s <= 0 {
 			return 0
 		}
 		return time.Duration(s * float64(time.Second))
@@ -135,4 +140,19 @@ func parseReset(v string) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// isNumber reports whether v is digits with at most one dot, so the common
+// "6m0s" never builds a strconv error.
+func isNumber(v string) bool {
+	dots := 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '.':
+			dots++
+		case c < '0' || c > '9':
+			return false
+		}
+	}
+	return dots <= 1 && v != "."
 }

@@ -161,7 +161,7 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	k.inFlight++
 	k.win.add(now, 1, req.EstTokens)
 	k.picks++
-	kp.leases.add(leaseKey{req.RequestID, k})
+	kp.leases.add(leaseKey{req.RequestID, k}, probe)
 	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, pool: kp, key: k, req: req.RequestID}
 	kp.mu.Unlock()
 	k.m.inFlight.Inc()
@@ -172,7 +172,7 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time) {
 	kp.mu.Lock()
 	k := l.key
-	if kp.leases.release(leaseKey{l.req, k}) {
+	if found, _ := kp.leases.release(leaseKey{l.req, k}); found {
 		k.inFlight--
 	}
 	k.win.add(now, -1, -est)
@@ -190,10 +190,10 @@ func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time)
 
 // housekeep expires leaked leases and old tried-sets. Caller holds kp.mu.
 func (kp *KeyPool) housekeep(now time.Time, pol *policy) {
-	kp.leases.rotate(now, pol.leaseTTL, func(lk leaseKey, n int32) {
-		lk.key.inFlight -= int(n)
-		lk.key.m.inFlight.Sub(float64(n))
-		kp.owner.metrics.leasesExpired.WithLabelValues(kp.name).Add(float64(n))
+	kp.leases.rotate(now, pol.leaseTTL, func(lk leaseKey, v leaseVal) {
+		lk.key.inFlight -= int(v.n)
+		lk.key.m.inFlight.Sub(float64(v.n))
+		kp.owner.metrics.leasesExpired.WithLabelValues(kp.name).Add(float64(v.n))
 	})
 	kp.tried.rotate(now, pol.triedTTL)
 }
@@ -266,6 +266,7 @@ func (kp *KeyPool) soonestLocked(now time.Time) time.Time {
 // refreshLocked updates the cached health and the state gauges after time
 // passed; it reports whether health flipped.
 func (kp *KeyPool) refreshLocked(now time.Time) bool {
+	kp.housekeep(now, kp.owner.pol.Load())
 	for _, k := range kp.keys {
 		k.br.normalize(now)
 		k.m.state.Set(float64(k.br.State(now)))
@@ -282,7 +283,12 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	now := p.clock.Now()
 	pol := p.pol.Load()
 	kp.mu.Lock()
-	released := release && kp.leases.release(leaseKey{req, k})
+	released := false
+	if release {
+		var wasProbe bool
+		released, wasProbe = kp.leases.release(leaseKey{req, k})
+		probe = probe || wasProbe
+	}
 	if released {
 		k.inFlight--
 	}

@@ -281,3 +281,31 @@ func TestRetryNeverReusesFailedKey(t *testing.T) {
 		third.Done(status(200))
 	}
 }
+
+func TestProbeResolvedThroughReport(t *testing.T) {
+	// The ext_proc adapter releases leases with Report, not Done: the probe
+	// flag must still be found, and freed when no outcome came.
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, false), map[string][]key{"b": {{id: "a"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	for range 2 {
+		_ = p.Report(t.Context(), "b", "a", "", status(500))
+	}
+	clk.Advance(10 * time.Second)
+	l := pick(t, p, "b", PickRequest{RequestID: "r1", Attempt: 1})
+	if !l.Probe {
+		t.Fatal("not a probe")
+	}
+	if _, err := p.Pick(t.Context(), "b", PickRequest{RequestID: "r2", Attempt: 1}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("second pick while the probe is out: %v", err)
+	}
+	_ = p.Report(t.Context(), "b", "a", "r1", Outcome{}) // stream ended, no response
+	l = pick(t, p, "b", PickRequest{RequestID: "r3", Attempt: 1})
+	if !l.Probe {
+		t.Fatal("freed probe slot not reused as a probe")
+	}
+	_ = p.Report(t.Context(), "b", "a", "r3", status(200))
+	if s := stateOf(t, p, "a"); s.State != "closed" || s.InFlight != 0 {
+		t.Fatalf("after probe success via Report: %+v", s)
+	}
+}
