@@ -341,8 +341,8 @@ func TestBudgetHardCap(t *testing.T) {
 	}
 	// Spend reaches the cap: refused until next month.
 	rdb.HIncrBy(ctx, monthKey, "*|cost", int64(pricing.FromFloat(0.0095)))
-	_, err = r.Reserve(ctx, Request{RequestID: "b5", Tenant: "capped", Model: "big", PromptTokens: 1, Price: price})
 	untilNext := budget.UntilNextMonth(time.Now())
+	_, err = r.Reserve(ctx, Request{RequestID: "b5", Tenant: "capped", Model: "big", PromptTokens: 1, Price: price})
 	if !errors.As(err, &be) || be.Spent != pricing.FromFloat(0.0105) || be.RetryAfter > untilNext || be.RetryAfter < untilNext-5*time.Second {
 		t.Fatalf("err = %v (%+v), want ExceededError until next month", err, be)
 	}
