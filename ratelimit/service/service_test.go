@@ -3,6 +3,8 @@ package service_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -285,4 +287,9 @@ func waitFor(t *testing.T, cond func() bool) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func TestMain(m *testing.M) {
+	service.RouteLibraryLogs(slog.New(slog.DiscardHandler))
+	os.Exit(m.Run())
 }
