@@ -1,0 +1,62 @@
+package admin
+
+import (
+	"context"
+	"time"
+)
+
+// Breaker states as /keys reports them.
+const (
+	BreakerClosed   = "closed"    // key in rotation
+	BreakerOpen     = "open"      // key out of rotation until OpenUntil
+	BreakerHalfOpen = "half_open" // one probe request allowed
+)
+
+// KeyState is one upstream API key's pool and breaker state, by key id;
+// never the key itself.
+type KeyState struct {
+	Backend             string    `json:"backend"`
+	KeyID               string    `json:"key_id"`
+	State               string    `json:"state"` // BreakerClosed, BreakerOpen, BreakerHalfOpen
+	Weight              int       `json:"weight"`
+	InFlight            int       `json:"in_flight"`
+	ConsecutiveFailures int       `json:"consecutive_failures"`
+	LastStatus          int       `json:"last_status,omitempty"` // last upstream HTTP status seen
+	OpenUntil           time.Time `json:"open_until,omitzero"`
+	Reason              string    `json:"reason,omitempty"` // why it opened: "429 x3", "retry-after 30s"
+}
+
+// KeySource reports every key's state. The key pool implements it (or the
+// integrator adapts it with KeySourceFunc).
+type KeySource interface {
+	KeyStates(ctx context.Context) ([]KeyState, error)
+}
+
+// KeySourceFunc adapts a function to KeySource.
+type KeySourceFunc func(ctx context.Context) ([]KeyState, error)
+
+// KeyStates calls f.
+func (f KeySourceFunc) KeyStates(ctx context.Context) ([]KeyState, error) { return f(ctx) }
+
+// BudgetState is one tenant's spend in the current budget period.
+type BudgetState struct {
+	Tenant   string  `json:"tenant"`
+	Period   string  `json:"period"` // "2026-12" (calendar month, UTC)
+	Spent    float64 `json:"spent"`
+	Limit    float64 `json:"limit"` // monthly budget; 0: none
+	Currency string  `json:"currency"`
+	HardCap  bool    `json:"hard_cap"`
+	// AlertsFired are the alert percentages already fired this period.
+	AlertsFired []float64 `json:"alerts_fired,omitempty"`
+}
+
+// BudgetSource reports budget burn per tenant. Accounting implements it.
+type BudgetSource interface {
+	Budgets(ctx context.Context) ([]BudgetState, error)
+}
+
+// BudgetSourceFunc adapts a function to BudgetSource.
+type BudgetSourceFunc func(ctx context.Context) ([]BudgetState, error)
+
+// Budgets calls f.
+func (f BudgetSourceFunc) Budgets(ctx context.Context) ([]BudgetState, error) { return f(ctx) }

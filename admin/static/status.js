@@ -1,0 +1,147 @@
+// swarmgate status page: polls the admin JSON endpoints and renders them.
+// Everything from the server is set as text (never as HTML): refusal model
+// names can come from clients.
+"use strict";
+
+const POLL_MS = 2000;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+async function getJSON(path) {
+  const resp = await fetch(path, { cache: "no-store" });
+  let body = null;
+  try { body = await resp.json(); } catch (_) { /* not JSON */ }
+  return { ok: resp.ok, status: resp.status, body };
+}
+
+function unavailable(container, r) {
+  const msg = (r.body && r.body.error) || ("HTTP " + r.status);
+  container.replaceChildren(el("div", { class: "empty" }, msg));
+}
+
+function ago(iso) {
+  const t = Date.parse(iso);
+  if (isNaN(t)) return "";
+  const s = Math.round((Date.now() - t) / 1000);
+  if (s < 60) return s + "s ago";
+  if (s < 3600) return Math.floor(s / 60) + "m ago";
+  return new Date(t).toISOString().replace("T", " ").slice(0, 19) + "Z";
+}
+
+function until(iso) {
+  const t = Date.parse(iso);
+  if (isNaN(t)) return "";
+  const s = Math.round((t - Date.now()) / 1000);
+  return s > 0 ? "for " + s + "s" : "";
+}
+
+function renderReady(r) {
+  const badge = document.getElementById("ready");
+  const reasons = document.getElementById("reasons");
+  const b = r.body || {};
+  const status = b.status || "unknown";
+  badge.dataset.status = status;
+  badge.textContent = status;
+  document.getElementById("version").textContent = b.version ? "version " + b.version : "";
+  if (b.reasons && b.reasons.length) {
+    reasons.textContent = b.reasons.join(" · ");
+    reasons.hidden = false;
+  } else {
+    reasons.hidden = true;
+  }
+}
+
+function renderPools(r) {
+  const box = document.getElementById("pools");
+  const summary = document.getElementById("pools-summary");
+  if (!r.ok) { unavailable(box, r); summary.textContent = ""; return; }
+  let total = 0, open = 0;
+  const cards = r.body.pools.map((p) => {
+    total += p.total; open += p.open;
+    const rows = p.keys.map((k) => el("tr", { "data-key": p.backend + "/" + k.key_id },
+      el("td", { class: "key" }, k.key_id),
+      el("td", {}, el("span", { class: "state", "data-state": k.state }, k.state.replace("_", "-"))),
+      el("td", {}, k.weight),
+      el("td", {}, k.in_flight),
+      el("td", {}, k.consecutive_failures),
+      el("td", {}, k.last_status || ""),
+      el("td", { class: "reason" }, [k.reason, k.open_until ? until(k.open_until) : ""].filter(Boolean).join(" "))));
+    return el("div", { class: "pool", "data-backend": p.backend },
+      el("h3", {}, p.backend, el("span", { class: "muted" }, p.open + " of " + p.total + " open")),
+      p.keys.length
+        ? el("table", {},
+            el("thead", {}, el("tr", {}, ...["key", "breaker", "weight", "in flight", "failures", "last", "why"].map((h) => el("th", {}, h)))),
+            el("tbody", {}, ...rows))
+        : el("div", { class: "empty" }, "no keys"));
+  });
+  box.replaceChildren(...(cards.length ? cards : [el("div", { class: "empty" }, "no backends")]));
+  summary.textContent = open + " of " + total + " keys open";
+}
+
+function renderBudgets(r) {
+  const box = document.getElementById("budgets");
+  if (!r.ok) { unavailable(box, r); return; }
+  const rows = r.body.budgets.map((b) => {
+    const pct = b.limit > 0 ? b.percent : 0;
+    const level = pct >= 90 ? "bad" : pct >= 75 ? "warn" : "ok";
+    const money = (v) => v.toFixed(2);
+    const label = b.limit > 0
+      ? money(b.spent) + " / " + money(b.limit) + " " + (b.currency || "") + " (" + pct.toFixed(1) + "%)" + (b.hard_cap ? " hard cap" : "")
+      : money(b.spent) + " " + (b.currency || "") + " (no budget)";
+    return el("div", { class: "budget", "data-tenant": b.tenant, "data-percent": pct.toFixed(1) },
+      el("strong", {}, b.tenant),
+      el("div", { class: "bar" }, el("div", { class: "fill", "data-level": level })),
+      el("span", { class: "muted" }, label));
+  });
+  box.replaceChildren(...(rows.length ? rows : [el("div", { class: "empty" }, "no tenant has a budget")]));
+  // Widths are set through CSSOM, which the page's CSP allows (inline style
+  // attributes it does not).
+  box.querySelectorAll(".budget").forEach((row) => {
+    row.querySelector(".fill").style.width = Math.min(100, parseFloat(row.dataset.percent)) + "%";
+  });
+}
+
+function renderRefusals(r) {
+  const body = document.getElementById("refusals");
+  const total = document.getElementById("refusals-total");
+  if (!r.ok) {
+    body.replaceChildren(el("tr", {}, el("td", { colSpan: 5, class: "empty" }, (r.body && r.body.error) || "HTTP " + r.status)));
+    total.textContent = "";
+    return;
+  }
+  const rows = r.body.refusals.map((f) => el("tr", {},
+    el("td", { title: f.time }, ago(f.time)),
+    el("td", {}, f.tenant || "—"),
+    el("td", {}, f.model || "—"),
+    el("td", {}, f.status),
+    el("td", { class: "reason" }, f.reason)));
+  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colSpan: 5, class: "empty" }, "none"))]));
+  total.textContent = r.body.total + " since start";
+}
+
+async function poll() {
+  const [ready, keys, budgets, refusals] = await Promise.all(
+    ["/readyz", "/keys", "/budgets", "/refusals?limit=50"].map((p) =>
+      getJSON(p).catch((e) => ({ ok: false, status: 0, body: { error: String(e) } }))));
+  renderReady(ready);
+  renderPools(keys);
+  renderBudgets(budgets);
+  renderRefusals(refusals);
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  document.body.dataset.loaded = "true";
+}
+
+poll();
+setInterval(poll, POLL_MS);

@@ -1,0 +1,27 @@
+package admin
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+// The status page is plain HTML, CSS and JS with no external assets, so it
+// works on an air-gapped admin port. It polls /readyz, /keys, /budgets and
+// /refusals.
+//
+//go:embed static
+var staticFiles embed.FS
+
+func (s *Server) statusRoutes(mux *http.ServeMux) {
+	sub, err := fs.Sub(staticFiles, "static")
+	if err != nil {
+		panic(err) // the embed pattern above guarantees the directory
+	}
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(sub)))
+	page := func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, sub, "index.html")
+	}
+	mux.HandleFunc("GET /{$}", page)
+	mux.HandleFunc("GET /status", page)
+}
