@@ -475,9 +475,6 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 	names := map[string]bool{}
 	hashes := map[string]string{}
 	keyIDs := map[string]string{}
-	if len(c.Tenants) == 0 {
-		v.add("tenants", "at least one tenant is required: without one every request is refused")
-	}
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
