@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+func chatParams(model string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello to the gateway.")}}
+}
+
+func TestChatJSONCountsUsage(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	c := g.client(keyTeam)
+	resp, err := c.Chat.Completions.New(ctx, chatParams("gpt-4o-mini"), option.WithHeader("x-request-id", "json-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.CompletionTokens != 7 || resp.Usage.PromptTokens == 0 || len(resp.Choices) != 1 {
+		t.Fatalf("response usage %+v", resp.Usage)
+	}
+	rec, ok := g.sim.RecordFor("json-1")
+	if !ok || rec.Cluster != contract.PoolCluster("gpt-4o-mini") || len(rec.Attempts) != 1 {
+		t.Fatalf("sim record %+v", rec)
+	}
+	md := rec.DynamicMetadata[contract.MetadataNamespace]
+	if md[contract.MetaCompletionTokens] != float64(7) || md[contract.MetaPromptTokens] != float64(resp.Usage.PromptTokens) {
+		t.Errorf("dynamic metadata %v", md)
+	}
+	// What the relay received: its own key, no internal or client headers.
+	h := rec.Attempts[0].Header
+	if a := h.Get("authorization"); a != "Bearer relay-a-secret-1" && a != "Bearer relay-a-secret-2" {
+		t.Errorf("upstream authorization %q", a)
+	}
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), contract.HeaderPrefix) {
+			t.Errorf("internal header %s reached the upstream", k)
+		}
+	}
+	waitFor(t, "ledger entry", func() bool {
+		r, err := g.ledger.Query(ctx, "team", month())
+		return err == nil && r.Total.Requests == 1 && r.Total.OutputTokens == 7 && r.Total.InputTokens == resp.Usage.PromptTokens && r.Total.Cost > 0
+	})
+}
+
+func TestChatStreamUsageChunk(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	c := g.client(keyTeam)
+	for _, asked := range []bool{false, true} {
+		p := chatParams("gpt-4o-mini")
+		if asked {
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		s := c.Chat.Completions.NewStreaming(ctx, p)
+		var text strings.Builder
+		usageChunks := 0
+		var total int64
+		for s.Next() {
+			ch := s.Current()
+			if ch.Usage.TotalTokens > 0 {
+				usageChunks++
+				total = ch.Usage.TotalTokens
+			}
+			for _, choice := range ch.Choices {
+				text.WriteString(choice.Delta.Content)
+			}
+		}
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if asked {
+			want = 1
+		}
+		if usageChunks != want || text.Len() == 0 {
+			t.Errorf("include_usage=%v: %d usage chunks (total %d), text %q", asked, usageChunks, total, text.String())
+		}
+	}
+	// The relay was always asked for usage.
+	for _, r := range g.relayA.Requests() {
+		if !r.IncludeUsage {
+			t.Errorf("relay request without include_usage: %+v", r)
+		}
+	}
+	waitFor(t, "both streams in the ledger", func() bool {
+		r, err := g.ledger.Query(ctx, "team", month())
+		return err == nil && r.Total.Requests == 2 && r.Total.OutputTokens == 14 && r.Total.Streamed == 2
+	})
+}
+
+func TestToolsRouteAsLongJob(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	p := chatParams("gpt-4o-mini")
+	p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+		Name: "get_weather", Parameters: shared.FunctionParameters{"type": "object"}})}
+	if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "tools-1")); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := g.sim.RecordFor("tools-1"); rec.Route != contract.PoolCluster("gpt-4o-mini")+"_long" {
+		t.Errorf("route %q, want the long-job route", rec.Route)
+	}
+}
+
+func TestSDKSeesOpenAIErrors(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	tests := []struct {
+		name, key, model string
+		status           int
+		code             string
+	}{
+		{"unknown key", "sk-wrong", "gpt-4o-mini", 401, "invalid_api_key"},
+		{"model not allowed", keyLimited, "gpt-4o-mini", 403, "model_not_allowed"},
+		{"unknown model", keyTeam, "gpt-5-imaginary", 404, "model_not_found"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := g.chat(tc.key).New(ctx, chatParams(tc.model))
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("error %v is not an *openai.Error", err)
+			}
+			if apiErr.StatusCode != tc.status || apiErr.Code != tc.code || apiErr.Message == "" || apiErr.Type == "" {
+				t.Errorf("got %d %q %q %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message)
+			}
+		})
+	}
+	if n := len(g.relayA.Requests()) + len(g.relayB.Requests()); n != 0 {
+		t.Errorf("%d refused requests reached a relay", n)
+	}
+}
+
+func TestMalformedAndOversizedBodies(t *testing.T) {
+	g := startGateway(t)
+	tests := []struct {
+		name, body string
+		status     int
+		msgHas     string
+	}{
+		{"malformed", "{\"model\": \"gpt-4o-mini\",\n  \"messages\": [{]}", 400, "line 2, column 17"},
+		{"too large", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("a", 70000) + `"}]}`, 413, "65536"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := rawPost(t, g, keyTeam, tc.body)
+			var e struct {
+				Error struct{ Message, Type, Code string }
+			}
+			if err := json.Unmarshal([]byte(body), &e); err != nil {
+				t.Fatalf("body %q: %v", body, err)
+			}
+			if resp.StatusCode != tc.status || !strings.Contains(e.Error.Message, tc.msgHas) {
+				t.Errorf("status %d body %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+func TestModelsList(t *testing.T) {
+	g := startGateway(t)
+	page, err := g.models(keyLimited).List(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Data) != 1 || page.Data[0].ID != "solo" {
+		t.Errorf("models %+v", page.Data)
+	}
+}
+
+func TestKeyRotationAcrossPool(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	for range 6 {
+		if _, err := g.chat(keyTeam).New(ctx, chatParams("solo")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a1, a2 := g.relayA.Count("relay-a-1").OK, g.relayA.Count("relay-a-2").OK
+	if a1 == 0 || a2 == 0 || a1+a2 != 6 {
+		t.Errorf("keys used: relay-a-1 %d, relay-a-2 %d", a1, a2)
+	}
+}
+
+// A 429 on one key is retried by Envoy (retriable-status-codes) on the same
+// relay; the upstream ext_proc of the retry (another server than the
+// router-level one) must pick the other key.
+func TestRetryAfter429UsesAnotherKey(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	g.relayA.SetBehavior("relay-a-1", mockupstreamRateLimited())
+	// Keys alternate: within two requests one first attempt lands on the
+	// rate-limited key.
+	for i := range 3 {
+		id := "retry-" + strconv.Itoa(i)
+		resp, err := g.chat(keyTeam).New(ctx, chatParams("solo"), option.WithHeader("x-request-id", id))
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if resp.Usage.CompletionTokens != 7 {
+			t.Errorf("usage %+v", resp.Usage)
+		}
+		rec, _ := g.sim.RecordFor(id)
+		for i := 1; i < len(rec.Attempts); i++ {
+			prev, cur := rec.Attempts[i-1], rec.Attempts[i]
+			if prev.Status == 429 && cur.Header.Get("authorization") == prev.Header.Get("authorization") {
+				t.Errorf("%s: retry reused the rate-limited key", id)
+			}
+		}
+		if len(rec.Attempts) > 1 {
+			if rec.Attempts[0].Status != 429 || rec.Attempts[1].Status != 200 {
+				t.Errorf("%s: attempts %+v", id, rec.Attempts)
+			}
+			break
+		}
+	}
+	if g.relayA.Count("relay-a-1").RateLimited != 1 || g.relayA.Count("relay-a-2").OK == 0 {
+		t.Errorf("relay-a counts: %+v", g.relayA.Counts())
+	}
+}
+
+// With relay-a down (EDS health), the pool fails over to relay-b, whose
+// model name, base path and auth style differ.
+func TestFailoverRenamesModelUpstream(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	g.sim.SetHealthy(contract.PoolCluster("gpt-4o-mini"), g.relayA.Addr().String(), false)
+	resp, err := g.chat(keyTeam).New(ctx, chatParams("gpt-4o-mini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.CompletionTokens != 7 {
+		t.Errorf("usage %+v", resp.Usage)
+	}
+	recs := g.relayB.Requests()
+	if len(recs) != 1 || recs[0].Model != "openai/gpt-4o-mini" || recs[0].Path != "/openai/v1/chat/completions" || recs[0].KeyID != "relay-b-1" ||
+		recs[0].Headers.Get("x-relay-tag") != "b" {
+		t.Fatalf("relay-b saw %+v", recs)
+	}
+	waitFor(t, "ledger row for relay-b", func() bool {
+		r, err := g.ledger.Query(ctx, "team", month())
+		if err != nil {
+			return false
+		}
+		for _, row := range r.Rows {
+			if row.Backend == "relay-b" && row.Key == "relay-b-1" && row.OutputTokens == 7 {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/test/envoysim"
+	"github.com/swarmgate/swarmgate/xds/translator"
+)
+
+// Virtual keys; the config stores only their hashes.
+const (
+	keyTeam    = "sk-team-e2e"
+	keyLimited = "sk-limited-e2e"
+)
+
+var upstreamKeys = map[string]string{
+	"A1": "relay-a-secret-1", "A2": "relay-a-secret-2", "B1": "relay-b-secret-1",
+}
+
+type gateway struct {
+	sim      *envoysim.Sim
+	relayA   *mockupstream.Server
+	relayB   *mockupstream.Server
+	ledger   *ledger.Ledger
+	cfg      *config.Config
+	routerEP *extproc.Server
+	upEP     *extproc.Server
+}
+
+func gatewayYAML(relayA, relayB string, redisAddr string) string {
+	return fmt.Sprintf(`
+redis:
+  addrs: [%s]
+request:
+  max_body_bytes: 65536
+  long_max_tokens: 4096
+  long_when_tools: true
+  message_timeout: 5s
+retry:
+  num_retries: 2
+  backoff_base: 5ms
+  backoff_max: 50ms
+breaker:
+  consecutive_429: 1
+accounting:
+  token_limits: ratelimit
+backends:
+  - name: relay-a
+    base_url: http://%s/v1
+    auth: bearer
+    keys:
+      - {id: relay-a-1, secret: env:A1}
+      - {id: relay-a-2, secret: env:A2}
+  - name: relay-b
+    base_url: http://%s/openai/v1
+    auth: x-api-key
+    headers: {x-relay-tag: b}
+    keys:
+      - {id: relay-b-1, secret: env:B1}
+models:
+  - name: gpt-4o-mini
+    targets:
+      - {backend: relay-a, context_window: 128000, price: {input_per_mtok: 0.15, output_per_mtok: 0.60}}
+      - {backend: relay-b, model: openai/gpt-4o-mini, priority: 1, context_window: 128000}
+  - name: solo
+    targets:
+      - {backend: relay-a}
+  - name: premium
+    targets:
+      - {backend: relay-b}
+tenants:
+  - name: team
+    models: [gpt-4o-mini, solo]
+    keys:
+      - {id: team-1, hash: %s}
+  - name: limited
+    models: [solo]
+    keys:
+      - {id: limited-1, hash: %s}
+`, redisAddr, relayA, relayB, config.HashKey(keyTeam), config.HashKey(keyLimited))
+}
+
+func startRelay(t *testing.T, ctx context.Context, auth config.AuthStyle, keys ...string) *mockupstream.Server {
+	t.Helper()
+	var ks []mockupstream.Key
+	for _, k := range keys {
+		ks = append(ks, mockupstream.Key{ID: strings.ToLower(map[string]string{"A1": "relay-a-1", "A2": "relay-a-2", "B1": "relay-b-1"}[k]), Value: upstreamKeys[k]})
+	}
+	s := mockupstream.New(mockupstream.Options{Auth: auth, Keys: ks, Models: []string{"gpt-4o-mini", "openai/gpt-4o-mini"},
+		CompletionTokens: 7, RecordHeaders: []string{"x-relay-tag", "authorization", "x-api-key"}})
+	if _, err := s.Start(ctx, "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *redis.Client, led *ledger.Ledger) (*extproc.Server, string) {
+	t.Helper()
+	pools, err := keypool.New(cfg, keypool.Options{Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pools.Run(ctx) }()
+	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, func() *config.Config { return cfg })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	return srv, lis.Addr().String()
+}
+
+func startGateway(t *testing.T) *gateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rs := redistest.Start(t)
+	rdb := rs.Client()
+	g := &gateway{}
+	g.relayA = startRelay(t, ctx, config.AuthBearer, "A1", "A2")
+	g.relayB = startRelay(t, ctx, config.AuthXAPIKey, "B1")
+	cfg, err := config.Parse([]byte(gatewayYAML(g.relayA.Addr().String(), g.relayB.Addr().String(), rs.Addr)), "e2e.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := upstreamKeys[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cfg = cfg
+	g.ledger = ledger.New(rdb, ledger.OptionsFrom(cfg))
+	go g.ledger.Run(ctx)
+	// Router-level and upstream filters talk to two different ext_proc
+	// servers (separate key pools, shared only through Redis): nothing may
+	// pass between them in process memory.
+	var routerAddr, upAddr string
+	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger)
+	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger)
+
+	res, err := translator.Translate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clas := translator.Endpoints(res.IR, translator.EndpointState{})
+	sim, err := envoysim.FromXDS(res.Listeners[0], res.Routes, res.Clusters, clas, envoysim.XDSOptions{
+		RoleHeader: contract.GRPCRoleHeader,
+		ExtProcTarget: func(role string) string {
+			if role == contract.RoleUpstream {
+				return upAddr
+			}
+			return routerAddr
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx, "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	g.sim = sim
+	return g
+}
+
+func (g *gateway) client(key string, opts ...option.RequestOption) openai.Client {
+	return openai.NewClient(append([]option.RequestOption{option.WithBaseURL(g.sim.URL() + "/v1/"), option.WithAPIKey(key),
+		option.WithMaxRetries(0), option.WithRequestTimeout(20 * time.Second)}, opts...)...)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or the deadline passes (accounting
+// completes on the ext_proc stream after the client has its answer).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func month() string { return ledger.MonthOf(time.Now()) }
+
+func rawPost(t *testing.T, g *gateway, key, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, g.sim.URL()+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("authorization", "Bearer "+key)
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func (g *gateway) chat(key string) *openai.ChatCompletionService {
+	c := g.client(key)
+	return &c.Chat.Completions
+}
+
+func (g *gateway) models(key string) *openai.ModelService {
+	c := g.client(key)
+	return &c.Models
+}
