@@ -304,6 +304,7 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 		}
 		return
 	}
+	keyID := k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
 	k.syncProbe = false
 	if cls == classSuccess {
@@ -336,18 +337,18 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	if changed {
 		k.m.state.Set(float64(st))
 		if rs.Trips > wasTrips || st == Open && wasState != Open {
-			p.metrics.trips.WithLabelValues(kp.name, k.cfg.ID, string(reason)).Inc()
-			p.log.Info("keypool: key opened", "backend", kp.name, "key", k.cfg.ID,
+			p.metrics.trips.WithLabelValues(kp.name, keyID, string(reason)).Inc()
+			p.log.Info("keypool: key opened", "backend", kp.name, "key", keyID,
 				"reason", string(reason), "status", o.Status, "open_for", rs.Until.Sub(now).Round(time.Millisecond))
 		} else if st == Closed && wasState != Closed {
-			p.log.Info("keypool: key closed", "backend", kp.name, "key", k.cfg.ID)
+			p.log.Info("keypool: key closed", "backend", kp.name, "key", keyID)
 		}
 		if p.sync != nil {
-			p.sync.publish(kp.name, k.cfg.ID, rs)
+			p.sync.publish(kp.name, keyID, rs)
 		}
 	}
 	if o.Failed() && req != "" && p.sync != nil {
-		p.sync.addTried(req, k.cfg.ID)
+		p.sync.addTried(req, keyID)
 	}
 	if flipped {
 		p.signal()

@@ -165,10 +165,13 @@ func TestRetryExcludesKeyFailedOnOtherReplica(t *testing.T) {
 		req := PickRequest{RequestID: fmt.Sprint("req-", i), Attempt: 1}
 		first := pick(t, ps[0], "b", req)
 		first.Done(status(429)) // below the threshold: only this request avoids the key
-		waitFor(t, time.Second, "failed key recorded", func() bool {
+		lag := waitFor(t, time.Second, "failed key recorded", func() bool {
 			ok, _ := rdb.SIsMember(t.Context(), "sg:keypool:tried:"+req.RequestID, first.KeyID).Result()
 			return ok
 		})
+		if i == 0 {
+			t.Logf("failed key visible in Redis %s after the report", lag)
+		}
 		// Replica 1 has never seen this request. Fresh SWRR state on
 		// both keys would pick "a" first; the retry must get the other.
 		req.Attempt = 2
