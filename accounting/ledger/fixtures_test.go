@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/swarmgate/swarmgate/internal/redistest"
@@ -26,3 +28,11 @@ func newTestLedger(t *testing.T, opts Options) (*Ledger, *redistest.Server, *red
 }
 
 var testTime = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,102 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/config"
+)
+
+func handlerConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+backends: [{name: b, base_url: "http://127.0.0.1:1/v1", keys: [{id: k1, secret: "env:NOPE"}]}]
+models: [{name: m, targets: [{backend: b}]}]
+tenants: [{name: acme, keys: [{id: v1, hash: "sha256:%064d"}], models: ["*"]}]
+accounting: {currency: EUR}
+`, 1)), "t.yaml", config.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestHandler(t *testing.T) {
+	l, _, _ := newTestLedger(t, Options{})
+	cfg := handlerConfig(t)
+	e := Entry{RequestID: "r1", Tenant: "acme", Model: "m", Backend: "b", KeyID: "k1", Time: testTime,
+		Usage: pricing.Usage{PromptTokens: 10, CompletionTokens: 5}, Cost: pricing.FromFloat(0.25)}
+	if err := l.Record(t.Context(), e); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(l.Handler(cfg))
+	defer srv.Close()
+	tests := []struct {
+		query string
+		code  int
+		body  string
+	}{
+		{"?tenant=acme&month=2026-12", 200, `"cost":"0.250000000"`},
+		{"?tenant=acme&month=2026-11", 200, `"requests":0`},
+		{"?month=2026-12", 400, "tenant is required"},
+		{"?tenant=nobody", 404, "unknown tenant"},
+		{"?tenant=acme&month=12-2026", 400, "YYYY-MM"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + "/usage" + tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var buf bytes.Buffer
+			_, _ = buf.ReadFrom(resp.Body)
+			if resp.StatusCode != tc.code || !strings.Contains(buf.String(), tc.body) {
+				t.Fatalf("%d %s, want %d containing %s", resp.StatusCode, buf.String(), tc.code, tc.body)
+			}
+			if tc.code == 200 {
+				var rep Report
+				if err := json.Unmarshal(buf.Bytes(), &rep); err != nil || rep.Currency != "EUR" {
+					t.Fatalf("decode: %v, %+v", err, rep)
+				}
+			}
+		})
+	}
+	rec := httptest.NewRecorder()
+	l.Handler(cfg).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/usage?tenant=acme", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %d", rec.Code)
+	}
+}
+
+func TestPrintUsage(t *testing.T) {
+	_, srv, rdb := newTestLedger(t, Options{})
+	cfg := handlerConfig(t)
+	cfg.Redis.Addrs = []string{srv.Addr}
+	l := New(rdb, OptionsFrom(cfg))
+	for i, c := range []float64{1.5, 0.0000005} {
+		e := Entry{RequestID: fmt.Sprint(i), Tenant: "acme", Model: "m", Backend: "b", KeyID: fmt.Sprint("k", i), Time: testTime,
+			Usage: pricing.Usage{PromptTokens: 1000, CompletionTokens: 10, CachedTokens: 100}, Cost: pricing.FromFloat(c), Partial: i == 1}
+		if err := l.Record(t.Context(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := PrintUsage(t.Context(), &out, rdb, cfg, "acme", "2026-12"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tenant acme, month 2026-12, cost in EUR", "MODEL", "k0", "1.500000", "0.000001", "TOTAL", "2000", "1.500001", "1 partial"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := PrintUsage(t.Context(), &out, rdb, cfg, "nobody", ""); err == nil {
+		t.Fatal("unknown tenant accepted")
+	}
+}
