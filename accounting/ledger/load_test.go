@@ -42,8 +42,8 @@ func mixedEntries(n int, seed uint64) []Entry {
 			Backend:   []string{"openai", "relay"}[rng.IntN(2)],
 			KeyID:     fmt.Sprintf("k%d", rng.IntN(4)),
 			Usage:     u, Cost: rates[m].Cost(u),
-			Time:      testTime.Add(time.Duration(rng.IntN(20*24)) * time.Hour),
-			Streamed:  rng.IntN(2) == 0,
+			Time:     testTime.Add(time.Duration(rng.IntN(20*24)) * time.Hour),
+			Streamed: rng.IntN(2) == 0,
 		}
 	}
 	return out
