@@ -32,6 +32,9 @@ type keyState struct {
 	m keyMetrics
 }
 
+// limited reports whether the key has a local RPM or TPM to enforce.
+func (k *keyState) limited() bool { return k.cfg.RPM > 0 || k.cfg.TPM > 0 }
+
 // KeyPool is one backend's keys. Its mutex is held only for the in-memory
 // selection step (a few hundred nanoseconds); no I/O happens under it.
 type KeyPool struct {
@@ -123,7 +126,7 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 	case !k.br.allow(now),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
-		in.enforceWindow && !k.win.allow(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
+		in.enforceWindow && k.limited() && !k.win.allow(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline):
 		return false
 	}
@@ -159,7 +162,9 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		k.syncProbe, k.syncProbeDeadline = true, now.Add(in.pol.br.probeTTL)
 	}
 	k.inFlight++
-	k.win.add(now, 1, req.EstTokens)
+	if k.limited() {
+		k.win.add(now, 1, req.EstTokens)
+	}
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
 	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, pool: kp, key: k, req: req.RequestID}
@@ -172,10 +177,13 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time) {
 	kp.mu.Lock()
 	k := l.key
-	if found, _ := kp.leases.release(leaseKey{l.req, k}); found {
+	found, _ := kp.leases.release(leaseKey{l.req, k})
+	if found {
 		k.inFlight--
 	}
-	k.win.add(now, -1, -est)
+	if k.limited() {
+		k.win.add(now, -1, -est)
+	}
 	k.picks--
 	if l.Probe {
 		k.br.releaseProbe()
@@ -185,7 +193,9 @@ func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time)
 		k.limitedUntil = limitedUntil
 	}
 	kp.mu.Unlock()
-	k.m.inFlight.Dec()
+	if found {
+		k.m.inFlight.Dec()
+	}
 }
 
 // housekeep expires leaked leases and old tried-sets. Caller holds kp.mu.
@@ -228,7 +238,7 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight {
 			consider(unknown)
 		}
-		if in.enforceWindow {
+		if in.enforceWindow && k.limited() {
 			consider(k.win.wait(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens))
 		}
 		if in.syncUnknown && k.syncProbe {
