@@ -16,6 +16,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -166,4 +167,15 @@ func (l *Limiter) Allow(ctx context.Context, keyID string, tokens int) (ok bool,
 		}
 	}
 	return false, retryAfter, nil
+}
+
+// Dial opens the one client connection a process needs to the rate-limit
+// service at config.Envoy.RateLimitAddress (plaintext, like Envoy's). It
+// connects lazily; close it at shutdown.
+func Dial(cfg *config.Config) (*grpc.ClientConn, error) {
+	cc, err := grpc.NewClient(cfg.Envoy.RateLimitAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("keylimit: rate-limit service %s: %w", cfg.Envoy.RateLimitAddress, err)
+	}
+	return cc, nil
 }
