@@ -73,7 +73,7 @@ func tripped() KeySource {
 		return []KeyState{
 			{Backend: "relay-a", KeyID: "relay-a-1", State: BreakerClosed, Weight: 2, InFlight: 3, LastStatus: 200},
 			{Backend: "relay-a", KeyID: "relay-a-2", State: BreakerOpen, Weight: 1, ConsecutiveFailures: 3, LastStatus: 429,
-				OpenUntil: time.Now().Add(30 * time.Second), Reason: "429 x3, retry-after 30s"},
+				OpenUntil: time.Now().Add(30 * time.Second), Reason: "429 x3, retry-after"},
 			{Backend: "relay-b", KeyID: "relay-b-1", State: BreakerHalfOpen, Weight: 1, ConsecutiveFailures: 5, LastStatus: 503, Reason: "5xx x5"},
 		}, nil
 	})

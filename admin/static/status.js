@@ -44,7 +44,7 @@ function until(iso) {
   const t = Date.parse(iso);
   if (isNaN(t)) return "";
   const s = Math.round((t - Date.now()) / 1000);
-  return s > 0 ? "for " + s + "s" : "";
+  return s > 0 ? "(another " + s + "s)" : "";
 }
 
 function renderReady(r) {
