@@ -176,4 +176,3 @@ func pixelStats(img image.Image) (distinct, red int) {
 }
 
 func near(v, want uint32) bool { return v+12 >= want && v <= want+12 }
-
