@@ -63,7 +63,7 @@ func TestFailoverLoop(t *testing.T) {
 	if h := p.BackendHealth(); !h["primary"] {
 		t.Fatalf("health after cooldown: %v", h)
 	}
-	if flip < cooldown || flip > cooldown+100*time.Millisecond {
+	if flip < cooldown || flip > cooldown+250*time.Millisecond {
 		t.Fatalf("healthy again %s after the trip, cooldown %s", flip, cooldown)
 	}
 	t.Logf("healthy again (half-open) %s after the trip (cooldown %s)", flip, cooldown)

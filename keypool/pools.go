@@ -240,8 +240,9 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 		case err != nil:
 			// The shared limiter is unreachable: let the local windows
 			// decide for a second, then ask it again.
-			p.limiterDown.Store(in.now.Add(time.Second).UnixNano())
-			p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
+			if prev := p.limiterDown.Swap(in.now.Add(time.Second).UnixNano()); prev < in.now.UnixNano() {
+				p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
+			}
 			kp.undo(in.now, l, req.EstTokens, time.Time{})
 		case ok:
 			l.key.m.picks.Inc()

@@ -81,13 +81,13 @@ func TestTripReachesOtherReplicas(t *testing.T) {
 	t.Run("poll backstop", func(t *testing.T) {
 		// A transition whose PUBLISH was lost (subscriber reconnecting):
 		// written to the hash only. The poll must find it within
-		// sync_interval + one round trip.
+		// sync_interval + read_timeout (the stated bound).
 		rs := remoteState{Open: true, Reason: ReasonFailures, Until: time.Now().Add(time.Minute), Trips: 1, At: time.Now()}
 		if err := srv.Client().HSet(t.Context(), "sg:keypool:breakers", "b", encodeState("elsewhere", "b", "b", rs)).Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i, p := range ps {
-			lag := waitFor(t, syncInterval+100*time.Millisecond, fmt.Sprintf("replica %d polls b", i), func() bool { return stateOf(t, p, "b").State == "open" })
+			lag := waitFor(t, syncInterval+200*time.Millisecond, fmt.Sprintf("replica %d polls b", i), func() bool { return stateOf(t, p, "b").State == "open" })
 			t.Logf("replica %d: hash-only transition adopted after %s", i, lag)
 		}
 	})
