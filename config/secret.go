@@ -3,8 +3,11 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -15,19 +18,32 @@ import (
 // Secret is a reference to a credential, "env:NAME" or "file:PATH". The
 // resolved value is held unexported and never printed, marshalled or logged:
 // every textual form of a Secret is its reference.
+//
+// The value sits behind a pointer so that even fmt's reflection fallback
+// (bad verbs, fields reached through unexported ones) prints an address,
+// never the credential.
 type Secret struct {
-	ref   string
-	value string
+	ref string
+	val *secretValue
 }
 
+type secretValue struct{ v string }
+
 // SecretFromValue builds a resolved secret (tests, programmatic configs).
-func SecretFromValue(ref, value string) Secret { return Secret{ref: ref, value: value} }
+func SecretFromValue(ref, value string) Secret {
+	return Secret{ref: ref, val: &secretValue{v: value}}
+}
 
 // Ref is the reference as written, e.g. "env:OPENAI_KEY_1".
 func (s Secret) Ref() string { return s.ref }
 
 // Value is the resolved credential. Callers must not log it.
-func (s Secret) Value() string { return s.value }
+func (s Secret) Value() string {
+	if s.val == nil {
+		return ""
+	}
+	return s.val.v
+}
 
 // IsZero reports whether no reference was given.
 func (s Secret) IsZero() bool { return s.ref == "" }
@@ -37,6 +53,23 @@ func (s Secret) String() string { return s.ref }
 
 // GoString returns the reference, never the value (so %#v is safe too).
 func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.ref) }
+
+// Format prints the reference for every verb (%d or %x would otherwise
+// print the struct fields, value included).
+func (s Secret) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		_, _ = io.WriteString(f, s.GoString())
+		return
+	}
+	if verb == 'q' {
+		_, _ = io.WriteString(f, strconv.Quote(s.ref))
+		return
+	}
+	_, _ = io.WriteString(f, s.ref)
+}
+
+// LogValue makes slog print the reference.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.ref) }
 
 // MarshalYAML writes the reference.
 func (s Secret) MarshalYAML() (any, error) { return s.ref, nil }
@@ -52,7 +85,7 @@ func (s *Secret) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!null") {
 		return typeError(n, `a secret must be a string "env:NAME" or "file:PATH"`)
 	}
-	s.ref, s.value = strings.TrimSpace(n.Value), ""
+	s.ref, s.val = strings.TrimSpace(n.Value), nil
 	return nil
 }
 
@@ -92,7 +125,7 @@ func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error 
 		if baseDir != "" && !filepath.IsAbs(name) {
 			name = filepath.Join(baseDir, name)
 		}
-		b, err := os.ReadFile(name)
+		b, err := readSecretFile(name)
 		if err != nil {
 			return fmt.Errorf("reading secret file: %w", unwrapPathError(err))
 		}
@@ -110,8 +143,35 @@ func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error 
 	if !utf8.ValidString(v) {
 		return errors.New("resolved value is not valid UTF-8")
 	}
-	s.value = v
+	s.val = &secretValue{v: v}
 	return nil
+}
+
+// maxSecretFileBytes bounds a secret file: keys are short, and a path such
+// as /dev/zero must not hang a config load.
+const maxSecretFileBytes = 64 << 10
+
+func readSecretFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", name)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxSecretFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, maxSecretFileBytes)
+	}
+	return b, nil
 }
 
 // unwrapPathError keeps the path and reason of a file error but never file

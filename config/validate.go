@@ -37,7 +37,7 @@ func (v *validator) secret(path string, s *Secret, required bool) bool {
 			v.add(path, "required: env:NAME or file:PATH")
 		}
 		return false
-	case s.value != "":
+	case s.Value() != "":
 		return true
 	case v.opts.SkipSecrets:
 		if err := s.checkRef(); err != nil {
@@ -512,7 +512,7 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 				}
 			case !k.Secret.IsZero():
 				if v.secret(kp+".secret", &k.Secret, true) {
-					k.Hash, k.derived = HashKey(k.Secret.value), true
+					k.Hash, k.derived = HashKey(k.Secret.Value()), true
 				}
 			default:
 				v.add(kp, "hash or secret is required")
