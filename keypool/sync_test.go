@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
@@ -76,6 +79,16 @@ func TestTripReachesOtherReplicas(t *testing.T) {
 			t.Logf("replica %d: trip adopted after %s (bound sync_interval %s)", i+1, lag, syncInterval)
 		}
 		t.Logf("all replicas skip a %s after the trip", time.Since(start))
+		for i, p := range ps[1:] {
+			var m dto.Metric
+			_ = p.metrics.lag.WithLabelValues("pubsub").(prometheus.Metric).Write(&m)
+			h := m.GetHistogram()
+			if h.GetSampleCount() != 1 {
+				t.Fatalf("replica %d: %d pub/sub adoptions, want 1", i+1, h.GetSampleCount())
+			}
+			t.Logf("replica %d: propagation lag (origin transition -> adopted) %s", i+1,
+				time.Duration(h.GetSampleSum()*float64(time.Second)).Round(time.Microsecond))
+		}
 	})
 
 	t.Run("poll backstop", func(t *testing.T) {
