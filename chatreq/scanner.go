@@ -74,20 +74,10 @@ const (
 	l7  = 0x7f7f7f7f7f7f7f7f
 )
 
-// wordClasses counts, exactly, the non-ASCII bytes and the ASCII bytes that
-// are not letters or spaces in the bytes of w selected by sel (high bits).
-// Raw strings hold no tabs or newlines (those must be escaped).
-func wordClasses(w, sel uint64) (nonASCII, symbols int) {
-	ascii := ^w & sel
-	t := (w | lsb*0x20) & l7 // fold case; low 7 bits
-	ge := (t + lsb*(0x80-'a')) & msb
-	gt := (t + lsb*(0x80-'z'-1)) & msb
-	letters := ge &^ gt & ascii
-	sp := w ^ (lsb * ' ')
-	spaces := ^(((sp & l7) + l7) | sp | l7) & sel
-	nonASCII = bits.OnesCount64(w & sel & msb)
-	symbols = bits.OnesCount64(ascii) - bits.OnesCount64(letters) - bits.OnesCount64(spaces)
-	return nonASCII, symbols
+// hsum adds the eight byte lanes of x.
+func hsum(x uint64) int {
+	const m = 0x00ff00ff00ff00ff
+	return int((((x & m) + ((x >> 8) & m)) * 0x0001000100010001) >> 48)
 }
 
 func byteIsSymbol(c byte) bool {
@@ -98,106 +88,163 @@ func byteIsSymbol(c byte) bool {
 // str scans a string whose opening quote is at s.i and returns its raw
 // content (escapes not decoded) and whether it contains escapes. When st is
 // not nil the decoded length and byte classes are added to it.
+//
+// The loop reads eight bytes at a time and handles the common escapes
+// without leaving it: agent traffic is code and JSON inside strings, with an
+// escape every few bytes. Counters are plain locals so they stay in
+// registers.
 func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 	b := s.b
 	start := s.i + 1
 	i := start
-	var acc textStats // bytes holds what escapes save when decoded
-	for {
-		// Eight bytes at a time: flag '"', '\\' and control bytes. The lowest
-		// flagged byte is exact (borrows only propagate upwards).
-		for i+8 <= len(b) {
-			w := binary.LittleEndian.Uint64(b[i:])
-			q := w ^ (lsb * '"')
-			e := w ^ (lsb * '\\')
-			m := ((q - lsb) &^ q) | ((e - lsb) &^ e) | ((w - lsb*0x20) &^ w)
-			m &= msb
-			if m != 0 {
-				k := bits.TrailingZeros64(m) >> 3
-				if st != nil && k > 0 {
-					n, sy := wordClasses(w, msb&(1<<(8*uint(k))-1))
-					acc.nonASCII += n
-					acc.symbols += sy
-				}
-				i += k
-				break
+	// saved: bytes escapes save when decoded; non, sym: byte classes seen
+	// outside the word loop's lanes.
+	saved, non, sym := 0, 0, 0
+	// Word-loop byte classes, counted in per-byte lanes and flushed before
+	// a lane can overflow, so no popcount runs per word.
+	var nonLanes, wordLanes uint64 // non-ASCII bytes; letters and spaces
+	lanesUsed := 0
+	for i+8 <= len(b) {
+		w := binary.LittleEndian.Uint64(b[i:])
+		// Flag '"', '\\' and control bytes; the lowest flagged byte is exact
+		// (borrows only propagate upwards).
+		q := w ^ (lsb * '"')
+		e := w ^ (lsb * '\\')
+		m := (((q - lsb) &^ q) | ((e - lsb) &^ e) | ((w - lsb*0x20) &^ w)) & msb
+		k, sel := 8, uint64(msb)
+		if m != 0 {
+			k = bits.TrailingZeros64(m) >> 3
+			sel = msb & (1<<(8*uint(k)) - 1)
+		}
+		if st != nil && k > 0 {
+			// symbols = bytes - non-ASCII - letters - spaces; raw strings
+			// hold no tabs or newlines (JSON requires them escaped).
+			// No control bytes get here, so an ASCII byte below '!' is a
+			// space.
+			t := (w | lsb*0x20) & l7 // case folded, low 7 bits
+			wordish := ((t + lsb*(0x80-'a')) &^ (t + lsb*(0x80-'z'-1))) | ^((w & l7) + lsb*(0x80-'!'))
+			nonLanes += (w & sel) >> 7
+			wordLanes += (wordish &^ w & sel) >> 7
+			sym += k
+			if lanesUsed++; lanesUsed == 255 {
+				n := hsum(nonLanes)
+				non += n
+				sym -= n + hsum(wordLanes)
+				nonLanes, wordLanes, lanesUsed = 0, 0, 0
 			}
-			if st != nil {
-				n, sy := wordClasses(w, msb)
-				acc.nonASCII += n
-				acc.symbols += sy
-			}
+		}
+		if m == 0 {
 			i += 8
+			continue
 		}
-		// Byte at a time up to the next special byte (tail of the input, or
-		// the byte the word loop stopped at).
-		for i < len(b) {
-			c := b[i]
-			if c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			if c >= 0x80 {
-				acc.nonASCII++
-			} else if byteIsSymbol(c) {
-				acc.symbols++
-			}
-			i++
+		i += k
+		c := b[i]
+		if c == '"' {
+			break
 		}
-		if i >= len(b) {
-			return nil, false, s.errAt(len(b), "unexpected end of JSON input in string")
-		}
-		switch c := b[i]; {
-		case c == '"':
-			s.i = i + 1
-			if st != nil {
-				st.bytes += i - start - acc.bytes
-				st.nonASCII += acc.nonASCII
-				st.symbols += acc.symbols
-			}
-			return b[start:i], escaped, nil
-		case c < 0x20:
+		if c < 0x20 {
 			return nil, false, s.errAt(i, "invalid control character in string")
 		}
-		// Backslash.
 		escaped = true
-		if i+1 >= len(b) {
-			return nil, false, s.errAt(len(b), "unexpected end of JSON input in string escape")
+		if i+1 < len(b) { // the two-byte escapes, inline
+			switch b[i+1] {
+			case 'n', 't', 'r':
+				i += 2
+				saved++
+				continue
+			case '"', '\\', '/', 'b', 'f':
+				i += 2
+				saved++
+				sym++
+				continue
+			}
 		}
-		switch c := b[i+1]; c {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			acc.bytes++
-			if c != 'n' && c != 'r' && c != 't' {
-				acc.symbols++
-			}
-			i += 2
-		case 'u':
-			r, ok := hex4(b, i+2)
-			if !ok {
-				return nil, false, s.errAt(i, "invalid \\u escape in string")
-			}
-			if r >= 0xD800 && r < 0xDC00 {
-				if r2, ok2 := hex4(b, i+8); ok2 && b[i+6] == '\\' && b[i+7] == 'u' && r2 >= 0xDC00 && r2 < 0xE000 {
-					acc.bytes += 12 - 4
-					acc.nonASCII += 4
-					i += 12
-					continue
-				}
-			}
-			dl := utf8.RuneLen(r)
-			if dl < 0 { // lone surrogate: decoders substitute U+FFFD
-				dl = 3
-			}
-			if dl > 1 {
-				acc.nonASCII += dl
-			} else if byteIsSymbol(byte(r)) {
-				acc.symbols++
-			}
-			acc.bytes += 6 - dl
-			i += 6
-		default:
-			return nil, false, s.errAt(i, "invalid escape in string")
+		n, dn, ds, err := s.escape(i)
+		if err != nil {
+			return nil, false, err
+		}
+		i += n
+		saved += n - dn
+		sym += ds
+		if dn > 1 {
+			non += dn
 		}
 	}
+	// Fewer than eight bytes were left in the body: byte at a time.
+	for i < len(b) && b[i] != '"' {
+		c := b[i]
+		switch {
+		case c < 0x20:
+			return nil, false, s.errAt(i, "invalid control character in string")
+		case c == '\\':
+			escaped = true
+			n, dn, ds, err := s.escape(i)
+			if err != nil {
+				return nil, false, err
+			}
+			i += n
+			saved += n - dn
+			sym += ds
+			if dn > 1 {
+				non += dn
+			}
+			continue
+		case c >= 0x80:
+			non++
+		case byteIsSymbol(c):
+			sym++
+		}
+		i++
+	}
+	if i >= len(b) {
+		return nil, false, s.errAt(len(b), "unexpected end of JSON input in string")
+	}
+	s.i = i + 1
+	if st != nil {
+		n := hsum(nonLanes)
+		st.bytes += i - start - saved
+		st.nonASCII += non + n
+		st.symbols += sym - n - hsum(wordLanes)
+	}
+	return b[start:i], escaped, nil
+}
+
+// escape decodes the size of the escape at b[i] (a backslash): its length
+// n, its decoded length dl, and how many decoded bytes are ASCII symbols
+// (the rest, for dl > 1, are non-ASCII; \\n \\r \\t are whitespace).
+func (s *scanner) escape(i int) (n, dl, symbols int, err error) {
+	b := s.b
+	if i+1 >= len(b) {
+		return 0, 0, 0, s.errAt(len(b), "unexpected end of JSON input in string escape")
+	}
+	switch b[i+1] {
+	case 'n', 't', 'r':
+		return 2, 1, 0, nil
+	case '"', '\\', '/', 'b', 'f':
+		return 2, 1, 1, nil
+	case 'u':
+	default:
+		return 0, 0, 0, s.errAt(i, "invalid escape in string")
+	}
+	r, ok := hex4(b, i+2)
+	if !ok {
+		return 0, 0, 0, s.errAt(i, "invalid \\u escape in string")
+	}
+	if r >= 0xD800 && r < 0xDC00 {
+		if r2, ok2 := hex4(b, i+8); ok2 && b[i+6] == '\\' && b[i+7] == 'u' && r2 >= 0xDC00 && r2 < 0xE000 {
+			return 12, 4, 0, nil
+		}
+	}
+	dl = utf8.RuneLen(r)
+	switch {
+	case dl < 0: // lone surrogate: decoders substitute U+FFFD
+		return 6, 3, 0, nil
+	case dl == 1 && byteIsSymbol(byte(r)):
+		return 6, 1, 1, nil
+	case dl == 1:
+		return 6, 1, 0, nil
+	}
+	return 6, dl, 0, nil
 }
 
 // hex4 decodes four hex digits at b[i:i+4].
