@@ -25,7 +25,7 @@ func benchStr(b *testing.B, text string, stats bool) {
 const prose = "The history of the printing press is usually told as a story about one man and one machine, but the reality was slower and messier. "
 const code = "func (s *Server) handle(ctx context.Context, req *Request) (*Response, error) {\n\tif req == nil {\n\t\treturn nil, fmt.Errorf(\"nil request: %w\", ErrBadRequest)\n\t}\n"
 
-func BenchmarkStrProse(b *testing.B)        { benchStr(b, prose, false) }
-func BenchmarkStrProseStats(b *testing.B)   { benchStr(b, prose, true) }
-func BenchmarkStrCode(b *testing.B)         { benchStr(b, code, false) }
-func BenchmarkStrCodeStats(b *testing.B)    { benchStr(b, code, true) }
+func BenchmarkStrProse(b *testing.B)      { benchStr(b, prose, false) }
+func BenchmarkStrProseStats(b *testing.B) { benchStr(b, prose, true) }
+func BenchmarkStrCode(b *testing.B)       { benchStr(b, code, false) }
+func BenchmarkStrCodeStats(b *testing.B)  { benchStr(b, code, true) }
