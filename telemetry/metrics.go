@@ -21,7 +21,7 @@ const (
 	MetricTimePerOutputTok  = "swarmgate_time_per_output_token_seconds"
 	MetricTokens            = "swarmgate_tokens_total"
 	MetricCost              = "swarmgate_cost_total"
-	MetricRateLimitDecision = "swarmgate_ratelimit_decisions_total"
+	MetricRateLimitDecision = "swarmgate_limit_decisions_total"
 )
 
 // Other is the label value for anything not in the config (or not in a
