@@ -169,6 +169,14 @@ func TestParseOutcome(t *testing.T) {
 			}
 		})
 	}
+	reset := now.Add(20 * time.Second).UTC().Format(time.RFC3339)
+	a := ParseOutcome(200, func(n string) string {
+		return map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset,
+			"anthropic-ratelimit-tokens-remaining": "5000"}[n]
+	})
+	if a.RemainingRequests != 0 || a.RemainingTokens != 5000 || a.ResetRequests < 18*time.Second || a.ResetRequests > 20*time.Second {
+		t.Fatalf("anthropic headers: %+v", a)
+	}
 	date := now.Add(30 * time.Second).UTC().Format(http1123)
 	if d := parseRetryAfter(date, now); d < 28*time.Second || d > 30*time.Second {
 		t.Fatalf("HTTP-date Retry-After: %s", d)

@@ -64,7 +64,9 @@ func (o Outcome) Failed() bool {
 // absent). It understands Retry-After (seconds or HTTP date), retry-after-ms
 // (OpenAI), x-ratelimit-remaining-requests/-tokens and
 // x-ratelimit-reset-requests/-tokens in OpenAI's duration format ("1s",
-// "6m0s", "20ms") or plain seconds.
+// "6m0s", "20ms") or plain seconds, and Anthropic's
+// anthropic-ratelimit-{requests,tokens}-{remaining,reset} when the OpenAI
+// names are absent.
 func ParseOutcome(status int, headers func(name string) string) Outcome {
 	o := Outcome{Status: status, RemainingRequests: -1, RemainingTokens: -1}
 	if headers == nil {
@@ -82,7 +84,29 @@ func ParseOutcome(status int, headers func(name string) string) Outcome {
 	o.RemainingTokens = parseCount(headers("x-ratelimit-remaining-tokens"))
 	o.ResetRequests = parseReset(headers("x-ratelimit-reset-requests"))
 	o.ResetTokens = parseReset(headers("x-ratelimit-reset-tokens"))
+	if o.RemainingRequests < 0 && o.RemainingTokens < 0 {
+		// Anthropic's names; its resets are RFC 3339 instants.
+		rr := parseCount(headers("anthropic-ratelimit-requests-remaining"))
+		rt := parseCount(headers("anthropic-ratelimit-tokens-remaining"))
+		if rr >= 0 || rt >= 0 {
+			now := time.Now()
+			o.RemainingRequests, o.RemainingTokens = rr, rt
+			o.ResetRequests = parseInstant(headers("anthropic-ratelimit-requests-reset"), now)
+			o.ResetTokens = parseInstant(headers("anthropic-ratelimit-tokens-reset"), now)
+		}
+	}
 	return o
+}
+
+func parseInstant(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+	if err != nil {
+		return 0
+	}
+	return max(t.Sub(now), 0)
 }
 
 // parseRetryAfter accepts delay-seconds or an HTTP date (RFC 9110 §10.2.3).
