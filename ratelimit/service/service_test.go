@@ -293,3 +293,21 @@ func TestMain(m *testing.M) {
 	service.RouteLibraryLogs(slog.New(slog.DiscardHandler))
 	os.Exit(m.Run())
 }
+
+// Redis down when the service starts: it still starts (the library's own
+// driver would panic on its startup PING) and answers once Redis is up.
+func TestStartsWithRedisDown(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Stop()
+	x := rlstest.StartXDS(t)
+	cfg := rlstest.Config(t, rlstest.GatewayYAML, rs.Addr, x.Addr)
+	x.Set(t, translator.RateLimitConfig(cfg))
+	run := rlstest.StartService(t, cfg, service.Options{})
+	c := rlspb.NewRateLimitServiceClient(rlstest.Dial(t, run.Addr))
+	d := desc(nil, "tenant", "t1", "limit", "rpm")
+	if _, err := call(t, c, d); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Redis down: %v, want Unavailable", err)
+	}
+	rs.Restart()
+	waitFor(t, func() bool { _, err := call(t, c, d); return err == nil })
+}
