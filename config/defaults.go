@@ -114,6 +114,9 @@ func (c *Config) applyDefaults() {
 
 	for i := range c.Backends {
 		b := &c.Backends[i]
+		if len(b.Headers) == 0 {
+			b.Headers = nil // "headers: {}" and no headers are the same config
+		}
 		def(&b.APIStyle, "openai")
 		if b.Auth == "" {
 			b.Auth = AuthBearer
@@ -130,6 +133,9 @@ func (c *Config) applyDefaults() {
 		}
 	}
 	for i := range c.Tenants {
+		if len(c.Tenants[i].ModelLimits) == 0 {
+			c.Tenants[i].ModelLimits = nil
+		}
 		if b := c.Tenants[i].Budget; b != nil && b.Alerts == nil {
 			b.Alerts = []float64{50, 75, 90}
 		}

@@ -34,6 +34,10 @@ func SecretFromValue(ref, value string) Secret {
 	return Secret{ref: ref, val: &secretValue{v: value}}
 }
 
+// SecretRef builds an unresolved secret from its reference ("env:NAME" or
+// "file:PATH"); Prepare resolves it.
+func SecretRef(ref string) Secret { return Secret{ref: strings.TrimSpace(ref)} }
+
 // Ref is the reference as written, e.g. "env:OPENAI_KEY_1".
 func (s Secret) Ref() string { return s.ref }
 
