@@ -17,6 +17,9 @@ type Lease struct {
 	Secret config.Secret
 	// Probe is true when this attempt is its key's half-open probe.
 	Probe bool
+	// Overflow is true when PickRequest.BestEffort gave a half-open key
+	// whose probe is already out.
+	Overflow bool
 
 	pool *KeyPool
 	key  *keyState

@@ -93,6 +93,7 @@ type pickInput struct {
 	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
 	syncUnknown   bool // fail-closed and the remote state is unknown
 	unknownSince  time.Time
+	overflow      bool               // BestEffort second pass: half-open keys whose probe is out
 	remoteTried   []string           // key ids the request failed on, from Redis
 	skip          [maxSkip]*keyState // refused by the shared limiter in this call
 	nskip         int
@@ -123,7 +124,7 @@ func (kp *KeyPool) excluded(in *pickInput, req *PickRequest, k *keyState) bool {
 func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 	now := in.now
 	switch {
-	case !k.br.allow(now),
+	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
 		in.enforceWindow && k.limited() && !k.win.allow(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
@@ -138,10 +139,18 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	now := in.now
 	kp.mu.Lock()
 	kp.housekeep(now, in.pol)
+	in.overflow = false
 	any := false
 	for _, k := range kp.keys {
 		k.ok = k.cfg.Weight > 0 && kp.eligible(in, req, k)
 		any = any || k.ok
+	}
+	if !any && req.BestEffort {
+		in.overflow = true
+		for _, k := range kp.keys {
+			k.ok = k.cfg.Weight > 0 && kp.eligible(in, req, k)
+			any = any || k.ok
+		}
 	}
 	var k *keyState
 	if any {
@@ -157,7 +166,11 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
 		return Lease{}, &ExhaustedError{Backend: kp.name, RetryAfter: ra}
 	}
-	probe := k.br.acquire(now, &in.pol.br)
+	in.overflow = in.overflow && !k.br.allow(now)
+	probe := false
+	if k.br.allow(now) {
+		probe = k.br.acquire(now, &in.pol.br)
+	}
 	if in.syncUnknown && k.lastSuccess.Before(in.unknownSince) {
 		k.syncProbe, k.syncProbeDeadline = true, now.Add(in.pol.br.probeTTL)
 	}
@@ -167,7 +180,8 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	}
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
-	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, pool: kp, key: k, req: req.RequestID}
+	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
+		pool: kp, key: k, req: req.RequestID}
 	kp.mu.Unlock()
 	k.m.inFlight.Inc()
 	return l, nil

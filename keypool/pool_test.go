@@ -309,3 +309,38 @@ func TestProbeResolvedThroughReport(t *testing.T) {
 		t.Fatalf("after probe success via Report: %+v", s)
 	}
 }
+
+func TestBestEffortOverflowsHalfOpenOnly(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, false), map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	for _, k := range []string{"a", "b"} {
+		for range 2 {
+			_ = p.Report(t.Context(), "b", k, "", status(500))
+		}
+	}
+	if _, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1, BestEffort: true}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("best effort on open keys: %v", err)
+	}
+	clk.Advance(10 * time.Second)
+	p1 := pick(t, p, "b", PickRequest{Attempt: 1})
+	p2 := pick(t, p, "b", PickRequest{Attempt: 1})
+	if !p1.Probe || !p2.Probe {
+		t.Fatal("half-open picks are not probes")
+	}
+	if _, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("strict pick with both probes out: %v", err)
+	}
+	o := pick(t, p, "b", PickRequest{RequestID: "r", Attempt: 1, BestEffort: true})
+	if o.Probe || !o.Overflow {
+		t.Fatalf("overflow lease: %+v", o)
+	}
+	o.Done(status(200)) // any success on a half-open key closes it
+	if s := stateOf(t, p, o.KeyID); s.State != "closed" {
+		t.Fatalf("after overflow success: %s", s.State)
+	}
+	l := pick(t, p, "b", PickRequest{Attempt: 1, BestEffort: true})
+	if l.Overflow {
+		t.Fatal("overflow while a closed key exists")
+	}
+}

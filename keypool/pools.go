@@ -107,6 +107,12 @@ type PickRequest struct {
 	Attempt   int    // upstream.request_attempt_count: 1 first try; 0 unknown
 	Sticky    string // session value; empty for no stickiness
 	EstTokens int    // prompt + reserved output tokens, for TPM
+	// BestEffort lets the attempt use a half-open key whose probe is
+	// already out when nothing else is usable, instead of failing. Meant
+	// for the upstream filter: its local reply is not retried, while the
+	// upstream's 429/5xx on such a key is retried by Envoy on the next
+	// priority. Open keys, exclusions, caps and windows still hold.
+	BestEffort bool
 }
 
 // New builds the pools for cfg.
