@@ -183,7 +183,11 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// sorted orders errors by line, then path, so output is stable.
+// maxErrors bounds the problems reported for one config.
+const maxErrors = 100
+
+// sorted orders errors by line, then path, so output is stable, and cuts a
+// very long list short.
 func (es Errors) sorted() Errors {
 	slices.SortStableFunc(es, func(a, b *Error) int {
 		if a.Line != b.Line {
@@ -191,6 +195,11 @@ func (es Errors) sorted() Errors {
 		}
 		return strings.Compare(a.Path, b.Path)
 	})
+	if len(es) > maxErrors {
+		last := es[maxErrors-1]
+		es = append(es[:maxErrors:maxErrors], &Error{File: last.File, Line: last.Line, Path: last.Path,
+			Msg: fmt.Sprintf("and %d more problems", len(es)-maxErrors)})
+	}
 	return es
 }
 
