@@ -1,0 +1,24 @@
+package keypool
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNoKey means no key can serve the attempt. Every pick failure matches
+// it with errors.Is; an *ExhaustedError also says when to try again.
+var ErrNoKey = errors.New("keypool: no usable key")
+
+// ExhaustedError is returned when a backend has keys but none is usable now.
+type ExhaustedError struct {
+	Backend    string
+	RetryAfter time.Duration // soonest a key could serve again (≥ 1s when unknown)
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("keypool: every key of backend %s is open, busy or rate limited; retry after %s", e.Backend, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrNoKey) true.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrNoKey }
