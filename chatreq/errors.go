@@ -13,8 +13,8 @@ var (
 	ErrNotObject = errors.New("request body must be a JSON object")
 	// ErrNoModel: the top-level "model" member is missing, null or "".
 	ErrNoModel = errors.New(`request body has no "model"`)
-	// ErrModelType: "model" is present but not a string.
-	ErrModelType = errors.New(`"model" must be a string`)
+	// ErrModelType: "model" is present but not a (valid UTF-8) string.
+	ErrModelType = errors.New(`"model" must be a UTF-8 string`)
 	// ErrDuplicateModel: "model" appears twice at top level. JSON parsers
 	// disagree on which one wins, so the gateway could route and bill one
 	// model while the upstream serves the other.

@@ -6,7 +6,10 @@
 // It has no gRPC or Envoy types: extproc/ calls it on the buffered body.
 package chatreq
 
-import "math"
+import (
+	"math"
+	"unicode/utf8"
+)
 
 // Request is what one Scan of a request body finds.
 type Request struct {
@@ -94,6 +97,9 @@ func Scan(body []byte) (Request, error) {
 					r.Model = string(d)
 				} else {
 					r.Model = string(raw)
+				}
+				if !utf8.ValidString(r.Model) { // decoders would see U+FFFD
+					setSem(ErrModelType)
 				}
 				return nil
 			case 'n':

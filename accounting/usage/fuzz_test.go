@@ -1,0 +1,98 @@
+package usage
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func addStreamSeeds(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*"))
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b, uint16(len(b)/2), uint16(len(b)/3))
+		}
+	}
+	for _, s := range []string{
+		"data: {\"choices\":[],\"usage\":{\"total_tokens\":1}}\r\n\r\n",
+		"data: {\"choices\":[],\ndata: \"usage\":{}}\r\r",
+		"event: error\ndata: x\n\n:c\n\ndata\n\n",
+		"data: [DONE]",
+	} {
+		f.Add([]byte(s), uint16(3), uint16(9))
+	}
+}
+
+// cut3 splits b at two fuzzer-chosen offsets.
+func cut3(b []byte, x, y uint16) [][]byte {
+	i, j := int(x)%(len(b)+1), int(y)%(len(b)+1)
+	if i > j {
+		i, j = j, i
+	}
+	return [][]byte{clone(b[:i]), clone(b[i:j]), clone(b[j:])}
+}
+
+// FuzzStreamParser: never panics, and chunking never changes the result.
+func FuzzStreamParser(f *testing.F) {
+	addStreamSeeds(f)
+	f.Fuzz(func(t *testing.T, stream []byte, x, y uint16) {
+		var p StreamParser
+		whole := runParser(&p, [][]byte{stream})
+		if parts := runParser(&p, cut3(stream, x, y)); parts != whole {
+			t.Fatalf("split result %+v, whole %+v", parts, whole)
+		}
+		if whole.delivered < 0 || whole.delivered > int64(len(stream)) {
+			t.Fatalf("delivered %d of %d bytes", whole.delivered, len(stream))
+		}
+		_, _ = FromJSON(stream)
+	})
+}
+
+// FuzzStreamFilter: never panics, chunking never changes the output, the
+// output is the input minus whole events, and it is the input itself when
+// nothing was removed.
+func FuzzStreamFilter(f *testing.F) {
+	addStreamSeeds(f)
+	f.Fuzz(func(t *testing.T, stream []byte, x, y uint16) {
+		var fl StreamFilter
+		whole, removed := runFilter(&fl, [][]byte{stream})
+		parts, removed2 := runFilter(&fl, cut3(stream, x, y))
+		if !bytes.Equal(parts, whole) || removed != removed2 {
+			t.Fatalf("split output %q (%d removed), whole %q (%d)", parts, removed2, whole, removed)
+		}
+		if removed == 0 && !bytes.Equal(whole, stream) {
+			t.Fatalf("nothing removed but output differs: %q", whole)
+		}
+		if removed > 0 {
+			// What was removed is a run of whole blocks.
+			var kept []byte
+			n := 0
+			for _, b := range refBlocks(stream) {
+				if len(kept)+len(b) <= len(whole) && bytes.Equal(whole[len(kept):len(kept)+len(b)], b) {
+					kept = append(kept, b...)
+				} else {
+					n++
+				}
+			}
+			if !bytes.Equal(kept, whole) {
+				t.Fatalf("output is not the input minus whole events:\n in %q\nout %q", stream, whole)
+			}
+		}
+	})
+}
+
+func FuzzFromJSON(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.json"))
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		u, ok := FromJSON(body)
+		if w, wok := fromWalk(body); ok && wok && w != u {
+			t.Fatalf("tail %+v, walk %+v", u, w)
+		}
+	})
+}
