@@ -14,7 +14,7 @@ type index struct {
 	backends map[string]*Backend
 	models   map[string]*Model
 	tenants  map[string]*Tenant
-	keys     map[string]KeyOwner // virtual-key hash -> owner
+	keys     map[[sha256.Size]byte]KeyOwner // virtual-key SHA-256 -> owner
 }
 
 // KeyOwner is the tenant and virtual key a presented key hash belongs to.
@@ -33,7 +33,7 @@ func (c *Config) buildIndex() {
 		backends: make(map[string]*Backend, len(c.Backends)),
 		models:   make(map[string]*Model, len(c.Models)),
 		tenants:  make(map[string]*Tenant, len(c.Tenants)),
-		keys:     make(map[string]KeyOwner),
+		keys:     make(map[[sha256.Size]byte]KeyOwner),
 	}
 	for i := range c.Backends {
 		c.index.backends[c.Backends[i].Name] = &c.Backends[i]
@@ -45,7 +45,12 @@ func (c *Config) buildIndex() {
 		t := &c.Tenants[i]
 		c.index.tenants[t.Name] = t
 		for j := range t.Keys {
-			c.index.keys[t.Keys[j].Hash] = KeyOwner{Tenant: t, Key: &t.Keys[j]}
+			var sum [sha256.Size]byte
+			h, ok := strings.CutPrefix(t.Keys[j].Hash, "sha256:")
+			if n, err := hex.Decode(sum[:], []byte(h)); !ok || err != nil || n != len(sum) {
+				continue // unresolved (SkipSecrets) or invalid: never matches
+			}
+			c.index.keys[sum] = KeyOwner{Tenant: t, Key: &t.Keys[j]}
 		}
 	}
 }
@@ -69,9 +74,9 @@ func (c *Config) Tenant(name string) (*Tenant, bool) {
 }
 
 // LookupKey finds the owner of a presented virtual key (plain text). Only
-// its hash is compared.
+// its hash is compared. The caller must still check KeyOwner.Key.Revoked.
 func (c *Config) LookupKey(presented string) (KeyOwner, bool) {
-	o, ok := c.index.keys[HashKey(presented)]
+	o, ok := c.index.keys[sha256.Sum256([]byte(presented))]
 	return o, ok
 }
 
