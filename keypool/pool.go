@@ -21,9 +21,14 @@ type keyState struct {
 	inFlight     int
 	win          window
 	limitedUntil time.Time // the shared KeyLimiter refused it until then
-	lastStatus   int
-	picks        uint64
-	lastSuccess  time.Time
+	// tokensLeft is the provider's last x-ratelimit-remaining-tokens minus
+	// the estimates picked since, valid until tokensReset: a request
+	// larger than what is left skips the key instead of earning a 429.
+	tokensLeft  int
+	tokensReset time.Time
+	lastStatus  int
+	picks       uint64
+	lastSuccess time.Time
 	// syncProbe marks the one attempt allowed while the remote state is
 	// unknown and failure_modes.breaker_sync is closed.
 	syncProbe         bool
@@ -128,7 +133,8 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
 		in.enforceWindow && k.limited() && !k.win.allow(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
-		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline):
+		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
+		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
 		return false
 	}
 	return !kp.excluded(in, req, k)
@@ -175,6 +181,9 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		k.syncProbe, k.syncProbeDeadline = true, now.Add(in.pol.br.probeTTL)
 	}
 	k.inFlight++
+	if now.Before(k.tokensReset) {
+		k.tokensLeft = max(k.tokensLeft-req.EstTokens, 0)
+	}
 	if k.limited() {
 		k.win.add(now, 1, req.EstTokens)
 	}
@@ -248,6 +257,9 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		}
 		if now.Before(k.limitedUntil) {
 			consider(k.limitedUntil.Sub(now))
+		}
+		if req.EstTokens > k.tokensLeft && now.Before(k.tokensReset) {
+			consider(k.tokensReset.Sub(now))
 		}
 		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight {
 			consider(unknown)
@@ -330,6 +342,9 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	}
 	keyID := k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
+	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
+		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
+	}
 	k.syncProbe = false
 	if cls == classSuccess {
 		k.lastSuccess = now

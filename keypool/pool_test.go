@@ -344,3 +344,43 @@ func TestBestEffortOverflowsHalfOpenOnly(t *testing.T) {
 		t.Fatal("overflow while a closed key exists")
 	}
 }
+
+func TestRemainingTokensSkipLargeRequests(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, true), map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	h := map[string]string{"x-ratelimit-remaining-tokens": "1000", "x-ratelimit-reset-tokens": "2s"}
+	_ = p.Report(t.Context(), "b", "a", "", ParseOutcome(200, func(n string) string { return h[n] }))
+	// 1000 tokens left on a: a 5000-token request goes to b, small ones
+	// still use a until its estimate is spent.
+	for range 4 {
+		if l := pick(t, p, "b", PickRequest{Attempt: 1, EstTokens: 5000}); l.KeyID != "b" {
+			t.Fatal("large request sent to a key without enough tokens left")
+		} else {
+			l.Done(status(200))
+		}
+	}
+	toA := 0
+	for range 10 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1, EstTokens: 300})
+		if l.KeyID == "a" {
+			toA++
+		}
+		l.Done(status(200))
+	}
+	if toA != 3 {
+		t.Fatalf("300-token requests on a with 1000 left: %d, want 3", toA)
+	}
+	clk.Advance(2 * time.Second)
+	n := 0
+	for range 4 {
+		l := pick(t, p, "b", PickRequest{Attempt: 1, EstTokens: 5000})
+		if l.KeyID == "a" {
+			n++
+		}
+		l.Done(status(200))
+	}
+	if n != 2 {
+		t.Fatalf("after the token reset a got %d of 4 large requests", n)
+	}
+}
