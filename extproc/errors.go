@@ -53,20 +53,20 @@ func errModelNotFound(model string) *apiError {
 func (e *apiError) body() []byte {
 	b := make([]byte, 0, 96+len(e.message))
 	b = append(b, `{"error":{"message":`...)
-	b = strconv.AppendQuote(b, e.message)
+	b = appendJSONString(b, e.message)
 	b = append(b, `,"type":`...)
-	b = strconv.AppendQuote(b, e.typ)
+	b = appendJSONString(b, e.typ)
 	b = append(b, `,"param":`...)
 	if e.param == "" {
 		b = append(b, "null"...)
 	} else {
-		b = strconv.AppendQuote(b, e.param)
+		b = appendJSONString(b, e.param)
 	}
 	b = append(b, `,"code":`...)
 	if e.code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = strconv.AppendQuote(b, e.code)
+		b = appendJSONString(b, e.code)
 	}
 	return append(b, "}}"...)
 }

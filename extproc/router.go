@@ -442,7 +442,7 @@ func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 		}
 		n++
 		b = append(b, `{"id":`...)
-		b = strconv.AppendQuote(b, m.Name)
+		b = appendJSONString(b, m.Name)
 		b = append(b, `,"object":"model","created":0,"owned_by":"swarmgate"}`...)
 	}
 	if one == "" {
