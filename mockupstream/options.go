@@ -65,6 +65,9 @@ type Options struct {
 
 	// MaxBodyBytes bounds the request body read. Default 256 MiB.
 	MaxBodyBytes int64
+	// MaxRecords bounds the records kept (oldest dropped first; counters
+	// still count dropped ones). Default 100000.
+	MaxRecords int
 	// RecordHeaders are request headers copied into each Record besides the
 	// defaults (x-request-id, x-session-id, user-agent, content-type and
 	// every x-swarmgate-* header). Credential headers are never recorded.
@@ -105,6 +108,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 256 << 20
+	}
+	if o.MaxRecords <= 0 {
+		o.MaxRecords = 100000
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -62,6 +62,16 @@ func (c *Counters) add(r *Record) {
 	}
 }
 
+func (c *Counters) merge(o Counters) {
+	c.Requests += o.Requests
+	c.OK += o.OK
+	c.RateLimited += o.RateLimited
+	c.Errors += o.Errors
+	c.Resets += o.Resets
+	c.Unauthorized += o.Unauthorized
+	c.Canceled += o.Canceled
+}
+
 func cloneRecord(r *Record) Record {
 	c := *r
 	c.Headers = r.Headers.Clone()

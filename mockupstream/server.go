@@ -36,6 +36,7 @@ type Server struct {
 	windows   map[string]*window
 	rng       *rand.Rand
 	records   []*Record
+	dropped   map[string]Counters // counters of records dropped by MaxRecords
 	seq       uint64
 
 	httpSrv *http.Server
@@ -53,6 +54,7 @@ func New(opts Options) *Server {
 		behaviors: map[string]Behavior{},
 		def:       opts.Default,
 		windows:   map[string]*window{},
+		dropped:   map[string]Counters{},
 		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
 	for _, k := range opts.Keys {
@@ -97,8 +99,8 @@ func (s *Server) behavior(keyID string) Behavior {
 	return s.def
 }
 
-// Requests returns a copy of every record so far, oldest first. Records of
-// requests still in progress are included with their state so far.
+// Requests returns a copy of every record kept (Options.MaxRecords), oldest
+// first. Requests still in progress are included with their state so far.
 func (s *Server) Requests() []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,6 +117,9 @@ func (s *Server) Counts() map[string]Counters {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Counters{}
+	for k, c := range s.dropped {
+		out[k] = c
+	}
 	for _, r := range s.records {
 		c := out[r.KeyID]
 		c.add(r)
@@ -131,22 +136,34 @@ func (s *Server) Total() Counters {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var c Counters
+	for _, d := range s.dropped {
+		c.merge(d)
+	}
 	for _, r := range s.records {
 		c.add(r)
 	}
 	return c
 }
 
-// ResetRecords forgets all records (counters derive from them).
+// ResetRecords forgets all records and counters.
 func (s *Server) ResetRecords() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.records = nil
+	clear(s.dropped)
 }
 
 func (s *Server) begin(r *Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.records) >= s.opts.MaxRecords {
+		old := s.records[0]
+		c := s.dropped[old.KeyID]
+		c.add(old)
+		s.dropped[old.KeyID] = c
+		s.records[0] = nil
+		s.records = s.records[1:]
+	}
 	s.records = append(s.records, r)
 }
 

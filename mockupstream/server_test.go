@@ -394,3 +394,20 @@ func TestDelays(t *testing.T) {
 		t.Fatalf("JSON took %v, want >= 100ms (TTFT + 4 inter-token delays)", el)
 	}
 }
+
+func TestMaxRecordsKeepsCounting(t *testing.T) {
+	s := start(t, Options{Keys: testKeys(), MaxRecords: 3})
+	for range 5 {
+		_, _, _ = post(t, s, "/v1/chat/completions", keyA, chatBody("hi", false, false), nil)
+	}
+	_, _, _ = post(t, s, "/v1/chat/completions", "sk-nope", chatBody("hi", false, false), nil)
+	if n := len(s.Requests()); n != 3 {
+		t.Fatalf("kept %d records", n)
+	}
+	if c := s.Count("a"); c.Requests != 5 || c.OK != 5 {
+		t.Fatalf("counters %+v", c)
+	}
+	if tot := s.Total(); tot.Requests != 6 || tot.Unauthorized != 1 {
+		t.Fatalf("total %+v", tot)
+	}
+}
