@@ -129,3 +129,19 @@ func TestAgentBodyScans(t *testing.T) {
 		}
 	}
 }
+
+func TestScanOneAllocation(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"gpt-4o","user":"user-1234","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt\u002d4o","user":"us\u00e9r","messages":[]}`,
+	} {
+		b := []byte(body)
+		r, err := Scan(b)
+		if err != nil || r.Model == "" || r.User == "" {
+			t.Fatalf("%s: %+v %v", body, r, err)
+		}
+		if a := testing.AllocsPerRun(10, func() { _, _ = Scan(b) }); a > 1 {
+			t.Errorf("%s: %.0f allocations, want 1 for model and user together", body, a)
+		}
+	}
+}

@@ -8,6 +8,7 @@ package chatreq
 
 import (
 	"math"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -67,6 +68,7 @@ func Scan(body []byte) (Request, error) {
 		return r, ErrNotObject
 	}
 	seenModel := false
+	var model, user rawString // materialized once the body is known valid
 	maxTokens, maxCompletion := -1, -1
 	err := s.object(func(key []byte, esc bool) error {
 		s.ws()
@@ -85,23 +87,12 @@ func Scan(body []byte) (Request, error) {
 				setSem(ErrDuplicateModel)
 			}
 			seenModel = true
-			r.Model = ""
+			model = rawString{}
 			switch s.peek() {
 			case '"':
 				raw, e, err := s.str(nil)
-				if err != nil {
-					return err
-				}
-				if e {
-					d, _ := unescape(make([]byte, 0, len(raw)), raw)
-					r.Model = string(d)
-				} else {
-					r.Model = string(raw)
-				}
-				if !utf8.ValidString(r.Model) { // decoders would see U+FFFD
-					setSem(ErrModelType)
-				}
-				return nil
+				model = rawString{raw, e}
+				return err
 			case 'n':
 				return s.literal("null")
 			default:
@@ -185,19 +176,12 @@ func Scan(body []byte) (Request, error) {
 		case "prompt", "input", "instructions":
 			return s.promptValue(&r, 0)
 		case "user":
+			user = rawString{}
 			switch s.peek() {
 			case '"':
 				raw, e, err := s.str(nil)
-				if err != nil {
-					return err
-				}
-				if e {
-					d, _ := unescape(make([]byte, 0, len(raw)), raw)
-					r.User = string(d)
-				} else {
-					r.User = string(raw)
-				}
-				return nil
+				user = rawString{raw, e}
+				return err
 			case 'n':
 				return s.literal("null")
 			default:
@@ -214,6 +198,10 @@ func Scan(body []byte) (Request, error) {
 	if err := s.trailing(); err != nil {
 		return Request{}, err
 	}
+	r.Model, r.User = materialize(model, user)
+	if !utf8.ValidString(r.Model) { // decoders would see U+FFFD
+		setSem(ErrModelType)
+	}
 	switch {
 	case maxCompletion > 0:
 		r.MaxTokens = maxCompletion
@@ -227,6 +215,35 @@ func Scan(body []byte) (Request, error) {
 		return r, ErrNoModel
 	}
 	return r, nil
+}
+
+// rawString is a string value as it sits in the body.
+type rawString struct {
+	raw     []byte
+	escaped bool
+}
+
+// materialize decodes model and user into one allocation.
+func materialize(model, user rawString) (string, string) {
+	if len(model.raw)+len(user.raw) == 0 {
+		return "", ""
+	}
+	var b strings.Builder
+	b.Grow(len(model.raw) + len(user.raw))
+	write := func(v rawString) {
+		if !v.escaped {
+			b.Write(v.raw)
+			return
+		}
+		var buf [128]byte
+		d, _ := unescape(buf[:0], v.raw) // decoded is never longer than raw
+		b.Write(d)
+	}
+	write(model)
+	n := b.Len()
+	write(user)
+	s := b.String()
+	return s[:n], s[n:]
 }
 
 // trailing accepts only whitespace after the top-level value.

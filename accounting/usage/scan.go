@@ -2,6 +2,8 @@ package usage
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 )
 
@@ -39,27 +41,37 @@ func (s *jscan) peek() byte {
 }
 
 // str consumes a string at s.i and returns its raw body (escapes intact).
+// Strings in stream chunks are short, so it scans eight bytes at a time
+// inline rather than calling bytes.IndexByte.
 func (s *jscan) str() []byte {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	b := s.b
 	start := s.i + 1
 	i := start
 	for {
-		j := bytes.IndexByte(s.b[i:], '"')
-		if j < 0 {
+		for i+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[i:])
+			q := w ^ (lsb * '"')
+			e := w ^ (lsb * '\\')
+			if m := (((q - lsb) &^ q) | ((e - lsb) &^ e)) & msb; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' {
+			i++
+		}
+		if i >= len(b) {
 			s.bad = true
-			s.i = len(s.b)
+			s.i = len(b)
 			return nil
 		}
-		i += j
-		// The quote is escaped when an odd number of backslashes precede it.
-		n := 0
-		for k := i - 1; k >= start && s.b[k] == '\\'; k-- {
-			n++
-		}
-		if n&1 == 0 {
+		if b[i] == '"' {
 			s.i = i + 1
-			return s.b[start:i]
+			return b[start:i]
 		}
-		i++
+		i += 2 // an escape; its second byte is never the closing quote
 	}
 }
 
