@@ -16,7 +16,7 @@ import (
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // newTestLedger starts a redis-server and a Ledger on it.
-func newTestLedger(t *testing.T, opts Options) (*Ledger, *redistest.Server, *redis.Client) {
+func newTestLedger(t testing.TB, opts Options) (*Ledger, *redistest.Server, *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()

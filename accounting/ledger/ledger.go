@@ -46,7 +46,9 @@ type Options struct {
 	// RetryInterval is how often Run retries Redis while entries wait
 	// (default 250ms).
 	RetryInterval time.Duration
-	// ReplayBatch is how many entries one replay pipeline carries (256).
+	// ReplayBatch is how many entries one replay pipeline carries (64:
+	// small enough that its replies arrive within the client's read
+	// timeout even on a busy Redis).
 	ReplayBatch int
 	// AfterWrite, if set, is called after every successful write, also for
 	// replayed entries (budgets observe the month spend through it). It
@@ -98,7 +100,7 @@ func New(rdb redis.UniversalClient, opts Options) *Ledger {
 		opts.RetryInterval = 250 * time.Millisecond
 	}
 	if opts.ReplayBatch <= 0 {
-		opts.ReplayBatch = 256
+		opts.ReplayBatch = 64
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -285,7 +287,8 @@ func (l *Ledger) replayOnce(ctx context.Context) bool {
 // writeBatch writes entries in one pipeline. On error none is assumed
 // written; idempotency makes the retry safe for those that were.
 func (l *Ledger) writeBatch(ctx context.Context, batch []Entry) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.WriteTimeout+time.Duration(len(batch))*time.Millisecond)
+	// Replay is off the data path: allow a busy Redis more than one write.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(2*time.Second, l.opts.WriteTimeout+time.Duration(len(batch))*5*time.Millisecond))
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		cmds, err := l.pipeline(ctx, batch)

@@ -1,0 +1,84 @@
+package reserve
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// BenchmarkReserveSettle is one admission (tenant TPM, model TPM and budget
+// scopes in one script) plus its settle, against a local redis-server.
+func BenchmarkReserveSettle(b *testing.B) {
+	srv := redistest.Start(b)
+	cfg := testConfig(b, srv.Addr, "2s", "")
+	cfg.Tenants[0].Limits.TPM = 1 << 40
+	cfg.Tenants[0].ModelLimits["small"] = cfg.Tenants[0].Limits
+	r := replicas(b, srv, cfg, 1, time.Minute)[0]
+	ctx := context.Background()
+	var resLat, setLat []time.Duration
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		res, err := r.Reserve(ctx, Request{RequestID: fmt.Sprint("b", i), Tenant: "acme", Model: "small",
+			PromptTokens: 1000, MaxOutputTokens: 200, Price: price})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		if err := r.Settle(ctx, res, pricing.Usage{PromptTokens: 1000, CompletionTokens: 50}, 1); err != nil {
+			b.Fatal(err)
+		}
+		resLat, setLat = append(resLat, mid.Sub(start)), append(setLat, time.Since(mid))
+	}
+	for name, d := range map[string][]time.Duration{"reserve": resLat, "settle": setLat} {
+		slices.Sort(d)
+		b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, name+"-p50-µs")
+		b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds())/1e3, name+"-p99-µs")
+	}
+}
+
+// clusterSlot is Redis Cluster's key slot (CRC16/XMODEM of the hash tag).
+func clusterSlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+// All keys of one reservation script (every scope, the settled marker and
+// the ledger's month hash) are in the tenant's slot, so it runs on Cluster.
+func TestReservationKeysShareASlot(t *testing.T) {
+	r := &Reserver{}
+	keys := []string{ledger.MonthKey("sg:", "acme", "2026-12"), settledKey("sg:", "acme", "req-1")}
+	for _, s := range []string{ScopeTenant, ScopeModel, ScopeKey, ScopeBudget} {
+		z, h := r.scopeKeys("sg:", "acme", s, "gpt-4o:latest", "v1", "2026-12")
+		keys = append(keys, z, h)
+	}
+	for _, k := range keys {
+		if clusterSlot(k) != clusterSlot(keys[0]) {
+			t.Fatalf("%s in slot %d, %s in %d", k, clusterSlot(k), keys[0], clusterSlot(keys[0]))
+		}
+	}
+}
