@@ -98,7 +98,7 @@ func (q *apiRequest) includeUsage() bool {
 // ResponseRecorder, when resets are configured.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &Record{
-		Time: s.opts.Now(), Method: r.Method, Path: r.URL.Path, Endpoint: endpointOf(r.URL.Path),
+		Time: s.opts.Now(), Method: r.Method, Path: r.URL.Path, Endpoint: endpointOf(r.URL.Path), Host: r.Host,
 		Proto: r.Proto, Headers: s.selectHeaders(r.Header),
 	}
 	if r.TLS != nil {

@@ -13,6 +13,7 @@ type Record struct {
 	Method   string
 	Path     string
 	Endpoint string // chat, completions, embeddings, models, unknown
+	Host     string // Host / :authority the request carried
 	SNI      string // TLS server name, when served over TLS
 	Proto    string // HTTP/1.1 or HTTP/2.0
 

@@ -61,7 +61,7 @@ func TestTLSRecordsSNI(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, data)
 	}
 	r := s.Requests()[0]
-	if r.SNI != "relay.example" || r.KeyID != "b" || r.Proto != "HTTP/2.0" {
+	if r.SNI != "relay.example" || r.KeyID != "b" || r.Proto != "HTTP/2.0" || r.Host != s.Addr().String() {
 		t.Fatalf("record %+v", r)
 	}
 }
