@@ -200,14 +200,15 @@ func (p *Pools) pool(backend string) *KeyPool { return (*p.pools.Load())[backend
 
 // Pick chooses the key for one upstream attempt. It never blocks on Redis
 // longer than redis.read_timeout, and only reads Redis for retries
-// (Attempt != 1) to learn which keys the request already failed on.
+// (Attempt > 1) to learn which keys the request already failed on; with
+// Attempt 0 (unknown) only this replica's record is checked.
 func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Lease, error) {
 	kp := p.pool(backend)
 	if kp == nil {
 		return Lease{}, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
 	}
 	in := pickInput{now: p.clock.Now(), pol: p.pol.Load()}
-	if req.Attempt != 1 && req.RequestID != "" && p.sync != nil {
+	if req.Attempt > 1 && req.RequestID != "" && p.sync != nil {
 		in.remoteTried = p.sync.tried(ctx, req.RequestID)
 	}
 	if p.sync != nil && in.pol.failClosed {
