@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -79,7 +80,7 @@ func (s Secret) LogValue() slog.Value { return slog.StringValue(s.ref) }
 func (s Secret) MarshalYAML() (any, error) { return s.ref, nil }
 
 // MarshalJSON writes the reference.
-func (s Secret) MarshalJSON() ([]byte, error) { return []byte(fmt.Sprintf("%q", s.ref)), nil }
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.ref) }
 
 // MarshalText writes the reference (slog, encoding/* use it).
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.ref), nil }
@@ -133,8 +134,9 @@ func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error 
 		if err != nil {
 			return fmt.Errorf("reading secret file: %w", unwrapPathError(err))
 		}
-		// Files usually end in one newline; strip exactly trailing line ends.
-		v = strings.TrimRight(string(b), "\r\n")
+		// Files usually end in one newline; strip exactly trailing line ends
+		// (and a UTF-8 byte-order mark some editors write).
+		v = strings.TrimPrefix(strings.TrimRight(string(b), "\r\n"), "\uFEFF")
 	default:
 		return errInlineSecret
 	}

@@ -70,7 +70,7 @@ type namedValue[T any] struct {
 
 func checkHostPort(v *validator, path, addr string) bool {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
+	if err != nil || port == "" {
 		v.add(path, "invalid address %q: want host:port", addr)
 		return false
 	}
