@@ -153,8 +153,13 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 	t.Logf("slowest pick with Redis down: %s", worst)
 
-	// A trip during the outage stays local...
+	// A trip during the outage stays local, and reporting never waits
+	// for Redis (writes are queued)...
+	start := time.Now()
 	trip(t, ps[0], "c")
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Fatalf("three reports took %s with Redis down", d)
+	}
 	if stateOf(t, ps[1], "c").State != "closed" {
 		t.Fatal("trip crossed replicas without Redis")
 	}
