@@ -150,17 +150,21 @@ func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {
 		p.Timeout = max(p.Timeout, p.LongTimeout)
 		p.LongTimeout = p.Timeout
 	}
+	// A target of weight 0 is drained: no locality (Envoy requires locality
+	// weights of at least 1).
+	skip := func(t *config.Target) bool {
+		return t.Weight <= 0 || (minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext)
+	}
 	var prios []int
-	for _, t := range m.Targets {
-		if minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext {
-			continue
+	for i := range m.Targets {
+		if !skip(&m.Targets[i]) {
+			prios = append(prios, m.Targets[i].Priority)
 		}
-		prios = append(prios, t.Priority)
 	}
 	slices.Sort(prios)
 	prios = slices.Compact(prios)
 	for _, t := range m.Targets {
-		if minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext {
+		if skip(&t) {
 			continue
 		}
 		b, ok := cfg.Backend(t.Backend)
@@ -177,7 +181,7 @@ func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {
 			CAFile:        b.TLS.CAFile,
 			Insecure:      b.TLS.InsecureSkipVerify,
 			UpstreamModel: t.Model,
-			Weight:        clampU32(int64(max(t.Weight, 1))),
+			Weight:        clampU32(int64(t.Weight)),
 			Priority:      uint32(prio),
 		})
 		if t.Model != m.Name {

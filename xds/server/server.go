@@ -164,11 +164,10 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("translating config: %w", err)
 	}
+	// cfg is validated and FromConfig is lossless (tested both ways), so
+	// replicas accept what they get unless a secret reference does not
+	// resolve on their side, which they NACK.
 	gc := gatewayconfig.FromConfig(cfg)
-	// What replicas will do with it must succeed here first.
-	if _, err := gatewayconfig.ToConfig(gc, config.Options{SkipSecrets: true}); err != nil {
-		return fmt.Errorf("gateway config for ext_proc replicas: %w", err)
-	}
 	names := translator.DNSNames(res.IR)
 	cp.mu.Lock()
 	var missing []string

@@ -51,18 +51,19 @@ func Translate(cfg *config.Config) (*Resources, error) {
 		}
 		r.Clusters = append(r.Clusters, c)
 	}
+	v := newValidator()
 	for _, l := range r.Listeners {
-		if err := Validate(l); err != nil {
+		if err := v.validate(l); err != nil {
 			return nil, fmt.Errorf("listener %s: %w", l.Name, err)
 		}
 	}
 	for _, rc := range r.Routes {
-		if err := Validate(rc); err != nil {
+		if err := v.validate(rc); err != nil {
 			return nil, fmt.Errorf("route configuration %s: %w", rc.Name, err)
 		}
 	}
 	for _, c := range r.Clusters {
-		if err := Validate(c); err != nil {
+		if err := v.validate(c); err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 	}
@@ -71,8 +72,9 @@ func Translate(cfg *config.Config) (*Resources, error) {
 
 // ValidateEndpoints validates EDS resources.
 func ValidateEndpoints(clas []*endpointv3.ClusterLoadAssignment) error {
+	v := newValidator()
 	for _, c := range clas {
-		if err := Validate(c); err != nil {
+		if err := v.validate(c); err != nil {
 			return fmt.Errorf("endpoints %s: %w", c.ClusterName, err)
 		}
 	}
