@@ -139,11 +139,13 @@ func (s *syncer) tried(ctx context.Context, req string) []string {
 	if s.down.Load() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.p.pol.Load().readTimeout)
+	rctx, cancel := context.WithTimeout(ctx, s.p.pol.Load().readTimeout)
 	defer cancel()
-	ids, err := s.rdb.SMembers(ctx, s.triedPrefix+req).Result()
+	ids, err := s.rdb.SMembers(rctx, s.triedPrefix+req).Result()
 	if err != nil {
-		s.fail("tried_read", err)
+		if ctx.Err() == nil { // the caller giving up says nothing about Redis
+			s.fail("tried_read", err)
+		}
 		return nil
 	}
 	return ids
