@@ -288,8 +288,8 @@ var keyLineRE = regexp.MustCompile(`^(\s*(?:-\s+)?)([A-Za-z0-9_.-]+):`)
 // it, or the key on that line when it is a sibling of that key.
 func locateSyntaxError(data []byte, reported int) (int, string) {
 	lines := strings.Split(string(data), "\n")
-	line := reported
-	for l := max(1, reported-1); l <= min(len(lines), reported+3); l++ {
+	line := min(max(reported, 1), len(lines))
+	for l := max(1, line-1); l <= min(len(lines), line+3); l++ {
 		var n yaml.Node
 		if yaml.Unmarshal([]byte(strings.Join(lines[:l], "\n")), &n) != nil {
 			line = l

@@ -190,3 +190,12 @@ func TestSplitPath(t *testing.T) {
 		}
 	}
 }
+
+func TestLocateSyntaxErrorBounds(t *testing.T) {
+	for _, reported := range []int{-5, 0, 1, 2, 100} {
+		line, _ := locateSyntaxError([]byte("a: [\nb: c"), reported)
+		if line < 1 || line > 2 {
+			t.Errorf("reported %d -> line %d", reported, line)
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package mockupstream
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -133,4 +136,38 @@ func OptionsFromBackend(b *config.Backend) Options {
 		o.Keys = append(o.Keys, Key{ID: k.ID, Value: k.Secret.Value()})
 	}
 	return o
+}
+
+// Command is `swarmgate mock-upstream`: it parses args, logs to stderr and
+// serves until ctx ends. Wire it as the command's whole body.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mock-upstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := RegisterFlags(fs)
+	verbose := fs.Bool("v", false, "log every request (key ids only, never keys)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: swarmgate mock-upstream [flags]\n\nServes a fake OpenAI-compatible provider for tests and `make run`.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	addr, opts, err := f.Options(nil)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	fmt.Fprintf(stdout, "mock upstream on %s (auth %s, %d keys)\n", addr, authOf(opts), len(opts.Keys))
+	return Run(ctx, addr, opts)
+}
+
+func authOf(o Options) config.AuthStyle {
+	if o.Auth == "" {
+		return config.AuthBearer
+	}
+	return o.Auth
 }

@@ -215,3 +215,48 @@ func TestFlagsFromConfig(t *testing.T) {
 		t.Fatalf("%s %+v", addr, o)
 	}
 }
+
+func TestCommand(t *testing.T) {
+	t.Setenv("MOCK_CMD_KEY", keyA)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Command(ctx, []string{"--listen", addr, "--auth", "api-key", "--keys", "k=env:MOCK_CMD_KEY", "-v"}, &out, &errOut)
+	}()
+	client := newClient()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		body, _ := json.Marshal(chatBody("hi", false, false))
+		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, "http://"+addr+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Api-Key", keyA)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("X-Mock-Key-Id") != "k" {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("command never served")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if strings := errOut.String() + out.String(); bytes.Contains([]byte(strings), []byte(keyA)) {
+		t.Fatal("key value in command output")
+	}
+	if err := Command(t.Context(), []string{"--keys", "k=" + keyA}, &out, &errOut); err == nil {
+		t.Fatal("inline key accepted")
+	}
+}
