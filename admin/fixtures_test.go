@@ -71,10 +71,10 @@ func testConfig(t testing.TB) *config.Config {
 func tripped() KeySource {
 	return KeySourceFunc(func(context.Context) ([]KeyState, error) {
 		return []KeyState{
-			{Backend: "relay-a", KeyID: "relay-a-1", State: BreakerClosed, Weight: 2, InFlight: 3, LastStatus: 200},
-			{Backend: "relay-a", KeyID: "relay-a-2", State: BreakerOpen, Weight: 1, ConsecutiveFailures: 3, LastStatus: 429,
-				OpenUntil: time.Now().Add(30 * time.Second), Reason: "429 x3, retry-after"},
-			{Backend: "relay-b", KeyID: "relay-b-1", State: BreakerHalfOpen, Weight: 1, ConsecutiveFailures: 5, LastStatus: 503, Reason: "5xx x5"},
+			{Backend: "relay-a", KeyID: "relay-a-1", State: BreakerClosed, Weight: 2, InFlight: 3, Picks: 1200, LastStatus: 200},
+			{Backend: "relay-a", KeyID: "relay-a-2", State: BreakerOpen, Weight: 1, Consecutive429: 3, Trips: 2, Picks: 640, LastStatus: 429,
+				OpenUntil: time.Now().Add(30 * time.Second), Reason: "429"},
+			{Backend: "relay-b", KeyID: "relay-b-1", State: BreakerHalfOpen, Weight: 1, Consecutive5xx: 5, Trips: 1, Picks: 87, LastStatus: 503, Reason: "5xx"},
 		}, nil
 	})
 }

@@ -25,7 +25,7 @@ func TestEndpoints(t *testing.T) {
 		{"/healthz", 200, "text/plain", []string{"ok"}},
 		{"/readyz", 200, "application/json", []string{`"status": "ready"`, `"version": "test-1"`, `"name": "config"`, `"name": "always"`}},
 		{"/config_dump", 200, "application/yaml", []string{"relay-a-1", "env:T_UPSTREAM_A1", "env:T_REDIS_PASS", "team-red"}},
-		{"/keys", 200, "application/json", []string{`"backend": "relay-a"`, `"key_id": "relay-a-2"`, `"state": "open"`, `"open": 1`, `"state": "half_open"`}},
+		{"/keys", 200, "application/json", []string{`"backend": "relay-a"`, `"key_id": "relay-a-2"`, `"state": "open"`, `"open": 1`, `"state": "half-open"`}},
 		{"/budgets", 200, "application/json", []string{`"tenant": "team-red"`, `"percent": 93`, `"hard_cap": true`}},
 		{"/refusals", 200, "application/json", []string{`"total": 3`, `"reason": "budget exhausted (hard cap)"`}},
 		{"/usage", 200, "application/json", []string{`"tenant":"team-red"`, `"path":"/usage"`}},

@@ -9,21 +9,26 @@ import (
 const (
 	BreakerClosed   = "closed"    // key in rotation
 	BreakerOpen     = "open"      // key out of rotation until OpenUntil
-	BreakerHalfOpen = "half_open" // one probe request allowed
+	BreakerHalfOpen = "half-open" // probe requests allowed
 )
 
 // KeyState is one upstream API key's pool and breaker state, by key id;
-// never the key itself.
+// never the key itself. Its fields match keypool.KeyState one for one, so
+// the integrator adapts a snapshot with a plain conversion,
+// admin.KeyState(k).
 type KeyState struct {
-	Backend             string    `json:"backend"`
-	KeyID               string    `json:"key_id"`
-	State               string    `json:"state"` // BreakerClosed, BreakerOpen, BreakerHalfOpen
-	Weight              int       `json:"weight"`
-	InFlight            int       `json:"in_flight"`
-	ConsecutiveFailures int       `json:"consecutive_failures"`
-	LastStatus          int       `json:"last_status,omitempty"` // last upstream HTTP status seen
-	OpenUntil           time.Time `json:"open_until,omitzero"`
-	Reason              string    `json:"reason,omitempty"` // why it opened: "429 x3", "retry-after 30s"
+	Backend        string    `json:"backend"`
+	KeyID          string    `json:"key_id"`
+	Weight         int       `json:"weight"`
+	State          string    `json:"state"`            // BreakerClosed, BreakerOpen, BreakerHalfOpen
+	Reason         string    `json:"reason,omitempty"` // why it opened: "429", "5xx", "quota"
+	Consecutive429 int       `json:"consecutive_429"`
+	Consecutive5xx int       `json:"consecutive_5xx"` // 5xx and resets
+	Trips          int       `json:"trips"`           // times opened
+	OpenUntil      time.Time `json:"open_until,omitzero"`
+	InFlight       int       `json:"in_flight"`
+	Picks          uint64    `json:"picks"`
+	LastStatus     int       `json:"last_status"` // last upstream HTTP status seen; 0: none yet
 }
 
 // KeySource reports every key's state. The key pool implements it (or the

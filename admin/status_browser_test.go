@@ -89,7 +89,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		cases := []struct{ key, state string }{
 			{"relay-a/relay-a-2", "open"},
 			{"relay-a/relay-a-1", "closed"},
-			{"relay-b/relay-b-1", "half_open"},
+			{"relay-b/relay-b-1", "half-open"},
 		}
 		for _, c := range cases {
 			row := element(t, dom, "tr", `data-key="`+c.key+`"`)
@@ -97,7 +97,7 @@ func TestStatusPageInChromium(t *testing.T) {
 				t.Errorf("%s: breaker not %q in DOM: %s", c.key, c.state, row)
 			}
 		}
-		if row := element(t, dom, "tr", `data-key="relay-a/relay-a-2"`); !strings.Contains(row, ">open<") || !strings.Contains(row, "429 x3") {
+		if row := element(t, dom, "tr", `data-key="relay-a/relay-a-2"`); !strings.Contains(row, ">open<") || !strings.Contains(row, "s left") {
 			t.Errorf("tripped key row does not read open with its reason: %s", row)
 		}
 		red := after(t, dom, `data-tenant="team-red"`, `data-tenant="team-blue"`)

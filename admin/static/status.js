@@ -44,7 +44,7 @@ function until(iso) {
   const t = Date.parse(iso);
   if (isNaN(t)) return "";
   const s = Math.round((t - Date.now()) / 1000);
-  return s > 0 ? "(another " + s + "s)" : "";
+  return s > 0 ? "· " + s + "s left" : "";
 }
 
 function renderReady(r) {
@@ -72,17 +72,19 @@ function renderPools(r) {
     total += p.total; open += p.open;
     const rows = p.keys.map((k) => el("tr", { "data-key": p.backend + "/" + k.key_id },
       el("td", { class: "key" }, k.key_id),
-      el("td", {}, el("span", { class: "state", "data-state": k.state }, k.state.replace("_", "-"))),
+      el("td", {}, el("span", { class: "state", "data-state": k.state }, k.state)),
       el("td", {}, k.weight),
       el("td", {}, k.in_flight),
-      el("td", {}, k.consecutive_failures),
+      el("td", {}, k.picks),
+      el("td", {}, k.consecutive_429 + " / " + k.consecutive_5xx),
+      el("td", {}, k.trips),
       el("td", {}, k.last_status || ""),
       el("td", { class: "reason" }, [k.reason, k.open_until ? until(k.open_until) : ""].filter(Boolean).join(" "))));
     return el("div", { class: "pool", "data-backend": p.backend },
       el("h3", {}, p.backend, el("span", { class: "muted" }, p.open + " of " + p.total + " open")),
       p.keys.length
         ? el("table", {},
-            el("thead", {}, el("tr", {}, ...["key", "breaker", "weight", "in flight", "failures", "last", "why"].map((h) => el("th", {}, h)))),
+            el("thead", {}, el("tr", {}, ...["key", "breaker", "weight", "in flight", "picks", "429 / 5xx", "trips", "last", "why"].map((h) => el("th", {}, h)))),
             el("tbody", {}, ...rows))
         : el("div", { class: "empty" }, "no keys"));
   });
