@@ -188,21 +188,24 @@ func (s *syncer) write(ctx context.Context, ops []syncOp) {
 		return
 	}
 	pol := s.p.pol.Load()
-	ctx, cancel := context.WithTimeout(ctx, pol.readTimeout)
+	wctx, cancel := context.WithTimeout(ctx, pol.readTimeout)
 	defer cancel()
 	pipe := s.rdb.Pipeline()
 	for _, op := range ops {
 		if op.state != nil {
 			v := encodeState(s.replica, op.backend, op.key, *op.state)
-			pipe.HSet(ctx, s.hashKey, op.key, v)
-			pipe.Publish(ctx, s.channel, v)
+			pipe.HSet(wctx, s.hashKey, op.key, v)
+			pipe.Publish(wctx, s.channel, v)
 			continue
 		}
 		k := s.triedPrefix + op.req
-		pipe.SAdd(ctx, k, op.key)
-		pipe.PExpire(ctx, k, pol.triedTTL)
+		pipe.SAdd(wctx, k, op.key)
+		pipe.PExpire(wctx, k, pol.triedTTL)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(wctx); err != nil {
+		if ctx.Err() != nil {
+			return // shutting down
+		}
 		s.fail("write", err)
 		s.keepPending(ops)
 		return
