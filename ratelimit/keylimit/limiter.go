@@ -105,6 +105,14 @@ func (l *Limiter) Update(cfg *config.Config) {
 	l.state.Store(st)
 }
 
+// check is one ShouldRateLimit request with room for both descriptors.
+type check struct {
+	req   rlspb.RateLimitRequest
+	ptrs  [2]*rlcommon.RateLimitDescriptor
+	descs [2]rlcommon.RateLimitDescriptor
+	hits  wrapperspb.UInt64Value
+}
+
 func entries(keyID, kind string) []*rlcommon.RateLimitDescriptor_Entry {
 	return []*rlcommon.RateLimitDescriptor_Entry{
 		{Key: contract.DescKey, Value: keyID},
@@ -127,27 +135,27 @@ func (l *Limiter) Allow(ctx context.Context, keyID string, tokens int) (ok bool,
 	if !limited {
 		return true, 0, nil
 	}
-	req := &rlspb.RateLimitRequest{Domain: st.domain}
-	var descs [2]rlcommon.RateLimitDescriptor
-	var hits wrapperspb.UInt64Value
+	c := new(check) // the request and its descriptors in one allocation
+	c.req.Domain = st.domain
+	c.req.Descriptors = c.ptrs[:0]
 	if kl.rpm != nil {
-		descs[0].Entries = kl.rpm
-		req.Descriptors = append(make([]*rlcommon.RateLimitDescriptor, 0, 2), &descs[0])
+		c.descs[0].Entries = kl.rpm
+		c.req.Descriptors = append(c.req.Descriptors, &c.descs[0])
 	}
 	if kl.tpm != nil && tokens > 0 {
-		hits.Value = uint64(tokens)
-		descs[1].Entries = kl.tpm
-		descs[1].HitsAddend = &hits
-		req.Descriptors = append(req.Descriptors, &descs[1])
+		c.hits.Value = uint64(tokens)
+		c.descs[1].Entries = kl.tpm
+		c.descs[1].HitsAddend = &c.hits
+		c.req.Descriptors = append(c.req.Descriptors, &c.descs[1])
 	}
-	if len(req.Descriptors) == 0 {
+	if len(c.req.Descriptors) == 0 {
 		return true, 0, nil
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := l.client.ShouldRateLimit(ctx, req)
+	resp, err := l.client.ShouldRateLimit(ctx, &c.req)
 	l.m.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		kl.errored.Inc()

@@ -3,11 +3,15 @@ package keylimit_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/redistest"
@@ -169,6 +173,37 @@ func BenchmarkAllow(b *testing.B) {
 	x.Set(b, translator.RateLimitConfig(cfg))
 	svc := rlstest.StartService(b, cfg, service.Options{})
 	l := keylimit.New(rlstest.Dial(b, svc.Addr), cfg, keylimit.Options{Timeout: time.Second})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if ok, _, err := l.Allow(ctx, "k1", 100); !ok || err != nil {
+			b.Fatalf("ok=%v err=%v", ok, err)
+		}
+	}
+}
+
+// okServer answers every check OK with one prebuilt response, so
+// BenchmarkAllowGRPCOnly measures the limiter and gRPC alone.
+type okServer struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	resp *rlspb.RateLimitResponse
+}
+
+func (s *okServer) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return s.resp, nil
+}
+
+func BenchmarkAllowGRPCOnly(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlspb.RegisterRateLimitServiceServer(srv, &okServer{resp: &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	cfg := rlstest.Config(b, rlstest.GatewayYAML, "127.0.0.1:1", "127.0.0.1:1")
+	l := keylimit.New(rlstest.Dial(b, ln.Addr().String()), cfg, keylimit.Options{Timeout: time.Second})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
