@@ -1,6 +1,7 @@
 package translator
 
 import (
+	"strconv"
 	"time"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
@@ -59,7 +60,7 @@ func HTTPConnectionManager(g *ir.Gateway) *hcmv3.HttpConnectionManager {
 		UseRemoteAddress:  wrapperspb.Bool(true),
 		NormalizePath:     wrapperspb.Bool(true),
 		MergeSlashes:      true,
-		LocalReplyConfig:  localReplies(),
+		LocalReplyConfig:  localReplies(g.MaxBodyBytes),
 	}
 	if g.AccessLog {
 		h.AccessLog = []*accesslogv3.AccessLog{{
@@ -86,30 +87,42 @@ func maxPoolTimeout(g *ir.Gateway) time.Duration {
 // ext_proc ImmediateResponse bodies, which ext_proc already formats, and the
 // 404 direct response) pass through untouched.
 // https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_conn_man/local_reply
-func localReplies() *hcmv3.LocalReplyConfig {
-	mapper := func(flags []string, message, typ, code string) *hcmv3.ResponseMapper {
+func localReplies(maxBody uint32) *hcmv3.LocalReplyConfig {
+	byFlags := func(flags ...string) *accesslogv3.AccessLogFilter {
+		return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ResponseFlagFilter{
+			ResponseFlagFilter: &accesslogv3.ResponseFlagFilter{Flags: flags},
+		}}
+	}
+	mapper := func(filter *accesslogv3.AccessLogFilter, message, typ, code string) *hcmv3.ResponseMapper {
 		body, _ := structpb.NewStruct(map[string]any{"error": map[string]any{
 			"message": message, "type": typ, "code": code,
 		}})
 		return &hcmv3.ResponseMapper{
-			Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ResponseFlagFilter{
-				ResponseFlagFilter: &accesslogv3.ResponseFlagFilter{Flags: flags},
-			}},
+			Filter: filter,
 			BodyFormatOverride: &corev3.SubstitutionFormatString{
 				Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: body},
 			},
 		}
 	}
+	// 413 from the buffer limit carries no response flag; an ext_proc 413
+	// says the same thing, so rewriting both is harmless.
+	tooLarge := &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_StatusCodeFilter{
+		StatusCodeFilter: &accesslogv3.StatusCodeFilter{Comparison: &accesslogv3.ComparisonFilter{
+			Op:    accesslogv3.ComparisonFilter_EQ,
+			Value: &corev3.RuntimeUInt32{DefaultValue: 413, RuntimeKey: "swarmgate.local_reply.too_large"},
+		}},
+	}}
 	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
 		// RL: the rate-limit filter refused the request (429).
-		mapper([]string{"RL"}, "Rate limit reached for this tenant or model; retry later.", "requests", "rate_limit_exceeded"),
+		mapper(byFlags("RL"), "Rate limit reached for this tenant or model; retry later.", "requests", "rate_limit_exceeded"),
 		// RLSE: the rate-limit service failed and failure_mode_deny is on.
-		mapper([]string{"RLSE"}, "Rate limit service unavailable.", "server_error", "rate_limit_service_unavailable"),
+		mapper(byFlags("RLSE"), "Rate limit service unavailable.", "server_error", "rate_limit_service_unavailable"),
 		// UT: upstream timeout.
-		mapper([]string{"UT"}, "The upstream model did not answer in time.", "server_error", "timeout"),
+		mapper(byFlags("UT"), "The upstream model did not answer in time.", "server_error", "timeout"),
 		// No healthy host, connection failures, overflow, retries exhausted.
-		mapper([]string{"UH", "UF", "UO", "URX", "UC", "LH"}, "No upstream is available for this model: %LOCAL_REPLY_BODY%", "server_error", "upstream_unavailable"),
-		// A body above the buffer limit.
-		mapper([]string{"DPE"}, "Request could not be processed: %LOCAL_REPLY_BODY%", "invalid_request_error", "invalid_request"),
+		mapper(byFlags("UH", "UF", "UO", "URX", "UC", "LH"), "No upstream is available for this model: %LOCAL_REPLY_BODY%", "server_error", "upstream_unavailable"),
+		mapper(tooLarge, "Request body is larger than the gateway accepts ("+strconv.FormatUint(uint64(maxBody), 10)+" bytes).", "invalid_request_error", "request_too_large"),
+		// Malformed downstream HTTP.
+		mapper(byFlags("DPE"), "Request could not be processed: %LOCAL_REPLY_BODY%", "invalid_request_error", "invalid_request"),
 	}}
 }
