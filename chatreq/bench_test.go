@@ -145,3 +145,29 @@ func TestScanOneAllocation(t *testing.T) {
 		}
 	}
 }
+
+// proseBody is a chat of English prose turns, few escapes.
+func proseBody(size int) []byte {
+	const para = "The history of the printing press is usually told as a story about one man and one machine, but the reality was slower and messier. Block printing had been practised in East Asia for centuries, and movable type appeared in China and Korea well before the fifteenth century. "
+	var msgs []map[string]string
+	for n := 0; n < size; n += 4 * len(para) {
+		msgs = append(msgs, map[string]string{"role": "user", "content": strings.Repeat(para, 4)})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
+	return b
+}
+
+func BenchmarkScanProse(b *testing.B) {
+	for _, sz := range benchSizes {
+		body := proseBody(sz.size)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Scan(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

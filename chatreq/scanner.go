@@ -105,6 +105,37 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 	var nonLanes, wordLanes uint64 // non-ASCII bytes; letters and spaces
 	lanesUsed := 0
 	for i+8 <= len(b) {
+		// Sixteen plain bytes at a time while there is nothing to stop at.
+		for i+16 <= len(b) {
+			w1 := binary.LittleEndian.Uint64(b[i:])
+			w2 := binary.LittleEndian.Uint64(b[i+8:])
+			q1, e1 := w1^(lsb*'"'), w1^(lsb*'\\')
+			q2, e2 := w2^(lsb*'"'), w2^(lsb*'\\')
+			m := ((q1 - lsb) &^ q1) | ((e1 - lsb) &^ e1) | ((w1 - lsb*0x20) &^ w1) |
+				((q2 - lsb) &^ q2) | ((e2 - lsb) &^ e2) | ((w2 - lsb*0x20) &^ w2)
+			if m&msb != 0 {
+				break
+			}
+			if st != nil {
+				t1 := (w1 | lsb*0x20) & l7
+				t2 := (w2 | lsb*0x20) & l7
+				wi1 := ((t1 + lsb*(0x80-'a')) &^ (t1 + lsb*(0x80-'z'-1))) | ^((w1 & l7) + lsb*(0x80-'!'))
+				wi2 := ((t2 + lsb*(0x80-'a')) &^ (t2 + lsb*(0x80-'z'-1))) | ^((w2 & l7) + lsb*(0x80-'!'))
+				nonLanes += (w1&msb)>>7 + (w2&msb)>>7
+				wordLanes += (wi1&^w1&msb)>>7 + (wi2&^w2&msb)>>7
+				sym += 16
+				if lanesUsed += 2; lanesUsed >= 254 {
+					n := hsum(nonLanes)
+					non += n
+					sym -= n + hsum(wordLanes)
+					nonLanes, wordLanes, lanesUsed = 0, 0, 0
+				}
+			}
+			i += 16
+		}
+		if i+8 > len(b) {
+			break
+		}
 		w := binary.LittleEndian.Uint64(b[i:])
 		// Flag '"', '\\' and control bytes; the lowest flagged byte is exact
 		// (borrows only propagate upwards).
@@ -126,7 +157,7 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 			nonLanes += (w & sel) >> 7
 			wordLanes += (wordish &^ w & sel) >> 7
 			sym += k
-			if lanesUsed++; lanesUsed == 255 {
+			if lanesUsed++; lanesUsed >= 254 {
 				n := hsum(nonLanes)
 				non += n
 				sym -= n + hsum(wordLanes)
