@@ -1,11 +1,3 @@
-// Package mockupstream is a fake OpenAI-compatible provider for end-to-end,
-// fault and swarm tests and for `swarmgate mock-upstream`. It serves
-// chat completions (JSON and SSE), completions, embeddings and the model
-// list under any path prefix, checks credentials the way a backend's auth
-// style says, reports deterministic usage, and misbehaves per key on demand:
-// 429 with Retry-After, 5xx, connection resets before or during a stream,
-// per-key RPM/TPM limits and random failures from a seeded RNG. Every
-// request is recorded (never a credential value) for assertions.
 package mockupstream
 
 import (

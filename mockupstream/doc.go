@@ -1,0 +1,42 @@
+// Package mockupstream is a fake OpenAI-compatible provider for end-to-end,
+// fault and swarm tests and for `swarmgate mock-upstream`.
+//
+// Endpoints, matched on the path suffix so relay prefixes such as
+// /openai/v1 work: POST …/chat/completions (JSON, or SSE with
+// "stream": true), POST …/completions, POST …/embeddings, GET …/models.
+//
+// Credentials are read as Options.Auth says (Authorization: Bearer,
+// x-api-key or api-key) and must be one of Options.Keys (any non-empty one
+// when no keys are configured); otherwise the answer is a 401 OpenAI error
+// (type invalid_request_error, code invalid_api_key). Every answer to an
+// authenticated request carries x-mock-key-id: the id of the key used.
+//
+// Streams are framed exactly like OpenAI's: "data: <json>\n\n" chunks with
+// choices[].delta (a role chunk, content chunks of Options.TokensPerChunk
+// tokens, a chunk with finish_reason), then, when
+// stream_options.include_usage is true, a chunk with "choices":[] and usage
+// (earlier chunks then carry "usage":null), then "data: [DONE]\n\n".
+//
+// Usage is deterministic:
+//   - prompt_tokens = ceil(B / Options.BytesPerToken (default 4)), at least
+//     1, where B is the UTF-8 byte count of the text inputs (message
+//     contents, text parts, prompt, input; each token id of a token array
+//     counts as one token);
+//   - completion_tokens = the x-mock-completion-tokens request header, else
+//     min(Options.CompletionTokens (default 16), max_completion_tokens or
+//     max_tokens when set); finish_reason is "length" when max_tokens cut
+//     it;
+//   - usage.prompt_tokens_details.cached_tokens and
+//     usage.completion_tokens_details.reasoning_tokens appear when positive
+//     (Options.CachedTokens / ReasoningTokens, or the x-mock-cached-tokens /
+//     x-mock-reasoning-tokens headers); reasoning tokens are part of
+//     completion_tokens and are not streamed as content.
+//
+// Per-key behaviour (Server.SetBehavior, goroutine-safe, from the next
+// request): OK, 429 with Retry-After, an error status, a reset before the
+// answer, a reset after N stream chunks, fixed-window RPM/TPM limits with
+// x-ratelimit-* headers, random failures with a seeded RNG, extra latency
+// and extra headers. Requests() and Counts() expose what was received; no
+// record or log line ever holds a credential value (KeyHash is a short
+// SHA-256 prefix).
+package mockupstream
