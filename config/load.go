@@ -164,7 +164,9 @@ func (e *Error) Error() string {
 	if e.Line > 0 {
 		b.WriteString(":" + strconv.Itoa(e.Line))
 	}
-	b.WriteString(": ")
+	if b.Len() > 0 {
+		b.WriteString(": ")
+	}
 	if e.Path != "" {
 		b.WriteString(e.Path + ": ")
 	}

@@ -199,3 +199,19 @@ func TestLocateSyntaxErrorBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestErrorFormat(t *testing.T) {
+	cases := []struct {
+		e    Error
+		want string
+	}{
+		{Error{File: "a.yaml", Line: 3, Path: "x.y", Msg: "bad"}, "a.yaml:3: x.y: bad"},
+		{Error{File: "a.yaml", Msg: "bad"}, "a.yaml: bad"},
+		{Error{Path: "x", Msg: "bad"}, "x: bad"},
+	}
+	for _, tc := range cases {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -312,6 +312,9 @@ func (c *Config) validateBackends(v *validator) map[string]bool {
 			v.add(p+".base_url", "invalid URL %q: %v", redactURL(b.BaseURL), err)
 		}
 		b.url = u
+		if err == nil && u.host == "api.openai.com" && !strings.HasSuffix(u.path, "/v1") {
+			v.add(p+".base_url", "OpenAI's API is under /v1: use https://api.openai.com/v1")
+		}
 		if err == nil && u.scheme != "https" {
 			if b.SNI != "" {
 				v.add(p+".sni", "SNI needs an https base_url")
