@@ -33,14 +33,17 @@ func runChromium(t *testing.T, url string, extra ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	home := t.TempDir()
 	args := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000",
+		"--user-data-dir=" + filepath.Join(home, "profile"), "--virtual-time-budget=5000",
 	}
 	args = append(append(args, extra...), url)
 	cmd := exec.CommandContext(ctx, chromiumBinary(t), args...)
+	// Keep Chromium's caches and crash reports out of the real home.
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_CACHE_HOME="+home)
 	// Chromium forks helpers: kill the whole group on timeout.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
