@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/xds/translator"
 )
 
 func dial(t testing.TB, addr string) *grpc.ClientConn {
@@ -231,5 +233,27 @@ tenants:
 func TestRunWithoutConfig(t *testing.T) {
 	if err := New(Options{}).Run(context.Background(), nil); err != ErrNoConfig {
 		t.Fatalf("Run before SetConfig = %v, want ErrNoConfig", err)
+	}
+}
+
+// TestIncrementalEndpointsMatchFull: the EDS update that re-encodes only the
+// pools of changed backends has the same versions as a full recomputation.
+func TestIncrementalEndpointsMatchFull(t *testing.T) {
+	cp := New(Options{})
+	if err := cp.SetConfig(parseConfig(t, scaleYAML(20, ""))); err != nil {
+		t.Fatal(err)
+	}
+	for _, unhealthy := range []map[string]bool{{"b3-0": true}, {"b3-0": true, "b7-1": true}, {"b7-1": true}, {}} {
+		cp.setHealth(unhealthy)
+		cp.mu.Lock()
+		got := cp.snaps[cp.envoyGroup].types[resource.EndpointType]
+		full, err := newTypeResources(asResources(translator.Endpoints(cp.res.IR, cp.state)))
+		cp.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.version != full.version || !maps.Equal(got.versions, full.versions) {
+			t.Fatalf("unhealthy %v: incremental EDS version %s, full %s", unhealthy, got.version, full.version)
+		}
 	}
 }

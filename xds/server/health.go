@@ -61,13 +61,24 @@ func (cp *ControlPlane) healthLoop(ctx context.Context) {
 func (cp *ControlPlane) setHealth(unhealthy map[string]bool) bool {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if maps.Equal(unhealthy, cp.state.Unhealthy) {
+	changed := map[string]bool{}
+	for b := range unhealthy {
+		if !cp.state.Unhealthy[b] {
+			changed[b] = true
+		}
+	}
+	for b := range cp.state.Unhealthy {
+		if !unhealthy[b] {
+			changed[b] = true
+		}
+	}
+	if len(changed) == 0 {
 		return false
 	}
 	cp.state.Unhealthy = unhealthy
-	names := slices.Sorted(maps.Keys(unhealthy))
-	cp.log.Info("backend health changed, pushing endpoints", "unhealthy", names)
-	return cp.pushEndpointsLocked() == nil
+	cp.log.Info("backend health changed, pushing endpoints",
+		"changed", slices.Sorted(maps.Keys(changed)), "unhealthy", slices.Sorted(maps.Keys(unhealthy)))
+	return cp.pushEndpointsLocked(changed) == nil
 }
 
 // resolveLoop re-resolves backend names and pushes EDS when answers change.
@@ -91,7 +102,7 @@ func (cp *ControlPlane) resolveLoop(ctx context.Context) {
 		if !equalAddrs(addrs, cp.state.Addrs) {
 			cp.state.Addrs = addrs
 			cp.log.Info("backend addresses changed, pushing endpoints")
-			_ = cp.pushEndpointsLocked()
+			_ = cp.pushEndpointsLocked(nil)
 		}
 		cp.mu.Unlock()
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/xds/gatewayconfig"
+	"github.com/swarmgate/swarmgate/xds/ir"
 	"github.com/swarmgate/swarmgate/xds/translator"
 )
 
@@ -253,15 +254,29 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 }
 
 // pushEndpointsLocked recomputes EDS from the last good config and the
-// current endpoint state; other types keep their versions, so clients get an
-// EDS-only update.
-func (cp *ControlPlane) pushEndpointsLocked() error {
+// current endpoint state, for the pools that use a changed backend (all when
+// changed is nil); other types keep their versions, so clients get an
+// EDS-only update, and a Delta client only the changed assignments.
+func (cp *ControlPlane) pushEndpointsLocked(changed map[string]bool) error {
 	if cp.res == nil {
 		return nil
 	}
 	start := time.Now()
-	eps := translator.Endpoints(cp.res.IR, cp.state)
-	t, err := newTypeResources(asResources(eps))
+	var t *typeResources
+	var err error
+	prev := cp.snaps[cp.envoyGroup].types[resource.EndpointType]
+	if changed == nil || prev == nil {
+		t, err = newTypeResources(asResources(translator.Endpoints(cp.res.IR, cp.state)))
+	} else {
+		var rs []types.Resource
+		for i := range cp.res.IR.Pools {
+			p := &cp.res.IR.Pools[i]
+			if slices.ContainsFunc(p.Targets, func(tg ir.Target) bool { return changed[tg.Backend] }) {
+				rs = append(rs, translator.PoolEndpoints(p, cp.state))
+			}
+		}
+		t, err = prev.replacing(rs)
+	}
 	if err != nil {
 		cp.log.Error("building endpoints", "err", err)
 		return err

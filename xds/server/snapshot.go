@@ -44,23 +44,51 @@ func newTypeResources(rs []types.Resource) (*typeResources, error) {
 		items:    make(map[string]types.ResourceWithTTL, len(rs)),
 		versions: make(map[string]string, len(rs)),
 	}
-	opts := proto.MarshalOptions{Deterministic: true}
+	seen := make(map[string]bool, len(rs))
 	for _, r := range rs {
 		name := cachev3.GetResourceName(r)
-		if name == "" {
-			return nil, fmt.Errorf("resource %T has no name", r)
-		}
-		if _, dup := t.items[name]; dup {
+		if seen[name] {
 			return nil, fmt.Errorf("duplicate resource name %q", name)
 		}
-		b, err := opts.Marshal(r)
-		if err != nil {
-			return nil, fmt.Errorf("encoding %s: %w", name, err)
+		seen[name] = true
+		if err := t.put(name, r); err != nil {
+			return nil, err
 		}
-		sum := sha256.Sum256(b)
-		t.items[name] = types.ResourceWithTTL{Resource: r}
-		t.versions[name] = hex.EncodeToString(sum[:12])
 	}
+	t.seal()
+	return t, nil
+}
+
+// replacing returns a copy of t with the given resources replaced or
+// added; only those are re-encoded (an EDS update for one backend touches
+// only the pools that use it).
+func (t *typeResources) replacing(rs []types.Resource) (*typeResources, error) {
+	out := &typeResources{items: maps.Clone(t.items), versions: maps.Clone(t.versions)}
+	for _, r := range rs {
+		if err := out.put(cachev3.GetResourceName(r), r); err != nil {
+			return nil, err
+		}
+	}
+	out.seal()
+	return out, nil
+}
+
+func (t *typeResources) put(name string, r types.Resource) error {
+	if name == "" {
+		return fmt.Errorf("resource %T has no name", r)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", name, err)
+	}
+	sum := sha256.Sum256(b)
+	t.items[name] = types.ResourceWithTTL{Resource: r}
+	t.versions[name] = hex.EncodeToString(sum[:12])
+	return nil
+}
+
+// seal computes the type version from the resource versions.
+func (t *typeResources) seal() {
 	h := sha256.New()
 	for _, name := range slices.Sorted(maps.Keys(t.versions)) {
 		h.Write([]byte(name))
@@ -69,7 +97,6 @@ func newTypeResources(rs []types.Resource) (*typeResources, error) {
 		h.Write([]byte{0})
 	}
 	t.version = hex.EncodeToString(h.Sum(nil)[:8])
-	return t, nil
 }
 
 // newSnapshot builds a snapshot from resources by type URL.
