@@ -126,3 +126,48 @@ func BenchmarkRouterExchange(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRouterExchangeGRPC is the same exchange over a real gRPC stream
+// on loopback, as Envoy drives it (marshalling and one round trip per
+// message included).
+func BenchmarkRouterExchangeGRPC(b *testing.B) {
+	cfg := benchConfig(b)
+	h := newHarness(b, cfg)
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"2KB", 2 << 10}, {"64KB", 64 << 10}} {
+		for _, kind := range []string{"json", "sse"} {
+			stream := kind == "sse"
+			reqB := benchBody(size.n, stream)
+			chunks, ctype := jsonResponse(size.n), "application/json"
+			if stream {
+				chunks, ctype = sseResponse(size.n), "text/event-stream"
+			}
+			msgs := []*extprocv3.ProcessingRequest{
+				reqHeaders(false, chatHeaders(keyAlpha, "content-length", strconv.Itoa(len(reqB)))...),
+				{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: reqB, EndOfStream: true}}},
+				respHeaders(false, ":status", "200", "content-type", ctype),
+			}
+			for _, c := range chunks {
+				msgs = append(msgs, respBody(c, false))
+			}
+			msgs = append(msgs, respBody(nil, true))
+			b.Run(size.name+"/"+kind, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					st, cancel := h.stream(b, contract.RoleRouter)
+					var last *extprocv3.ProcessingResponse
+					for _, m := range msgs {
+						last = roundTrip(b, st, m)
+					}
+					if last.GetDynamicMetadata() == nil {
+						b.Fatal("no usage metadata")
+					}
+					_ = st.CloseSend()
+					cancel()
+				}
+			})
+		}
+	}
+}
