@@ -24,6 +24,9 @@ type ReadyCheck struct {
 	Required bool
 	// Why says what makes it required or not ("failure_modes.budget=closed").
 	Why string
+	// Policy, when set, decides Required and Why at each probe instead (a
+	// config reload may change failure modes).
+	Policy func() (required bool, why string)
 }
 
 type readyResponse struct {
@@ -63,6 +66,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	results := make([]checkResult, len(checks))
 	var wg sync.WaitGroup
 	for i, c := range checks {
+		if c.Policy != nil {
+			c.Required, c.Why = c.Policy()
+		}
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(r.Context(), s.opts.CheckTimeout)
 			defer cancel()
@@ -137,6 +143,35 @@ type Pinger interface {
 // down refuses requests anyway, and a load balancer should send them to a
 // replica that can reach its Redis.
 func RedisCheck(client Pinger, fm config.FailureModes) ReadyCheck {
+	c := ReadyCheck{
+		Name: "redis",
+		Check: func(ctx context.Context) error {
+			if err := client.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis unreachable: %w", err)
+			}
+			return nil
+		},
+	}
+	c.Required, c.Why = redisRequired(fm)
+	return c
+}
+
+// RedisCheckLive is RedisCheck deciding Required from the config in force
+// at each probe, so a reload that changes failure modes takes effect.
+func RedisCheckLive(client Pinger, cfg func() *config.Config) ReadyCheck {
+	c := RedisCheck(client, config.FailureModes{})
+	c.Policy = func() (bool, string) {
+		cur := cfg()
+		if cur == nil {
+			return false, "no config loaded"
+		}
+		return redisRequired(cur.FailureModes)
+	}
+	return c
+}
+
+// redisRequired says whether some use of Redis is fail-closed, and which.
+func redisRequired(fm config.FailureModes) (bool, string) {
 	var closed []string
 	for _, u := range []struct {
 		name string
@@ -153,20 +188,8 @@ func RedisCheck(client Pinger, fm config.FailureModes) ReadyCheck {
 			closed = append(closed, "failure_modes."+u.name+"=closed")
 		}
 	}
-	c := ReadyCheck{
-		Name:     "redis",
-		Required: len(closed) > 0,
-		Check: func(ctx context.Context) error {
-			if err := client.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis unreachable: %w", err)
-			}
-			return nil
-		},
+	if len(closed) > 0 {
+		return true, "required: " + strings.Join(closed, ", ")
 	}
-	if c.Required {
-		c.Why = "required: " + strings.Join(closed, ", ")
-	} else {
-		c.Why = "not required: every Redis use is fail-open"
-	}
-	return c
+	return false, "not required: every Redis use is fail-open"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +77,19 @@ func TestReadyzRedis(t *testing.T) {
 	check(closedSrv.URL, 503, "unready", "redis: redis unreachable", "required: failure_modes.budget=closed")
 	check(openSrv.URL, 200, "degraded", "not required: every Redis use is fail-open")
 
+	// The live check follows a reload from fail-open to fail-closed.
+	var cur atomic.Pointer[config.Config]
+	live := *cfg
+	live.FailureModes = failOpen
+	cur.Store(&live)
+	liveSrv := startServer(t, Options{Config: cur.Load, Ready: []ReadyCheck{RedisCheckLive(client, cur.Load)}})
+	check(liveSrv.URL, 200, "degraded", "not required")
+	reloaded := live
+	reloaded.FailureModes = failClosed
+	cur.Store(&reloaded)
+	check(liveSrv.URL, 503, "unready", "required: failure_modes.budget=closed")
+
 	srv.Restart()
 	check(closedSrv.URL, 200, "ready")
+	check(liveSrv.URL, 200, "ready")
 }
