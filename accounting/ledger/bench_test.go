@@ -54,7 +54,7 @@ func BenchmarkReplayPipelined(b *testing.B) {
 			batch[j].RequestID = fmt.Sprint("p", n)
 			n++
 		}
-		if err := l.writeBatch(ctx, batch); err != nil {
+		if _, err := l.writeBatch(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -268,15 +268,19 @@ func (l *Ledger) replayOnce(ctx context.Context) bool {
 		if len(batch) == 0 {
 			break
 		}
-		if err := l.writeBatch(ctx, batch); err != nil {
-			l.buf.pushFront(batch)
+		if failed, err := l.writeBatch(ctx, batch); err != nil {
+			l.buf.pushFront(failed)
 			l.healthy.Store(false)
 			l.log.Warn("ledger replay failed; will retry", "pending", l.buf.len(), "err", err)
 			return false
 		}
 		l.healthy.Store(true)
 	}
-	if err := l.buf.replaySpill(func(batch []Entry) error { return l.writeBatch(ctx, batch) }, l.opts.ReplayBatch); err != nil {
+	writeAll := func(batch []Entry) error {
+		_, err := l.writeBatch(ctx, batch)
+		return err
+	}
+	if err := l.buf.replaySpill(writeAll, l.opts.ReplayBatch); err != nil {
 		l.healthy.Store(false)
 		l.log.Warn("ledger spill replay failed; will retry", "err", err)
 		return false
@@ -284,9 +288,10 @@ func (l *Ledger) replayOnce(ctx context.Context) bool {
 	return true
 }
 
-// writeBatch writes entries in one pipeline. On error none is assumed
-// written; idempotency makes the retry safe for those that were.
-func (l *Ledger) writeBatch(ctx context.Context, batch []Entry) error {
+// writeBatch writes entries in one pipeline. Entries whose command failed
+// (a connection lost mid-pipeline, a server error) are returned for a later
+// retry; idempotency makes retrying one that did land safe.
+func (l *Ledger) writeBatch(ctx context.Context, batch []Entry) ([]Entry, error) {
 	// Replay is off the data path: allow a busy Redis more than one write.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(2*time.Second, l.opts.WriteTimeout+time.Duration(len(batch))*5*time.Millisecond))
 	defer cancel()
@@ -295,20 +300,32 @@ func (l *Ledger) writeBatch(ctx context.Context, batch []Entry) error {
 		if err != nil && attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// A restarted Redis has lost the script cache.
 			if err := recordScript.Load(ctx, l.rdb).Err(); err != nil {
-				return fmt.Errorf("ledger: loading script: %w", err)
+				l.m.errors.Inc()
+				return batch, fmt.Errorf("ledger: loading script: %w", err)
 			}
 			continue
 		}
-		if err != nil {
-			l.m.errors.Inc()
-			return fmt.Errorf("ledger: replay pipeline: %w", err)
-		}
+		var failed []Entry
 		for i, c := range cmds {
-			res, _ := c.(*redis.Cmd).Slice()
+			res, cerr := c.(*redis.Cmd).Slice()
+			if cerr != nil {
+				failed = append(failed, batch[i])
+				continue
+			}
 			l.written(ctx, &batch[i], res)
+			l.m.replayed.Inc()
 		}
-		l.m.replayed.Add(float64(len(batch)))
-		return nil
+		if len(cmds) == 0 && err != nil {
+			failed = batch
+		}
+		if len(failed) > 0 {
+			l.m.errors.Inc()
+			if err == nil {
+				err = errors.New("some commands failed")
+			}
+			return failed, fmt.Errorf("ledger: replay pipeline (%d of %d failed): %w", len(failed), len(batch), err)
+		}
+		return nil, nil
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
@@ -20,7 +19,7 @@ import (
 func testConfig(t testing.TB, addr, ttl, extra string) *config.Config {
 	t.Helper()
 	y := fmt.Sprintf(`
-redis: {addrs: [%q]}
+redis: {addrs: [%q], read_timeout: 5s}
 %s
 backends:
   - name: b
@@ -94,8 +93,4 @@ func held(t testing.TB, rdb *redis.Client, cfg *config.Config, tenant, name, mod
 		t.Fatalf("held: %v", err)
 	}
 	return v
-}
-
-func ledgerMonthKey(cfg *config.Config, tenant string) string {
-	return ledger.MonthKey(cfg.Redis.KeyPrefix, tenant, ledger.MonthOf(time.Now()))
 }
