@@ -18,14 +18,16 @@ type Request struct {
 	Stream       bool   // "stream": true
 	IncludeUsage bool   // "stream_options": {"include_usage": true}
 	HasTools     bool   // non-empty "tools" or "functions"
-	// MaxTokens is "max_completion_tokens", else "max_tokens"; 0 if absent.
+	// MaxTokens is "max_completion_tokens" (or the responses API's
+	// "max_output_tokens"), else "max_tokens"; 0 if absent.
 	MaxTokens int
 	// Messages counts "messages" entries (chat) or item objects in "input"
 	// (responses API).
 	Messages int
 	// PromptBytes is the decoded UTF-8 size of the text the model reads:
 	// message content (strings and text parts), tool-call arguments and names
-	// in the history, "prompt", "input" and "instructions" strings.
+	// in the history, "prompt", "input" and "instructions" strings, and the
+	// responses API's function_call arguments and function_call_output.
 	PromptBytes int
 	// PromptNonASCIIBytes is the part of PromptBytes that is not ASCII (CJK
 	// and other scripts tokenize at fewer bytes per token).
@@ -145,14 +147,14 @@ func Scan(body []byte) (Request, error) {
 				setSem(&FieldError{Field: string(name), Want: "an array"})
 				return s.skip()
 			}
-		case "max_tokens", "max_completion_tokens":
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
 			v, ok, err := s.countOrNull()
 			if !ok {
 				setSem(&FieldError{Field: string(name), Want: "a non-negative integer"})
 			}
 			if string(name) == "max_tokens" {
 				maxTokens = v
-			} else {
+			} else { // max_completion_tokens (chat), max_output_tokens (responses)
 				maxCompletion = v
 			}
 			return err
@@ -320,6 +322,13 @@ func (s *scanner) message(r *Request) error {
 				return s.functionCall(&st)
 			}
 			return s.skip()
+		case keyIs(k, e, "output"), keyIs(k, e, "arguments"):
+			// responses-API input items: function_call_output.output and
+			// function_call.arguments
+			if s.peek() == '"' {
+				_, _, err := s.str(&st)
+				return err
+			}
 		}
 		return s.skip()
 	})

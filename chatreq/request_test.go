@@ -74,6 +74,11 @@ func TestScan(t *testing.T) {
 			want: Request{Model: "gpt-5", Messages: 1, PromptBytes: 9},
 		},
 		{
+			name: "responses tool items and max_output_tokens",
+			body: `{"model":"gpt-5","max_output_tokens":300,"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"42"}]}`,
+			want: Request{Model: "gpt-5", MaxTokens: 300, Messages: 2, PromptBytes: 4, PromptSymbolBytes: 4},
+		},
+		{
 			name: "escapes decoded",
 			body: `{"m\u006fdel":"a\/b\u00e9","messages":[{"role":"user","content":"a\nb\u4e2d\ud83d\ude00"}]}`,
 			want: Request{Model: "a/bé", Messages: 1, PromptBytes: 3 + 3 + 4, PromptNonASCIIBytes: 7},
