@@ -8,7 +8,6 @@ import (
 	"maps"
 	"time"
 
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -116,24 +115,21 @@ func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 	return c
 }
 
-// ToConfig rebuilds a validated config from the wire form: it goes through
-// config.Parse, so defaults, validation, local secret resolution (opts) and
-// the lookup index are exactly those of a config file.
+// ToConfig rebuilds a validated config from the wire form with
+// config.Prepare: the same validation as a file, secret references resolved
+// locally (opts), the lookup index built. The wire form carries every field
+// explicitly (FromConfig copies a defaulted config), so a zero is a zero
+// (a drained weight stays drained).
 func ToConfig(gc *pb.GatewayConfig, opts config.Options) (*config.Config, error) {
 	cfg := toRaw(gc)
-	data, err := yaml.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("encoding gateway config: %w", err)
+	cfg.Source = gc.GetSource()
+	if cfg.Source == "" {
+		cfg.Source = "xds:" + ResourceName
 	}
-	name := gc.GetSource()
-	if name == "" {
-		name = "xds:" + ResourceName
-	}
-	out, err := config.Parse(data, name, opts)
-	if err != nil {
+	if err := cfg.Prepare(opts); err != nil {
 		return nil, fmt.Errorf("gateway config from xDS: %w", err)
 	}
-	return out, nil
+	return cfg, nil
 }
 
 func toRaw(gc *pb.GatewayConfig) *config.Config {
