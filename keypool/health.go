@@ -73,7 +73,8 @@ func (p *Pools) refresh() time.Time {
 // key reopens: the router-level filter answers 429/503 with it. Unknown
 // backends are ignored; with none known it reports true.
 func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration) {
-	in := pickInput{now: p.clock.Now(), pol: p.pol.Load()}
+	now := p.clock.Now()
+	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
 	in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 	req := PickRequest{Attempt: 1}
 	known := false

@@ -94,6 +94,7 @@ func (kp *KeyPool) setKeys(keys []config.APIKey) (removed []*keyState) {
 // pickInput is what one selection needs besides the request.
 type pickInput struct {
 	now           time.Time
+	nowSec        int64 // now.Unix(), for the windows
 	pol           *policy
 	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
 	syncUnknown   bool // fail-closed and the remote state is unknown
@@ -132,7 +133,7 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
-		in.enforceWindow && k.limited() && !k.win.allow(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
+		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
 		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
 		return false
@@ -185,7 +186,7 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		k.tokensLeft = max(k.tokensLeft-req.EstTokens, 0)
 	}
 	if k.limited() {
-		k.win.add(now, 1, req.EstTokens)
+		k.win.add(in.nowSec, 1, req.EstTokens)
 	}
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
@@ -205,7 +206,7 @@ func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time)
 		k.inFlight--
 	}
 	if k.limited() {
-		k.win.add(now, -1, -est)
+		k.win.add(now.Unix(), -1, -est)
 	}
 	k.picks--
 	if l.Probe {

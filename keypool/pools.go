@@ -207,7 +207,8 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	if kp == nil {
 		return Lease{}, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
 	}
-	in := pickInput{now: p.clock.Now(), pol: p.pol.Load()}
+	now := p.clock.Now()
+	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
 	if req.Attempt > 1 && req.RequestID != "" && p.sync != nil {
 		in.remoteTried = p.sync.tried(ctx, req.RequestID)
 	}

@@ -15,8 +15,8 @@ type window struct {
 	sumTok int64
 }
 
-func (w *window) advance(now time.Time) {
-	s := now.Unix()
+// advance moves the window to unix second s.
+func (w *window) advance(s int64) {
 	if s <= w.last {
 		return
 	}
@@ -36,8 +36,8 @@ func (w *window) advance(now time.Time) {
 // allow reports whether one more request of tokens fits under rpm and tpm
 // (0 = unlimited). A request larger than tpm alone is let through when the
 // window is empty, so it is not refused forever.
-func (w *window) allow(now time.Time, rpm, tpm, tokens int) bool {
-	w.advance(now)
+func (w *window) allow(sec int64, rpm, tpm, tokens int) bool {
+	w.advance(sec)
 	if rpm > 0 && w.sumReq+1 > int64(rpm) {
 		return false
 	}
@@ -47,8 +47,8 @@ func (w *window) allow(now time.Time, rpm, tpm, tokens int) bool {
 	return true
 }
 
-func (w *window) add(now time.Time, reqs, tokens int) {
-	w.advance(now)
+func (w *window) add(sec int64, reqs, tokens int) {
+	w.advance(sec)
 	i := w.last % windowSeconds
 	w.reqs[i] += int32(reqs)
 	w.toks[i] += int64(tokens)
@@ -58,7 +58,7 @@ func (w *window) add(now time.Time, reqs, tokens int) {
 
 // wait is how long until one more request of tokens fits.
 func (w *window) wait(now time.Time, rpm, tpm, tokens int) time.Duration {
-	w.advance(now)
+	w.advance(now.Unix())
 	req, tok := w.sumReq, w.sumTok
 	fits := func() bool {
 		return (rpm <= 0 || req+1 <= int64(rpm)) && (tpm <= 0 || tok == 0 || tok+int64(tokens) <= int64(tpm))
