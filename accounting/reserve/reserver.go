@@ -197,13 +197,16 @@ func (r *Reserver) scopesFor(cfg *config.Config, t *config.Tenant, req Request, 
 		z, h := r.scopeKeys(prefix, req.Tenant, name, req.Model, req.KeyID, res.Month)
 		scopes = append(scopes, scope{name: name, kind: kind, limit: limit, amount: amount, z: z, h: h})
 	}
-	if t.Limits.TPM > 0 {
+	// With token_limits: ratelimit the Envoy rate-limit service enforces
+	// TPM; only the money budget is reserved here.
+	tokens := cfg.Accounting.TokenLimits != "ratelimit"
+	if tokens && t.Limits.TPM > 0 {
 		add(ScopeTenant, "t", int64(t.Limits.TPM), res.Tokens)
 	}
-	if ml, ok := t.ModelLimits[req.Model]; ok && ml.TPM > 0 && req.Model != "" {
+	if ml, ok := t.ModelLimits[req.Model]; tokens && ok && ml.TPM > 0 && req.Model != "" {
 		add(ScopeModel, "t", int64(ml.TPM), res.Tokens)
 	}
-	if req.KeyTPM > 0 && req.KeyID != "" {
+	if tokens && req.KeyTPM > 0 && req.KeyID != "" {
 		add(ScopeKey, "t", int64(req.KeyTPM), res.Tokens)
 	}
 	if b := t.Budget; b != nil && b.HardCap {

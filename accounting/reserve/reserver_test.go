@@ -374,6 +374,7 @@ func TestFailureModes(t *testing.T) {
 		{"budget closed wins", "{reservation: open, budget: closed}", "acme", false, true},
 		{"both open", "{reservation: open, budget: open}", "acme", true, false},
 		{"no limits never asks redis", "{reservation: closed, budget: closed}", "free", false, false},
+		{"tpm left to the rate-limit service", "{reservation: closed, budget: closed}\naccounting: {token_limits: ratelimit}", "tpmonly", false, false},
 	}
 	srv.Stop()
 	for _, tc := range tests {
