@@ -74,6 +74,24 @@ const (
 	l7  = 0x7f7f7f7f7f7f7f7f
 )
 
+// special flags, in the high bit of each byte, '"', '\\' and control
+// bytes of w. Only the lowest flagged byte is exact (borrows propagate
+// upwards), which is the only one used.
+func special(w uint64) uint64 {
+	q := w ^ (lsb * '"')
+	e := w ^ (lsb * '\\')
+	return (((q - lsb) &^ q) | ((e - lsb) &^ e) | ((w - lsb*0x20) &^ w)) & msb
+}
+
+// classLanes returns, one per byte lane selected by sel (high bits), 1 for
+// non-ASCII bytes and 1 for letters and spaces. Raw strings hold no control
+// bytes (JSON requires them escaped), so an ASCII byte below '!' is a space.
+func classLanes(w, sel uint64) (non, word uint64) {
+	t := (w | lsb*0x20) & l7 // case folded, low 7 bits
+	wordish := ((t + lsb*(0x80-'a')) &^ (t + lsb*(0x80-'z'-1))) | ^((w & l7) + lsb*(0x80-'!'))
+	return (w & sel) >> 7, (wordish &^ w & sel) >> 7
+}
+
 // hsum adds the eight byte lanes of x.
 func hsum(x uint64) int {
 	const m = 0x00ff00ff00ff00ff
@@ -104,69 +122,71 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 	// a lane can overflow, so no popcount runs per word.
 	var nonLanes, wordLanes uint64 // non-ASCII bytes; letters and spaces
 	lanesUsed := 0
-	for i+8 <= len(b) {
-		// Sixteen plain bytes at a time while there is nothing to stop at.
-		for i+16 <= len(b) {
+	for {
+		var w, m uint64
+		switch {
+		case i+16 <= len(b):
+			// Sixteen bytes per step while there is nothing to stop at;
+			// when there is, the masks computed here are reused.
 			w1 := binary.LittleEndian.Uint64(b[i:])
 			w2 := binary.LittleEndian.Uint64(b[i+8:])
-			q1, e1 := w1^(lsb*'"'), w1^(lsb*'\\')
-			q2, e2 := w2^(lsb*'"'), w2^(lsb*'\\')
-			m := ((q1 - lsb) &^ q1) | ((e1 - lsb) &^ e1) | ((w1 - lsb*0x20) &^ w1) |
-				((q2 - lsb) &^ q2) | ((e2 - lsb) &^ e2) | ((w2 - lsb*0x20) &^ w2)
-			if m&msb != 0 {
-				break
-			}
-			if st != nil {
-				t1 := (w1 | lsb*0x20) & l7
-				t2 := (w2 | lsb*0x20) & l7
-				wi1 := ((t1 + lsb*(0x80-'a')) &^ (t1 + lsb*(0x80-'z'-1))) | ^((w1 & l7) + lsb*(0x80-'!'))
-				wi2 := ((t2 + lsb*(0x80-'a')) &^ (t2 + lsb*(0x80-'z'-1))) | ^((w2 & l7) + lsb*(0x80-'!'))
-				nonLanes += (w1&msb)>>7 + (w2&msb)>>7
-				wordLanes += (wi1&^w1&msb)>>7 + (wi2&^w2&msb)>>7
-				sym += 16
-				if lanesUsed += 2; lanesUsed >= 254 {
-					n := hsum(nonLanes)
-					non += n
-					sym -= n + hsum(wordLanes)
-					nonLanes, wordLanes, lanesUsed = 0, 0, 0
+			m1, m2 := special(w1), special(w2)
+			if m1|m2 == 0 {
+				if st != nil {
+					n1, l1 := classLanes(w1, msb)
+					n2, l2 := classLanes(w2, msb)
+					nonLanes += n1 + n2
+					wordLanes += l1 + l2
+					sym += 16
+					lanesUsed += 2
 				}
+				i += 16
+			} else {
+				if m1 == 0 {
+					if st != nil {
+						n1, l1 := classLanes(w1, msb)
+						nonLanes += n1
+						wordLanes += l1
+						sym += 8
+						lanesUsed++
+					}
+					i += 8
+					w1, m1 = w2, m2
+				}
+				w, m = w1, m1
 			}
-			i += 16
-		}
-		if i+8 > len(b) {
-			break
-		}
-		w := binary.LittleEndian.Uint64(b[i:])
-		// Flag '"', '\\' and control bytes; the lowest flagged byte is exact
-		// (borrows only propagate upwards).
-		q := w ^ (lsb * '"')
-		e := w ^ (lsb * '\\')
-		m := (((q - lsb) &^ q) | ((e - lsb) &^ e) | ((w - lsb*0x20) &^ w)) & msb
-		k, sel := 8, uint64(msb)
-		if m != 0 {
-			k = bits.TrailingZeros64(m) >> 3
-			sel = msb & (1<<(8*uint(k)) - 1)
-		}
-		if st != nil && k > 0 {
-			// symbols = bytes - non-ASCII - letters - spaces; raw strings
-			// hold no tabs or newlines (JSON requires them escaped).
-			// No control bytes get here, so an ASCII byte below '!' is a
-			// space.
-			t := (w | lsb*0x20) & l7 // case folded, low 7 bits
-			wordish := ((t + lsb*(0x80-'a')) &^ (t + lsb*(0x80-'z'-1))) | ^((w & l7) + lsb*(0x80-'!'))
-			nonLanes += (w & sel) >> 7
-			wordLanes += (wordish &^ w & sel) >> 7
-			sym += k
-			if lanesUsed++; lanesUsed >= 254 {
-				n := hsum(nonLanes)
-				non += n
-				sym -= n + hsum(wordLanes)
-				nonLanes, wordLanes, lanesUsed = 0, 0, 0
+		case i+8 <= len(b):
+			w = binary.LittleEndian.Uint64(b[i:])
+			if m = special(w); m == 0 {
+				if st != nil {
+					n1, l1 := classLanes(w, msb)
+					nonLanes += n1
+					wordLanes += l1
+					sym += 8
+					lanesUsed++
+				}
+				i += 8
 			}
+		}
+		if lanesUsed >= 252 { // a lane holds 255; at most 3 are added per step
+			n := hsum(nonLanes)
+			non += n
+			sym -= n + hsum(wordLanes)
+			nonLanes, wordLanes, lanesUsed = 0, 0, 0
 		}
 		if m == 0 {
-			i += 8
-			continue
+			if i+8 <= len(b) {
+				continue
+			}
+			break
+		}
+		k := bits.TrailingZeros64(m) >> 3
+		if st != nil && k > 0 {
+			n1, l1 := classLanes(w, msb&(1<<(8*uint(k))-1))
+			nonLanes += n1
+			wordLanes += l1
+			sym += k
+			lanesUsed++
 		}
 		i += k
 		c := b[i]
