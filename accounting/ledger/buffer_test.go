@@ -108,3 +108,27 @@ func TestRecordIgnoresCallerCancellation(t *testing.T) {
 		t.Fatalf("%d entries buffered", n)
 	}
 }
+
+// After Close there is no replay loop: a write Redis refuses goes straight
+// to the spill file.
+func TestRecordAfterCloseSpills(t *testing.T) {
+	srv := redistest.Start(t)
+	spill := filepath.Join(t.TempDir(), "spill.jsonl")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	l := New(c, Options{KeyPrefix: "sg:", Logger: quietLog(), SpillFile: spill, WriteTimeout: 100 * time.Millisecond})
+	if err := l.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	entries := mixedEntries(2, 6)
+	if err := l.Record(t.Context(), entries[0]); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if err := l.Record(t.Context(), entries[1]); err != nil {
+		t.Fatal(err)
+	}
+	if n, spilled := l.Pending(); n != 0 || !spilled || counterValue(l.m.writes) != 1 || counterValue(l.m.spilled) != 1 {
+		t.Fatalf("pending %d, spilled %v, writes %g, spilled %g", n, spilled, counterValue(l.m.writes), counterValue(l.m.spilled))
+	}
+}

@@ -141,10 +141,6 @@ func (l *Ledger) Record(ctx context.Context, e Entry) error {
 		e.Time = l.opts.Now()
 	}
 	e.Time = e.Time.UTC()
-	if l.closed.Load() {
-		l.enqueue(e)
-		return nil
-	}
 	if !l.healthy.Load() {
 		l.enqueue(e)
 		return nil
@@ -165,6 +161,11 @@ func (l *Ledger) Record(ctx context.Context, e Entry) error {
 }
 
 func (l *Ledger) enqueue(e Entry) {
+	if l.closed.Load() {
+		// No replay loop any more: keep it on disk (or count it dropped).
+		_ = l.buf.overflow([]Entry{e})
+		return
+	}
 	l.buf.push(e)
 	select {
 	case l.wake <- struct{}{}:
@@ -340,8 +341,9 @@ func (l *Ledger) pipeline(ctx context.Context, batch []Entry) ([]redis.Cmder, er
 }
 
 // Close flushes what is buffered within ctx; what Redis still does not take
-// goes to the spill file, or, without one, is logged as lost. Records after
-// Close are buffered and flushed by a later Close.
+// goes to the spill file, or, without one, is dropped and counted. Records
+// after Close still write to Redis directly; one that cannot goes straight
+// to the spill file (or is dropped, counted, without one).
 func (l *Ledger) Close(ctx context.Context) error {
 	l.closed.Store(true)
 	for l.buf.len() > 0 || l.buf.hasSpill() {
