@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/swarmgate/swarmgate/config"
 )
 
 // The interfaces below are what the ext_proc service needs from the policy
@@ -87,31 +89,45 @@ type Lease struct {
 // to extproc: ParseOutcome builds it, Report takes it back.
 type Outcome any
 
-// Reserver reserves tokens at admission and settles them at stream end
-// (accounting/reserve).
+// Reserver reserves tokens (and budget money) at admission and settles
+// them when the request ends (accounting/reserve).
 type Reserver interface {
 	Reserve(ctx context.Context, r ReserveRequest) (Reservation, error)
-	Settle(ctx context.Context, id string, actualTokens int64) error
+	// Settle replaces the hold by the real usage of the finished (or cut)
+	// request; e is the ledger entry, already recorded.
+	Settle(ctx context.Context, res Reservation, e Entry) error
+	// Release refunds a request no provider served.
+	Release(ctx context.Context, res Reservation) error
 }
 
 // ReserveRequest asks for tokens for one request.
 type ReserveRequest struct {
-	RequestID string
-	Tenant    string
-	KeyID     string
-	Model     string
-	Tokens    int64
+	RequestID       string
+	Tenant          string
+	KeyID           string
+	Model           string
+	PromptTokens    int
+	MaxOutputTokens int
+	// Price is the dearest price among the targets that may serve it: the
+	// money hold must cover the worst case.
+	Price config.Price
 }
 
 // Reservation is the answer. When Granted is false the request is refused
-// with 429, Retry-After and the x-ratelimit-* figures.
+// with 429 and Retry-After: Budget set means the money budget is spent,
+// else a token limit (Scope) is reached and Limit/Remaining/Reset fill the
+// x-ratelimit-*-tokens headers.
 type Reservation struct {
 	ID         string
 	Granted    bool
+	Budget     bool
+	Scope      string
 	RetryAfter time.Duration
 	Limit      int64
 	Remaining  int64
 	Reset      time.Duration
+	// Handle is the reserver's own state, handed back to Settle/Release.
+	Handle any
 }
 
 // BudgetChecker tells whether a tenant's hard-capped budget is spent

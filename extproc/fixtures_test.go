@@ -90,6 +90,7 @@ type capture struct {
 	mu       sync.Mutex
 	entries  []extproc.Entry
 	settled  map[string]int64
+	released map[string]bool
 	reserved []extproc.ReserveRequest
 	grant    bool
 	refusals []string
@@ -97,7 +98,7 @@ type capture struct {
 }
 
 func newCapture() *capture {
-	return &capture{settled: map[string]int64{}, grant: true, done: make(chan struct{}, 16)}
+	return &capture{settled: map[string]int64{}, released: map[string]bool{}, grant: true, done: make(chan struct{}, 16)}
 }
 
 func (c *capture) Record(_ context.Context, e extproc.Entry) error {
@@ -116,15 +117,26 @@ func (c *capture) Reserve(_ context.Context, r extproc.ReserveRequest) (extproc.
 	defer c.mu.Unlock()
 	c.reserved = append(c.reserved, r)
 	if !c.grant {
-		return extproc.Reservation{Granted: false, RetryAfter: 1500 * time.Millisecond, Limit: 1000, Remaining: 10, Reset: 1500 * time.Millisecond}, nil
+		return extproc.Reservation{Granted: false, Scope: "tenant", RetryAfter: 1500 * time.Millisecond, Limit: 1000, Remaining: 10, Reset: 1500 * time.Millisecond}, nil
 	}
-	return extproc.Reservation{ID: "res-" + r.RequestID, Granted: true}, nil
+	return extproc.Reservation{ID: "res-" + r.RequestID, Granted: true, Handle: r}, nil
 }
 
-func (c *capture) Settle(_ context.Context, id string, n int64) error {
+func (c *capture) Settle(_ context.Context, res extproc.Reservation, e extproc.Entry) error {
 	c.mu.Lock()
-	c.settled[id] = n
+	c.settled[res.ID] = e.Usage.TotalTokens
 	c.mu.Unlock()
+	return nil
+}
+
+func (c *capture) Release(_ context.Context, res extproc.Reservation) error {
+	c.mu.Lock()
+	c.released[res.ID] = true
+	c.mu.Unlock()
+	select {
+	case c.done <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -143,6 +155,9 @@ func (c *capture) waitEntry(t *testing.T) extproc.Entry {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.entries) == 0 {
+		return extproc.Entry{}
+	}
 	return c.entries[len(c.entries)-1]
 }
 

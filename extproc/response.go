@@ -175,16 +175,24 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		s.metrics.tokens.WithLabelValues(tenant, r.alias, "prompt").Add(float64(u.PromptTokens))
 		s.metrics.tokens.WithLabelValues(tenant, r.alias, "completion").Add(float64(u.CompletionTokens))
 	}
-	if s.opts.Ledger != nil {
-		err := s.opts.Ledger.Record(ctx, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias,
-			Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream})
-		if err != nil {
+	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias,
+		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream}
+	served := ok2xx || cut
+	if s.opts.Ledger != nil && served {
+		if err := s.opts.Ledger.Record(ctx, e); err != nil {
 			s.metrics.accountingErr.WithLabelValues("ledger").Inc()
 			s.log.Warn("ledger write failed", "request_id", r.requestID, "err", err)
 		}
 	}
-	if r.reservation != "" && s.opts.Reserver != nil {
-		if err := s.opts.Reserver.Settle(ctx, r.reservation, u.TotalTokens); err != nil {
+	if r.reserved && s.opts.Reserver != nil {
+		// Record first, then settle: spend is never under-counted.
+		var err error
+		if served {
+			err = s.opts.Reserver.Settle(ctx, r.reservation, e)
+		} else {
+			err = s.opts.Reserver.Release(ctx, r.reservation)
+		}
+		if err != nil {
 			s.metrics.accountingErr.WithLabelValues("settle").Inc()
 			s.log.Warn("reservation settle failed", "request_id", r.requestID, "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,8 @@ type routerStream struct {
 	clientUsage  bool // the client asked for include_usage itself
 	estTokens    int
 	maxOut       int
-	reservation  string
+	reservation  Reservation
+	reserved     bool
 	reqBody      []byte // accumulated when Envoy splits a body
 	admitted     bool
 	finished     bool
@@ -136,7 +138,7 @@ func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingRespo
 		}
 		s.opts.Refusals.Refused(tenant, r.alias, e.code, e.message)
 	}
-	r.finished = r.reservation == "" // nothing to settle unless reserved
+	r.finished = !r.reserved // nothing to settle unless reserved
 	return e.response()
 }
 
@@ -318,24 +320,29 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	if r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil {
 		res, err := s.opts.Reserver.Reserve(ctx, ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
-			Model: alias, Tokens: int64(need)})
+			Model: alias, PromptTokens: r.estTokens, MaxOutputTokens: r.maxOut, Price: dearest(model, r.backends)})
 		switch {
 		case err != nil:
+			// The reserver applies failure_modes.reservation itself: an
+			// error is a fail-closed refusal.
 			s.metrics.accountingErr.WithLabelValues("reserve").Inc()
-			s.log.Warn("token reservation failed", "tenant", tenant.Name, "err", err, "policy", r.cfg.FailureModes.Reservation)
-			if r.cfg.FailureModes.Reservation == config.FailClosed {
-				return s.refuse(r, errUnavailable("reservation"))
-			}
+			s.log.Warn("token reservation failed", "tenant", tenant.Name, "err", err)
+			return s.refuse(r, errUnavailable("token reservation"))
+		case !res.Granted && res.Budget:
+			return s.refuse(r, (&apiError{status: http.StatusTooManyRequests, typ: "insufficient_quota", code: "budget_exceeded",
+				message: "Tenant `" + tenant.Name + "` has used its monthly budget."}).withRetryAfter(res.RetryAfter))
 		case !res.Granted:
 			e := (&apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded",
-				message: "Rate limit reached for `" + alias + "` (tokens per minute) on tenant `" + tenant.Name + "`: requested " +
-					strconv.Itoa(need) + ", remaining " + strconv.FormatInt(res.Remaining, 10) + "."}).withRetryAfter(res.RetryAfter)
+				message: "Rate limit reached for `" + alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant.Name +
+					"`: limit " + strconv.FormatInt(res.Limit, 10) + ", remaining " + strconv.FormatInt(res.Remaining, 10) +
+					", requested " + strconv.Itoa(need) + "."}).withRetryAfter(res.RetryAfter)
 			e.withHeader("x-ratelimit-limit-tokens", strconv.FormatInt(res.Limit, 10)).
 				withHeader("x-ratelimit-remaining-tokens", strconv.FormatInt(res.Remaining, 10)).
 				withHeader("x-ratelimit-reset-tokens", res.Reset.Round(time.Millisecond).String())
 			return s.refuse(r, e)
 		default:
-			r.reservation = res.ID
+			r.reservation = res
+			r.reserved = true
 		}
 	}
 	r.admitted = true
@@ -361,8 +368,8 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	if sticky != "" {
 		sets = append(sets, setHeader(contract.HeaderSticky, stickyValue(sticky)))
 	}
-	if r.reservation != "" {
-		sets = append(sets, setHeader(contract.HeaderReservation, r.reservation))
+	if r.reserved && r.reservation.ID != "" {
+		sets = append(sets, setHeader(contract.HeaderReservation, r.reservation.ID))
 	}
 	cresp := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: sets}}
 	if r.stream && !r.clientUsage {
@@ -386,6 +393,20 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 func errUnavailable(what string) *apiError {
 	return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "accounting_unavailable",
 		message: "The gateway cannot check the " + what + " right now; retry later."}
+}
+
+// dearest is the highest price among the targets on the backends.
+func dearest(m *config.Model, backends []string) config.Price {
+	var p config.Price
+	for _, t := range m.Targets {
+		if !slices.Contains(backends, t.Backend) {
+			continue
+		}
+		if t.Price.InputPerMTok+t.Price.OutputPerMTok > p.InputPerMTok+p.OutputPerMTok {
+			p = t.Price
+		}
+	}
+	return p
 }
 
 func maxWindow(m *config.Model) int {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/accounting/ledger"
-	"github.com/swarmgate/swarmgate/accounting/pricing"
 	"github.com/swarmgate/swarmgate/accounting/usage"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
@@ -101,19 +100,7 @@ type recorder struct {
 }
 
 func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
-	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
-		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens}
-	var cost pricing.Money
-	if m, ok := r.cfg().Model(e.Model); ok {
-		for _, t := range m.Targets {
-			if t.Backend == e.Backend || (e.Backend == "" && cost == 0) {
-				cost = pricing.RateOf(t.Price).Cost(u)
-				if t.Backend == e.Backend {
-					break
-				}
-			}
-		}
-	}
+	u := usageOf(e)
 	return r.l.Record(ctx, ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
-		Usage: u, Cost: cost, Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected})
+		Usage: u, Cost: costOf(r.cfg(), e, u), Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected})
 }
