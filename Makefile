@@ -17,7 +17,8 @@ deps:
 	@./scripts/deps.sh
 
 ## run: start the gateway on the embedded default config (plus Redis and two mock relays).
-run: deps build
+run: build
+	@SWARMGATE_NO_CHROMIUM=1 ./scripts/deps.sh
 	@./scripts/run.sh
 
 ## test: every test, race detector on, against a real redis-server each test starts itself.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what swarmgate's tests and `make run` need besides Go: redis-server
-# (Debian package). Idempotent; safe to run on every `make test`.
+# (Debian package) and chromium for the status-page test. Idempotent; safe to run on every `make test`.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${SWARMGATE_WITH_PROTOC:-0}" = 1 ]; then command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler); fi
-if [ "${SWARMGATE_WITH_CHROMIUM:-0}" = 1 ]; then command -v chromium >/dev/null 2>&1 || need+=(chromium); fi
+# Headless Chromium drives the admin status-page test; `make run` skips it.
+if [ "${SWARMGATE_NO_CHROMIUM:-0}" != 1 ]; then command -v chromium >/dev/null 2>&1 || need+=(chromium); fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 echo "installing: ${need[*]}" >&2
