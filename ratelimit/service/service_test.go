@@ -248,7 +248,7 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.redis.Stop()
-	for i := 0; i < 5; i++ {
+	for i := 0; i < 3; i++ {
 		begin := time.Now()
 		_, err := call(t, e.rls, d)
 		t.Logf("Redis down: call %d answered in %v: %v", i+1, time.Since(begin), err)
@@ -270,9 +270,20 @@ func TestEnvironmentCheck(t *testing.T) {
 	rs := redistest.Start(t)
 	x := rlstest.StartXDS(t)
 	cfg := rlstest.Config(t, rlstest.GatewayYAML, rs.Addr, x.Addr)
-	t.Setenv("GRPC_PORT", "not-a-number")
-	if _, err := service.New(cfg, service.Options{}); err == nil {
-		t.Error("New with GRPC_PORT=not-a-number: want an error (the library would panic on config update)")
+	for _, tc := range []struct{ k, v string }{
+		{"GRPC_PORT", "not-a-number"},
+		{"REDIS_TLS", "true"}, // with REDIS_TLS_CACERT naming a missing file below
+	} {
+		t.Run(tc.k, func(t *testing.T) {
+			t.Setenv(tc.k, tc.v)
+			t.Setenv("REDIS_TLS_CACERT", t.TempDir()+"/missing.pem")
+			if _, err := service.New(cfg, service.Options{}); err == nil {
+				t.Errorf("New with %s=%s: want an error (the library would panic on its next config update)", tc.k, tc.v)
+			}
+		})
+	}
+	if _, err := service.New(cfg, service.Options{}); err != nil {
+		t.Errorf("New in a clean environment: %v", err)
 	}
 }
 

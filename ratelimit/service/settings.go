@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/envoyproxy/ratelimit/src/settings"
-	"github.com/kelseyhightower/envconfig"
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
@@ -103,9 +102,18 @@ var envOverrides = []string{"SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METAD
 // each config update, which would crash the process), and lists the
 // variables that silently change the service's answers.
 func checkEnvironment(lookup func(string) (string, bool)) (set []string, err error) {
-	var probe settings.Settings
-	if perr := envconfig.Process("", &probe); perr != nil {
-		return nil, fmt.Errorf("environment would crash envoyproxy/ratelimit: %w", perr)
+	// The same call the library makes later (env parsing and the TLS files
+	// it names), here where a failure can be returned.
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("environment would crash envoyproxy/ratelimit on its next config update: %v", r)
+			}
+		}()
+		_ = settings.NewSettings()
+	}()
+	if err != nil {
+		return nil, err
 	}
 	for _, k := range envOverrides {
 		if _, ok := lookup(k); ok {
