@@ -61,11 +61,13 @@ func BenchmarkScan(b *testing.B) {
 		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			start := cpuNow()
 			for b.Loop() {
 				if _, err := Scan(body); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpuMBps(b, start, int(int64(len(body))))
 		})
 	}
 }
@@ -78,11 +80,13 @@ func BenchmarkScanStdlibValid(b *testing.B) {
 		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			start := cpuNow()
 			for b.Loop() {
 				if !json.Valid(body) {
 					b.Fatal("invalid")
 				}
 			}
+			cpuMBps(b, start, int(int64(len(body))))
 		})
 	}
 }
@@ -93,11 +97,13 @@ func BenchmarkSetIncludeUsage(b *testing.B) {
 		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			start := cpuNow()
 			for b.Loop() {
 				if _, err := SetIncludeUsage(body); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpuMBps(b, start, int(int64(len(body))))
 		})
 	}
 }
@@ -106,11 +112,13 @@ func BenchmarkSetModel(b *testing.B) {
 	body := agentBody(64 << 10)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	start := cpuNow()
 	for b.Loop() {
 		if _, err := SetModel(body, "gpt-4o-2024-08-06"); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpuMBps(b, start, int(int64(len(body))))
 }
 
 func TestAgentBodyScans(t *testing.T) {
@@ -163,11 +171,31 @@ func BenchmarkScanProse(b *testing.B) {
 		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
+			start := cpuNow()
 			for b.Loop() {
 				if _, err := Scan(body); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpuMBps(b, start, int(int64(len(body))))
 		})
 	}
+}
+
+var sink int
+
+// BenchmarkYardstickByteLoop sums 1 MB byte by byte: what one core of the
+// machine running the benchmarks does with the simplest possible loop.
+func BenchmarkYardstickByteLoop(b *testing.B) {
+	buf := agentBody(1 << 20)
+	b.SetBytes(int64(len(buf)))
+	start := cpuNow()
+	for b.Loop() {
+		s := 0
+		for _, c := range buf {
+			s += int(c)
+		}
+		sink = s
+	}
+	cpuMBps(b, start, len(buf))
 }

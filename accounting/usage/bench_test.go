@@ -33,12 +33,14 @@ func BenchmarkStreamParser(b *testing.B) {
 	var p StreamParser
 	b.SetBytes(int64(len(s)))
 	b.ReportAllocs()
+	start := cpuNow()
 	for b.Loop() {
 		p.Reset()
 		for _, c := range chunks {
 			p.Write(c)
 		}
 	}
+	cpuMBps(b, start, int(int64(len(s))))
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
 	if u, ok := p.Usage(); !ok || u.TotalTokens != 29 || !p.Done() {
 		b.Fatal("stream not parsed")
@@ -53,12 +55,14 @@ func BenchmarkStreamParserEventChunks(b *testing.B) {
 	var p StreamParser
 	b.SetBytes(int64(len(s)))
 	b.ReportAllocs()
+	start := cpuNow()
 	for b.Loop() {
 		p.Reset()
 		for _, c := range chunks {
 			p.Write(c)
 		}
 	}
+	cpuMBps(b, start, int(int64(len(s))))
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
 }
 
@@ -67,6 +71,7 @@ func BenchmarkStreamFilter(b *testing.B) {
 	var f StreamFilter
 	b.SetBytes(int64(len(s)))
 	b.ReportAllocs()
+	start := cpuNow()
 	for b.Loop() {
 		f.Reset()
 		for _, c := range chunks {
@@ -74,6 +79,7 @@ func BenchmarkStreamFilter(b *testing.B) {
 		}
 		f.Flush()
 	}
+	cpuMBps(b, start, int(int64(len(s))))
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
 }
 
@@ -83,6 +89,7 @@ func BenchmarkStreamFilterEventChunks(b *testing.B) {
 	var f StreamFilter
 	b.SetBytes(int64(len(s)))
 	b.ReportAllocs()
+	start := cpuNow()
 	for b.Loop() {
 		f.Reset()
 		for _, c := range chunks {
@@ -90,6 +97,7 @@ func BenchmarkStreamFilterEventChunks(b *testing.B) {
 		}
 		f.Flush()
 	}
+	cpuMBps(b, start, int(int64(len(s))))
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
 }
 
@@ -104,11 +112,13 @@ func BenchmarkFromJSON(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
+			start := cpuNow()
 			for b.Loop() {
 				if _, ok := FromJSON(c.body); !ok {
 					b.Fatal("no usage")
 				}
 			}
+			cpuMBps(b, start, int(int64(len(c.body))))
 		})
 	}
 }
