@@ -240,7 +240,7 @@ func TestRunWithoutConfig(t *testing.T) {
 // pools of changed backends has the same versions as a full recomputation.
 func TestIncrementalEndpointsMatchFull(t *testing.T) {
 	cp := New(Options{})
-	if err := cp.SetConfig(parseConfig(t, scaleYAML(20, ""))); err != nil {
+	if err := cp.SetConfig(parseConfig(t, scaleYAML(8, ""))); err != nil {
 		t.Fatal(err)
 	}
 	for _, unhealthy := range []map[string]bool{{"b3-0": true}, {"b3-0": true, "b7-1": true}, {"b7-1": true}, {}} {

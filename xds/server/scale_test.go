@@ -44,11 +44,17 @@ func scaleYAML(n int, edit string) string {
 	return b.String()
 }
 
+// scaleModels: 1,000 with SWARMGATE_XDS_SCALE=1 (the figures in
+// docs/xds.md), else a size that keeps the package's tests in seconds
+// (smaller under -race, which slows protobuf encoding about tenfold).
 func scaleModels() int {
-	if os.Getenv("SWARMGATE_XDS_SCALE") == "1" {
+	switch {
+	case os.Getenv("SWARMGATE_XDS_SCALE") == "1":
 		return 1000
+	case raceEnabled:
+		return 10
 	}
-	return 100
+	return 50
 }
 
 func BenchmarkTranslate1000(b *testing.B) {
@@ -95,7 +101,7 @@ func BenchmarkHealthPush1000(b *testing.B) {
 // TestPushLatencyConcurrentClients: 50 Envoy-like Delta clients subscribed to
 // every cluster and endpoint; measures how long a config edit (every pool
 // renamed: all CDS, EDS, RDS change) and a health change (EDS for one pool)
-// take to reach all of them. 100 models by default;
+// take to reach all of them. 50 models by default (10 under -race);
 // SWARMGATE_XDS_SCALE=1 runs 1,000 models × 3 backends × 20 keys.
 func TestPushLatencyConcurrentClients(t *testing.T) {
 	if testing.Short() {
