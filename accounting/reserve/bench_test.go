@@ -82,3 +82,18 @@ func TestReservationKeysShareASlot(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReserveNoScopes is admission for a tenant without TPM limits or
+// a hard cap: no Redis round trip at all.
+func BenchmarkReserveNoScopes(b *testing.B) {
+	cfg := testConfig(b, "127.0.0.1:1", "2s", "")
+	r := New(nil, cfg, Options{Logger: quietLog()})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := r.Reserve(ctx, Request{RequestID: "x", Tenant: "free", Model: "big", PromptTokens: 10, Price: price})
+		if err != nil || len(res.Scopes) != 0 {
+			b.Fatal(err)
+		}
+	}
+}
