@@ -26,12 +26,11 @@ export SWARMGATE_DEMO_KEY_B1=${SWARMGATE_DEMO_KEY_B1:-sk-demo-relay-b-1}
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
-"$bin" mock-upstream --listen 127.0.0.1:18101 --auth bearer \
-  --keys "$SWARMGATE_DEMO_KEY_A1,$SWARMGATE_DEMO_KEY_A2" >"$state/relay-a.log" 2>&1 &
-pids+=($!)
-"$bin" mock-upstream --listen 127.0.0.1:18102 --auth x-api-key \
-  --keys "$SWARMGATE_DEMO_KEY_B1" >"$state/relay-b.log" 2>&1 &
-pids+=($!)
+# Each mock relay takes its address, auth style and keys from the config.
+for relay in relay-a relay-b; do
+  "$bin" mock-upstream --config config/default.yaml --backend "$relay" >"$state/$relay.log" 2>&1 &
+  pids+=($!)
+done
 
 cat <<MSG
 swarmgate: control plane on 127.0.0.1:18000 (ADS), ext_proc 127.0.0.1:18001, rate limits 127.0.0.1:18002,

@@ -31,6 +31,8 @@ func commands() []command {
 		{"ratelimit", "run the rate-limit service alone", runRateLimit},
 		{"validate", "check a config file; exit non-zero with file:line, field and reason", runValidate},
 		{"bootstrap", "print an Envoy bootstrap pointing at this control plane", runBootstrap},
+		{"usage", "print a tenant's usage and cost for a month from the ledger", runUsage},
+		{"mock-upstream", "run an OpenAI-compatible fake upstream (demos, load tests)", runMockUpstream},
 		{"hash-key", "print the stored hash of a virtual key read from stdin", runHashKey},
 		{"version", "print the version", runVersion},
 	}
@@ -78,7 +80,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.short)
 	}
 	fmt.Fprintln(w, "\nRun 'swarmgate <command> --help' for a command's flags. Every flag can also be set")
-	fmt.Fprintln(w, "with an environment variable: --config-file is SWARMGATE_CONFIG_FILE, and so on.")
+	fmt.Fprintln(w, "with an environment variable: --config-file is SWARMGATE_CONFIG_FILE, --log-level is\nSWARMGATE_LOG_LEVEL, and so on.")
 }
 
 // newFlags returns a FlagSet whose flags fall back to SWARMGATE_* env vars.
