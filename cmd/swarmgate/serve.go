@@ -14,6 +14,7 @@ import (
 	"github.com/swarmgate/swarmgate/gateway"
 	"github.com/swarmgate/swarmgate/internal/redisconn"
 	"github.com/swarmgate/swarmgate/mockupstream"
+	rlservice "github.com/swarmgate/swarmgate/ratelimit/service"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 
@@ -75,6 +76,10 @@ func runRoles(ctx context.Context, name string, roles gateway.Roles, args []stri
 	log, err := c.logger(stderr)
 	if err != nil {
 		return err
+	}
+	if roles.RateLimit {
+		// envoyproxy/ratelimit logs through logrus' global logger.
+		rlservice.RouteLibraryLogs(log.With("component", "ratelimit"))
 	}
 	cfg, err := c.load(config.Options{})
 	if err != nil {
