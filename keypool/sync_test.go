@@ -72,11 +72,11 @@ func TestTripReachesOtherReplicas(t *testing.T) {
 		start := time.Now()
 		trip(t, ps[0], "a")
 		for i, p := range ps[1:] {
-			lag := waitFor(t, syncInterval, fmt.Sprintf("replica %d skips a", i+1), func() bool { return stateOf(t, p, "a").State == "open" })
+			lag := waitFor(t, syncInterval+200*time.Millisecond, fmt.Sprintf("replica %d skips a", i+1), func() bool { return stateOf(t, p, "a").State == "open" })
 			if !skips(t, p, "a") {
 				t.Fatalf("replica %d still picks a", i+1)
 			}
-			t.Logf("replica %d: trip adopted after %s (bound sync_interval %s)", i+1, lag, syncInterval)
+			t.Logf("replica %d: trip adopted after %s (bound sync_interval %s + read_timeout)", i+1, lag, syncInterval)
 		}
 		t.Logf("all replicas skip a %s after the trip", time.Since(start))
 		for i, p := range ps[1:] {
