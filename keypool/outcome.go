@@ -8,6 +8,9 @@ import (
 )
 
 // Outcome is what one upstream attempt told us about the key it used.
+// Build it with ParseOutcome (ParseOutcome(status, nil) for a bare status):
+// in a literal, RemainingRequests/RemainingTokens of 0 mean "exhausted" and
+// open the key when breaker.honour_remaining is on; -1 means unknown.
 type Outcome struct {
 	// Status is the upstream HTTP status; 0 with Reset false means "no
 	// response seen" (only the in-flight slot is released).
