@@ -46,6 +46,9 @@ func (f *StreamFilter) Removed() int { return f.removed }
 // result is chunk itself or a subslice of it when possible, else a buffer
 // owned by the filter that is valid until the next call.
 func (f *StreamFilter) Write(chunk []byte) []byte {
+	if len(chunk) == 0 { // Envoy sends empty chunks, e.g. with end_of_stream
+		return chunk
+	}
 	f.drops = f.drops[:0]
 	heldLive := len(f.held) > 0 // held bytes belong to the event in progress
 	emitHeld := false

@@ -64,11 +64,13 @@ func splits(stream []byte, random int, yield func(name string, chunks [][]byte))
 		}
 		yield(fmt.Sprintf("random%d", n), chunks)
 	}
-	var bytewise [][]byte
+	var bytewise, withEmpty [][]byte
 	for i := range stream {
 		bytewise = append(bytewise, clone(stream[i:i+1]))
+		withEmpty = append(withEmpty, clone(stream[i:i+1]), []byte{})
 	}
 	yield("bytewise", bytewise)
+	yield("bytewise with empty chunks", withEmpty)
 }
 
 // clone gives each chunk its own backing array, so code that kept a chunk
