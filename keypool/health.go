@@ -6,6 +6,7 @@ import (
 	"time"
 )
 
+// signal wakes the Changes consumer without blocking; signals coalesce.
 func (p *Pools) signal() {
 	select {
 	case p.changes <- struct{}{}:
@@ -13,6 +14,7 @@ func (p *Pools) signal() {
 	}
 }
 
+// wake makes Run recompute when the next open period ends.
 func (p *Pools) wake() {
 	select {
 	case p.rearm <- struct{}{}:
