@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -18,16 +20,27 @@ type handler struct {
 	rlspb.UnimplementedRateLimitServiceServer
 	svc atomic.Pointer[rlspb.RateLimitServiceServer]
 	m   *metrics
+	log *slog.Logger
 }
 
-func (h *handler) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+func (h *handler) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (resp *rlspb.RateLimitResponse, err error) {
+	// The library re-panics on anything but its own error types, and
+	// grpc-go does not recover handler panics: without this a library bug
+	// would take down the whole swarmgate process.
+	defer func() {
+		if r := recover(); r != nil {
+			h.m.requests.WithLabelValues(codeError).Inc()
+			h.log.Error("ratelimit service: ShouldRateLimit panicked", "panic", fmt.Sprint(r), "domain", req.GetDomain())
+			resp, err = nil, status.Error(codes.Internal, "rate-limit service: internal error")
+		}
+	}()
 	p := h.svc.Load()
 	if p == nil {
 		h.m.requests.WithLabelValues(codeNotReady).Inc()
 		return nil, status.Error(codes.Unavailable, "rate-limit service: no config loaded yet")
 	}
 	start := time.Now()
-	resp, err := (*p).ShouldRateLimit(ctx, req)
+	resp, err = (*p).ShouldRateLimit(ctx, req)
 	h.m.duration.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:

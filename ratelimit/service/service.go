@@ -189,7 +189,7 @@ func (s *Service) Run(ctx context.Context) error {
 	prov.start(ctx)
 	defer prov.Stop()
 
-	h := &handler{m: s.m}
+	h := &handler{m: s.m, log: s.log}
 	srv := grpc.NewServer()
 	rlspb.RegisterRateLimitServiceServer(srv, h)
 	hs := health.NewServer()
