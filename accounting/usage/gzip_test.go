@@ -63,7 +63,7 @@ func TestGzipStreamIncremental(t *testing.T) {
 	z, offs, blocks := gzipByEvent(t, stream)
 	var out bytes.Buffer
 	var p StreamParser
-	g := NewGzipStream(io.MultiWriter(&out, writerFunc(func(b []byte) { p.Write(b) })))
+	g := NewGzipStream(io.MultiWriter(&out, p.Writer()))
 	prev, want := 0, 0
 	for i, off := range offs {
 		// Feed in two pieces to cross chunk boundaries inside the event.
@@ -89,10 +89,6 @@ func TestGzipStreamIncremental(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-type writerFunc func([]byte)
-
-func (f writerFunc) Write(b []byte) (int, error) { f(b); return len(b), nil }
 
 func TestGzipStreamErrors(t *testing.T) {
 	stream := readFixture(t, "openai_chat_include_usage.sse")

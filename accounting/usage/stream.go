@@ -1,6 +1,9 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+	"io"
+)
 
 // StreamParser reads usage and delivered content from an SSE response
 // (OpenAI-style chat/completions streams, and responses-API events) fed in
@@ -96,6 +99,17 @@ func (p *StreamParser) Write(chunk []byte) {
 		p.data = append(p.data[:0], p.dataRef...)
 		p.dataRef = nil
 	}
+}
+
+// Writer adapts the parser to io.Writer, e.g. as the output of a
+// GzipStream. Its Write never fails.
+func (p *StreamParser) Writer() io.Writer { return parserWriter{p} }
+
+type parserWriter struct{ p *StreamParser }
+
+func (w parserWriter) Write(b []byte) (int, error) {
+	w.p.Write(b)
+	return len(b), nil
 }
 
 // Flush dispatches an event left without its closing blank line at the end
