@@ -300,7 +300,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		return s.refuse(r, (&apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_keys_exhausted",
 			message: "Every upstream key for `" + alias + "` is rate limited or failing; retry later."}).withRetryAfter(retry))
 	}
-	if tenant.Budget != nil && tenant.Budget.HardCap && s.opts.Budgets != nil {
+	reserving := r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil
+	// With reservations the money hold covers the hard cap atomically;
+	// otherwise check the month's spend.
+	if !reserving && tenant.Budget != nil && tenant.Budget.HardCap && s.opts.Budgets != nil {
 		bs, err := s.opts.Budgets.Check(ctx, tenant.Name)
 		switch {
 		case err != nil:
@@ -318,7 +321,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	if r.requestID == "" {
 		r.requestID = "sg-" + strconv.FormatInt(s.opts.Now().UnixNano(), 36)
 	}
-	if r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil {
+	if reserving {
 		res, err := s.opts.Reserver.Reserve(ctx, ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
 			Model: alias, PromptTokens: r.estTokens, MaxOutputTokens: r.maxOut, Price: dearest(model, r.backends)})
 		switch {

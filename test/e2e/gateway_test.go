@@ -15,7 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/swarmgate/swarmgate/accounting/budget"
 	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/accounting/reserve"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
@@ -31,6 +33,7 @@ import (
 const (
 	keyTeam    = "sk-team-e2e"
 	keyLimited = "sk-limited-e2e"
+	keyBroke   = "sk-broke-e2e"
 )
 
 var upstreamKeys = map[string]string{
@@ -63,7 +66,7 @@ retry:
 breaker:
   consecutive_429: 1
 accounting:
-  token_limits: ratelimit
+  token_limits: reserve
 backends:
   - name: relay-a
     base_url: http://%s/v1
@@ -93,11 +96,18 @@ tenants:
     models: [gpt-4o-mini, solo]
     keys:
       - {id: team-1, hash: %s}
+    limits: {tpm: 1000000}
   - name: limited
     models: [solo]
+    limits: {tpm: 60}
     keys:
       - {id: limited-1, hash: %s}
-`, redisAddr, relayA, relayB, config.HashKey(keyTeam), config.HashKey(keyLimited))
+  - name: broke
+    models: [gpt-4o-mini]
+    budget: {monthly: 0.00001, hard_cap: true}
+    keys:
+      - {id: broke-1, hash: %s}
+`, redisAddr, relayA, relayB, config.HashKey(keyTeam), config.HashKey(keyLimited), config.HashKey(keyBroke))
 }
 
 func startRelay(t *testing.T, ctx context.Context, auth config.AuthStyle, keys ...string) *mockupstream.Server {
@@ -122,7 +132,10 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 		t.Fatal(err)
 	}
 	go func() { _ = pools.Run(ctx) }()
-	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, func() *config.Config { return cfg })})
+	cfgFn := func() *config.Config { return cfg }
+	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, cfgFn),
+		Reserver: wire.Reserver(reserve.New(rdb, cfg, reserve.Options{}), cfgFn),
+		Budgets:  wire.Budgets(budget.New(rdb, cfg, budget.Options{}))})
 	if err != nil {
 		t.Fatal(err)
 	}
