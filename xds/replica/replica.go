@@ -47,7 +47,7 @@ func Run(ctx context.Context, conn grpc.ClientConnInterface, opts Options, apply
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 10 * time.Second
 	}
-	log := opts.Logger.With("component", "xds-replica")
+	log := opts.Logger
 	c := &client{ads: discoveryv3.NewAggregatedDiscoveryServiceClient(conn), opts: opts, log: log, apply: apply}
 	backoff := opts.MinBackoff
 	for {

@@ -89,7 +89,6 @@ func New(opts Options) *ControlPlane {
 	if cp.log == nil {
 		cp.log = slog.New(slog.DiscardHandler)
 	}
-	cp.log = cp.log.With("component", "xds")
 	if cp.resolver == nil {
 		cp.resolver = net.DefaultResolver
 	}

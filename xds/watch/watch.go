@@ -39,7 +39,7 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
 	}
-	log := opts.Logger.With("component", "config-watch", "path", path)
+	log := opts.Logger.With("path", path)
 	m := newMetrics(opts.Registerer)
 	abs, err := filepath.Abs(path)
 	if err != nil {
