@@ -23,9 +23,9 @@ type LimitError struct {
 	Limit, Used, Requested int64
 	Window                 time.Duration
 	// RetryAfter is the time until enough of the window frees for this
-	// request (counting unsettled reservations until they expire, so it is
-	// an upper bound). Zero when the request can never fit (Requested >
-	// Limit).
+	// request, counting unsettled reservations until they expire, capped at
+	// one Window (most in-flight requests settle sooner). Zero when the
+	// request can never fit (Requested > Limit).
 	RetryAfter time.Duration
 }
 

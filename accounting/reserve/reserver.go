@@ -249,7 +249,7 @@ func (r *Reserver) refusal(req Request, res Reservation, s scope, retryMs, used,
 		if retryMs == -2 {
 			e.RetryAfter = budget.UntilNextMonth(now)
 		} else if retryMs > 0 {
-			e.RetryAfter = time.Duration(retryMs) * time.Millisecond
+			e.RetryAfter = min(time.Duration(retryMs)*time.Millisecond, r.opts.Window)
 		}
 		return e
 	}
@@ -261,7 +261,9 @@ func (r *Reserver) refusal(req Request, res Reservation, s scope, retryMs, used,
 		e.KeyID = req.KeyID
 	}
 	if retryMs > 0 {
-		e.RetryAfter = time.Duration(retryMs) * time.Millisecond
+		// Unsettled holds count until their TTL, but most settle within
+		// seconds: do not tell a client to wait longer than one window.
+		e.RetryAfter = min(time.Duration(retryMs)*time.Millisecond, r.opts.Window)
 	} else if retryMs == 0 {
 		e.RetryAfter = time.Millisecond
 	}

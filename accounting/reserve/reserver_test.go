@@ -52,7 +52,7 @@ func TestConcurrentReserveNoOvershoot(t *testing.T) {
 				admitted = append(admitted, res)
 				mu.Unlock()
 			case errors.As(err, &le):
-				if le.Scope != ScopeTenant || le.Limit != limit || le.Requested != per || le.RetryAfter <= 0 || le.RetryAfter > 2*time.Second {
+				if le.Scope != ScopeTenant || le.Limit != limit || le.Requested != per || le.RetryAfter <= 0 || le.RetryAfter > 2*time.Second || le.Window != time.Minute {
 					t.Errorf("refusal = %+v", le)
 				}
 				refused.Add(1)
