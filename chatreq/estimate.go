@@ -24,8 +24,10 @@ const (
 
 // EstimatePromptTokens estimates prompt tokens from the byte counts Scan
 // gathered, for request-time rate limiting (the real count arrives with the
-// response). bytesPerToken <= 0 means DefaultBytesPerToken; it scales the
-// per-class ratios above. Tool schemas count at bytesPerToken.
+// response). bytesPerToken <= 0 means DefaultBytesPerToken; other values
+// scale the per-class ratios (at the default: 5.5 bytes a token for letters
+// and spaces, 1.6 for digits and punctuation, 3.6 for non-ASCII). Tool
+// schemas count at bytesPerToken; each message adds 4 tokens, the reply 3.
 //
 // Measured error at the default against exact token counts
 // (TestEstimateError; testdata/estimate; OpenAI's message counting recipe;

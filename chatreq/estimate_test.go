@@ -11,9 +11,10 @@ import (
 
 // testdata/estimate/*.json are chat requests of one kind of text each;
 // tokens.json holds their exact token counts under OpenAI's tokenizers,
-// computed once with a BPE implementation of o200k_base and cl100k_base
-// (messages by OpenAI's counting recipe: 3 per message + role + content +
-// tool-call name/arguments, 3 to prime the reply; tools as their JSON).
+// computed once by testdata/estimate/count.js with the gpt-tokenizer npm
+// package's o200k_base and cl100k_base (messages by OpenAI's counting
+// recipe: 3 per message + role + content + tool-call name/arguments, 3 to
+// prime the reply; tools as their JSON).
 type tokenCounts struct {
 	Prompt int `json:"prompt"`
 	Tools  int `json:"tools"`
