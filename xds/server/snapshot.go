@@ -30,7 +30,8 @@ type snapshot struct {
 type typeResources struct {
 	version  string
 	items    map[string]types.ResourceWithTTL
-	versions map[string]string // resource name -> content hash
+	plain    map[string]types.Resource // items without TTL (the Delta cache asks per watch)
+	versions map[string]string         // resource name -> content hash
 }
 
 var _ cachev3.ResourceSnapshot = (*snapshot)(nil)
@@ -89,6 +90,10 @@ func (t *typeResources) put(name string, r types.Resource) error {
 
 // seal computes the type version from the resource versions.
 func (t *typeResources) seal() {
+	t.plain = make(map[string]types.Resource, len(t.items))
+	for k, v := range t.items {
+		t.plain[k] = v.Resource
+	}
 	h := sha256.New()
 	for _, name := range slices.Sorted(maps.Keys(t.versions)) {
 		h.Write([]byte(name))
@@ -136,16 +141,12 @@ func (s *snapshot) GetResourcesAndTTL(typeURL string) map[string]types.ResourceW
 	return nil
 }
 
+// GetResources is shared, not copied: the cache only reads it.
 func (s *snapshot) GetResources(typeURL string) map[string]types.Resource {
-	t := s.types[typeURL]
-	if t == nil {
-		return nil
+	if t := s.types[typeURL]; t != nil {
+		return t.plain
 	}
-	out := make(map[string]types.Resource, len(t.items))
-	for k, v := range t.items {
-		out[k] = v.Resource
-	}
-	return out
+	return nil
 }
 
 // ConstructVersionMap: the per-resource versions are computed when the
