@@ -5,7 +5,9 @@ import (
 	"compress/gzip"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // gzipByEvent compresses an SSE stream the way a streaming server does:
@@ -169,3 +171,27 @@ func TestGzipStreamErrors(t *testing.T) {
 type errWriter struct{ err error }
 
 func (w errWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// TestGzipStreamNoLeak: after Close, on every path, the decoder goroutine
+// is gone.
+func TestGzipStreamNoLeak(t *testing.T) {
+	z, _, _ := gzipByEvent(t, readFixture(t, "openai_chat_include_usage.sse"))
+	before := runtime.NumGoroutine()
+	for _, in := range [][]byte{z, z[:len(z)/2], []byte("not gzip at all, really not")} {
+		for i := 0; i < 20; i++ {
+			g := NewGzipStream(io.Discard)
+			_, _ = g.Write(in)
+			_ = g.Close()
+		}
+	}
+	g := NewGzipStream(errWriter{errors.New("boom")})
+	_, _ = g.Write(z)
+	_ = g.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before", runtime.NumGoroutine(), before)
+		}
+		runtime.Gosched()
+	}
+}
