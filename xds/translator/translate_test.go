@@ -26,6 +26,14 @@ func TestTranslateValid(t *testing.T) {
 			if err := ValidateEndpoints(eps); err != nil {
 				t.Fatal(err)
 			}
+			if err := Validate(GRPCListener()); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range GRPCClusters(r) {
+				if len(c.TransportSocketMatches) > 0 {
+					t.Errorf("gRPC cluster %s has transport_socket_matches (grpc-go rejects them)", c.Name)
+				}
+			}
 		})
 	}
 }
