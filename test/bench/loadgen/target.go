@@ -1,0 +1,118 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/redisconn"
+	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/test/bench/baseline"
+)
+
+// Targets the load generator can drive.
+const (
+	TargetBaseline  = "baseline"
+	TargetSwarmgate = "swarmgate"
+)
+
+// BenchConfig is the gateway config the swarmgate target serves: one
+// tenant with the virtual key VirtualKey, one model alias on one backend
+// with four upstream keys. renamed gives the target an upstream model
+// name (per-attempt body rewrite); redisAddr, when set, is the Redis the
+// ledger writes to.
+func BenchConfig(renamed bool, redisAddr string) (*config.Config, error) {
+	target := `{backend: ` + benchBackend + `}`
+	if renamed {
+		target = `{backend: ` + benchBackend + `, model: ` + renamedModel + `}`
+	}
+	y := `
+request:
+  max_body_bytes: 8388608
+backends:
+  - name: ` + benchBackend + `
+    base_url: http://127.0.0.1:9/v1
+    auth: bearer
+    keys:
+      - {id: openai-1, secret: env:K1}
+      - {id: openai-2, secret: env:K2}
+      - {id: openai-3, secret: env:K3}
+      - {id: openai-4, secret: env:K4}
+models:
+  - name: ` + benchModel + `
+    targets: [` + target + `]
+tenants:
+  - name: ` + benchTenant + `
+    models: [` + benchModel + `]
+    keys:
+      - {id: ` + benchKeyID + `, hash: ` + config.HashKey(VirtualKey) + `}
+`
+	if redisAddr != "" {
+		y += "redis:\n  addrs: [\"" + redisAddr + "\"]\n"
+	}
+	env := map[string]string{"K1": "sk-up-1", "K2": "sk-up-2", "K3": "sk-up-3", "K4": "sk-up-4"}
+	return config.Parse([]byte(y), "bench.yaml", config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+}
+
+// TargetOptions configure NewTarget.
+type TargetOptions struct {
+	RenameModel bool
+	// RedisAddr, for the swarmgate target, makes the ledger write every
+	// request to this Redis (accounting/ledger).
+	RedisAddr string
+	Logger    *slog.Logger
+}
+
+// NewTarget is a gRPC server with the named ext_proc implementation
+// registered, and a cleanup to call after the server stopped.
+func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
+	gs := grpc.NewServer()
+	switch kind {
+	case TargetBaseline:
+		(&baseline.Server{}).Register(gs)
+		return gs, func() {}, nil
+	case TargetSwarmgate:
+	default:
+		return nil, nil, fmt.Errorf("loadgen: unknown target %q (want %s or %s)", kind, TargetBaseline, TargetSwarmgate)
+	}
+	cfg, err := BenchConfig(o.RenameModel, o.RedisAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loadgen: bench config: %w", err)
+	}
+	pools, err := keypool.New(cfg, keypool.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("loadgen: key pools: %w", err)
+	}
+	opts := extproc.Options{Config: cfg, Logger: o.Logger, Keys: wire.Keys(pools), Usage: wire.Usage()}
+	cleanup := func() {}
+	if o.RedisAddr != "" {
+		rdb, err := redisconn.New(cfg.Redis)
+		if err != nil {
+			return nil, nil, fmt.Errorf("loadgen: redis: %w", err)
+		}
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			return nil, nil, fmt.Errorf("loadgen: redis ping: %w", err)
+		}
+		l := ledger.New(rdb, ledger.Options{KeyPrefix: cfg.Redis.KeyPrefix})
+		opts.Ledger = wire.Ledger(l, func() *config.Config { return cfg })
+		cleanup = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = l.Close(ctx)
+			_ = rdb.Close()
+		}
+	}
+	srv, err := extproc.New(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loadgen: extproc: %w", err)
+	}
+	srv.Register(gs)
+	return gs, cleanup, nil
+}
