@@ -21,7 +21,9 @@ func TestQuantilesAgainstSort(t *testing.T) {
 		name string
 		gen  func(r *rand.Rand) time.Duration
 	}{
-		{"uniform 10µs-1ms", func(r *rand.Rand) time.Duration { return 10*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond))) }},
+		{"uniform 10µs-1ms", func(r *rand.Rand) time.Duration {
+			return 10*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond)))
+		}},
 		{"long tail", func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(50*time.Microsecond)) }},
 	}
 	for _, tc := range tests {

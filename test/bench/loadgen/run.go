@@ -344,7 +344,7 @@ func procDelta(pid int, a, b ProcSample, elapsed time.Duration, requests uint64)
 	return p
 }
 
-func mb(b int64) float64  { return round3(float64(b) / (1 << 20)) }
+func mb(b int64) float64 { return round3(float64(b) / (1 << 20)) }
 func round3(f float64) float64 {
 	return float64(int64(f*1000+0.5)) / 1000
 }
