@@ -42,3 +42,27 @@ func TestAdmissionRefusals(t *testing.T) {
 		t.Errorf("%d refused requests reached a relay", n)
 	}
 }
+
+// An upstream reset mid-stream ends the ext_proc stream without
+// end_of_stream; the request is still billed (bill_on_disconnect
+// "reported": no usage arrived, so the delivered content) and marked
+// partial in the ledger.
+func TestUpstreamResetMidStreamIsBilled(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	for _, k := range []string{"relay-a-1", "relay-a-2"} {
+		g.relayA.SetBehavior(k, mockupstreamResetMidStream())
+	}
+	s := g.chat(keyTeam).NewStreaming(ctx, chatParams("solo"))
+	chunks := 0
+	for s.Next() {
+		chunks++
+	}
+	if s.Err() == nil {
+		t.Fatalf("stream ended cleanly after %d chunks", chunks)
+	}
+	waitFor(t, "partial ledger entry", func() bool {
+		r, err := g.ledger.Query(ctx, "team", month())
+		return err == nil && r.Total.Partial == 1 && r.Total.Requests == 1 && r.Total.InputTokens > 0 && r.Total.OutputTokens > 0
+	})
+}

@@ -9,3 +9,7 @@ import (
 func mockupstreamRateLimited() mockupstream.Behavior {
 	return mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 30 * time.Second}
 }
+
+func mockupstreamResetMidStream() mockupstream.Behavior {
+	return mockupstream.Behavior{Action: mockupstream.ActResetMidStream, ResetAfterChunks: 3}
+}

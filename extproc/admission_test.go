@@ -1,0 +1,71 @@
+package extproc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/keypool"
+)
+
+type budgetAnswer struct {
+	st  extproc.BudgetStatus
+	err error
+}
+
+func (b budgetAnswer) Check(context.Context, string) (extproc.BudgetStatus, error) { return b.st, b.err }
+
+// keysAnswer wraps the real key pool but reports every backend exhausted.
+type keysAnswer struct {
+	extproc.KeyPicker
+	retry time.Duration
+}
+
+func (k keysAnswer) Available([]string) (bool, time.Duration) { return false, k.retry }
+
+func TestAdmissionBudgetAndKeys(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Accounting.TokenLimits = "ratelimit"
+	cfg.Tenants[0].Budget = &config.Budget{Monthly: 5, HardCap: true}
+	cfg.FailureModes.Budget = config.FailClosed
+	pools, err := keypool.New(cfg, keypool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		keys   extproc.KeyPicker
+		budget extproc.BudgetChecker
+		status int
+		code   string
+		retry  string
+	}{
+		{"budget spent", wire.Keys(pools), budgetAnswer{st: extproc.BudgetStatus{Exhausted: true, Limit: 5, RetryAfter: time.Hour}}, 429, "budget_exceeded", "3600"},
+		{"budget store down, fail closed", wire.Keys(pools), budgetAnswer{err: errors.New("redis down")}, 503, "accounting_unavailable", ""},
+		{"every key open", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond}, budgetAnswer{}, 503, "upstream_keys_exhausted", "3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := extproc.New(extproc.Options{Config: cfg, Keys: tc.keys, Usage: wire.Usage(), Budgets: tc.budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := srv.NewRouterExchange()
+			defer x.End()
+			ctx := context.Background()
+			x.Handle(ctx, reqHeaders(false, chatHeaders(keyAlpha)...))
+			resp := x.Handle(ctx, reqBody(`{"model":"chat","messages":[{"role":"user","content":"hi"}]}`))
+			ir := resp.GetImmediateResponse()
+			if int(ir.GetStatus().GetCode()) != tc.status {
+				t.Fatalf("status %v body %s", ir.GetStatus(), ir.GetBody())
+			}
+			if set := setOf(t, ir.GetHeaders()); set["retry-after"] != tc.retry {
+				t.Errorf("retry-after %q want %q", set["retry-after"], tc.retry)
+			}
+		})
+	}
+}
