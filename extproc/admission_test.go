@@ -17,7 +17,9 @@ type budgetAnswer struct {
 	err error
 }
 
-func (b budgetAnswer) Check(context.Context, string) (extproc.BudgetStatus, error) { return b.st, b.err }
+func (b budgetAnswer) Check(context.Context, string) (extproc.BudgetStatus, error) {
+	return b.st, b.err
+}
 
 // keysAnswer wraps the real key pool but reports every backend exhausted.
 type keysAnswer struct {
