@@ -9,8 +9,11 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	overloadv3 "github.com/envoyproxy/go-control-plane/envoy/config/overload/v3"
+	downstreamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/downstream_connections/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +31,9 @@ type Options struct {
 	// xDS, which sends only changed clusters and endpoints.
 	SotW bool
 }
+
+// maxDownstreamConnections is the process-wide cap on client connections.
+const maxDownstreamConnections = 50000
 
 // DefaultAdminAddress is Envoy's admin listener unless Options say otherwise.
 const DefaultAdminAddress = "127.0.0.1:9901"
@@ -89,11 +95,30 @@ func Build(cfg *config.Config, nodeID string, opts Options) (*bootstrapv3.Bootst
 			CdsConfig: adsSource,
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds}},
+		// A global cap on downstream connections (Envoy warns without one):
+		// an agent swarm opens many, a runaway one must not exhaust fds.
+		// https://www.envoyproxy.io/docs/envoy/latest/configuration/operations/overload_manager/overload_manager
+		OverloadManager: &overloadv3.OverloadManager{
+			ResourceMonitors: []*overloadv3.ResourceMonitor{{
+				Name: "envoy.resource_monitors.global_downstream_max_connections",
+				ConfigType: &overloadv3.ResourceMonitor_TypedConfig{TypedConfig: mustAny(&downstreamv3.DownstreamConnectionsConfig{
+					MaxActiveDownstreamConnections: maxDownstreamConnections,
+				})},
+			}},
+		},
 	}
 	if err := translator.Validate(b); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	return b, nil
+}
+
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(fmt.Sprintf("bootstrap: packing %T: %v", m, err))
+	}
+	return a
 }
 
 // Marshal renders a message as YAML (protojson field names, as Envoy reads
