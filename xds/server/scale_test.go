@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -214,6 +215,16 @@ func TestPushLatencyConcurrentClients(t *testing.T) {
 	t.Logf("config edit (%d pools replaced): SetConfig %v; CDS at all %d clients after %v, EDS after %v",
 		n, set, clients, cds.Sub(start), eds.Sub(start))
 
+	if f := os.Getenv("SWARMGATE_XDS_HEALTH_PROFILE"); f != "" {
+		pf, err := os.Create(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+	}
 	var lat []time.Duration
 	for i := range 5 {
 		sent := health.set("b7-0", i%2 == 1)
