@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,9 +19,10 @@ import (
 // Envoy treats every non-OK gRPC status the same way: failure_mode_deny.
 type handler struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	svc atomic.Pointer[rlspb.RateLimitServiceServer]
-	m   *metrics
-	log *slog.Logger
+	svc  atomic.Pointer[rlspb.RateLimitServiceServer]
+	gate sync.RWMutex // see xdsProvider.gate
+	m    *metrics
+	log  *slog.Logger
 }
 
 func (h *handler) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (resp *rlspb.RateLimitResponse, err error) {
@@ -40,7 +42,9 @@ func (h *handler) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Error(codes.Unavailable, "rate-limit service: no config loaded yet")
 	}
 	start := time.Now()
+	h.gate.RLock()
 	resp, err = (*p).ShouldRateLimit(ctx, req)
+	h.gate.RUnlock()
 	h.m.duration.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:

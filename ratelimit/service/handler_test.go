@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type panicking struct{ rlspb.UnimplementedRateLimitServiceServer }
+type panicking struct {
+	rlspb.UnimplementedRateLimitServiceServer
+}
 
 func (panicking) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	panic("library bug")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 )
@@ -23,6 +24,9 @@ type slogHook struct{ l *slog.Logger }
 func (slogHook) Levels() []logrus.Level { return logrus.AllLevels }
 
 func (h slogHook) Fire(e *logrus.Entry) error {
+	if strings.Contains(e.Message, barrierMsg) {
+		return nil
+	}
 	lvl := slog.LevelDebug
 	switch {
 	case e.Level <= logrus.ErrorLevel:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -28,6 +29,11 @@ import (
 // and a rejected config is NACKed and never forwarded, so the last good
 // config keeps serving.
 type xdsProvider struct {
+	// gate is held for writing while the library swaps its config: its
+	// SetConfig writes fields (responseDynamicMetadataEnabled, ...) that
+	// ShouldRateLimit reads without its lock, a data race the handler
+	// avoids by calling under gate.RLock.
+	gate    *sync.RWMutex
 	cc      grpc.ClientConnInterface
 	node    *corev3.Node
 	stats   stats.Manager
@@ -45,9 +51,23 @@ type configEvent struct{ cfg rlconfig.RateLimitConfig }
 
 func (e configEvent) GetConfig() (rlconfig.RateLimitConfig, any) { return e.cfg, nil }
 
-func newXDSProvider(cc grpc.ClientConnInterface, node *corev3.Node, st stats.Manager, log *slog.Logger, m *metrics) *xdsProvider {
+// barrierEvent follows every config event. The library's update loop only
+// receives it once SetConfig of the previous event has returned, and its
+// SetConfig returns at once for an event carrying a RateLimitConfigError,
+// touching nothing: receiving it marks the end of the swap.
+type barrierEvent struct{}
+
+// barrierMsg is the barrier's error text; RouteLibraryLogs drops the line
+// the library logs for it.
+const barrierMsg = "swarmgate: config swap barrier (not an error)"
+
+func (barrierEvent) GetConfig() (rlconfig.RateLimitConfig, any) {
+	return nil, rlconfig.RateLimitConfigError(barrierMsg)
+}
+
+func newXDSProvider(gate *sync.RWMutex, cc grpc.ClientConnInterface, node *corev3.Node, st stats.Manager, log *slog.Logger, m *metrics) *xdsProvider {
 	return &xdsProvider{
-		cc: cc, node: node, stats: st, log: log, m: m,
+		gate: gate, cc: cc, node: node, stats: st, log: log, m: m,
 		events:  make(chan provider.ConfigUpdateEvent),
 		backoff: 200 * time.Millisecond,
 		done:    make(chan struct{}),
@@ -119,10 +139,8 @@ func (p *xdsProvider) session(ctx context.Context) (got bool, err error) {
 			}
 			continue
 		}
-		select {
-		case p.events <- configEvent{cfg}:
-		case <-ctx.Done():
-			return got, ctx.Err()
+		if err := p.swap(ctx, cfg); err != nil {
+			return got, err
 		}
 		p.m.configUpdates.WithLabelValues("ok").Inc()
 		p.m.configLoaded.Set(1)
@@ -130,6 +148,20 @@ func (p *xdsProvider) session(ctx context.Context) (got bool, err error) {
 			return got, fmt.Errorf("ratelimit xDS ack: %w", err)
 		}
 	}
+}
+
+// swap hands cfg to the library with no ShouldRateLimit running.
+func (p *xdsProvider) swap(ctx context.Context, cfg rlconfig.RateLimitConfig) error {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	for _, ev := range []provider.ConfigUpdateEvent{configEvent{cfg}, barrierEvent{}} {
+		select {
+		case p.events <- ev:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // load turns RateLimitConfig resources into the library's config. The

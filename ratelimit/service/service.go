@@ -184,12 +184,12 @@ func (s *Service) Run(ctx context.Context) error {
 		s.settings.StopCacheKeyIncrementWhenOverlimit,
 	)
 
+	h := &handler{m: s.m, log: s.log}
 	node := &corev3.Node{Id: contract.NodeRateLimit, Cluster: contract.NodeRateLimit}
-	prov := newXDSProvider(cc, node, statsManager, s.log, s.m)
+	prov := newXDSProvider(&h.gate, cc, node, statsManager, s.log, s.m)
 	prov.start(ctx)
 	defer prov.Stop()
 
-	h := &handler{m: s.m, log: s.log}
 	srv := grpc.NewServer()
 	rlspb.RegisterRateLimitServiceServer(srv, h)
 	hs := health.NewServer()

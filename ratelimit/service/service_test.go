@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,4 +323,40 @@ func TestStartsWithRedisDown(t *testing.T) {
 	}
 	rs.Restart()
 	waitFor(t, func() bool { _, err := call(t, c, d); return err == nil })
+}
+
+// Config swaps while calls are in flight: every call is answered and the
+// race detector (CI runs -race) sees the library's config swap serialized
+// with ShouldRateLimit.
+func TestConfigUpdatesUnderLoad(t *testing.T) {
+	e := start(t, service.Options{})
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var calls, failed atomic.Int64
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := call(t, e.rls, desc(u64(0), "tenant", "x", "limit", "rpm")); err != nil {
+					failed.Add(1)
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	for n := uint32(1); n <= 10; n++ {
+		e.xds.Set(t, &rlsconf.RateLimitConfig{Name: "swarmgate", Domain: "swarmgate", Descriptors: []*rlsconf.RateLimitDescriptor{{
+			Key: "tenant", Value: "x", Descriptors: []*rlsconf.RateLimitDescriptor{{
+				Key: "limit", Value: "rpm", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: n}}}}}})
+		waitFor(t, func() bool {
+			r, err := call(t, e.rls, desc(u64(0), "tenant", "x", "limit", "rpm"))
+			return err == nil && r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == n
+		})
+	}
+	stop()
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d calls failed during config swaps", failed.Load(), calls.Load())
+	}
 }
