@@ -11,12 +11,34 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
-var (
-	continueResponseBody = func() *extprocv3.ProcessingResponse {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
-	}
-	removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey}
-)
+var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey}
+
+// bodyReply is a per-stream response-body answer, reused for every chunk:
+// gRPC marshals a message inside Send, before the next chunk is handled, so
+// a streamed body costs no allocation per chunk.
+type bodyReply struct {
+	resp   extprocv3.ProcessingResponse
+	oneof  extprocv3.ProcessingResponse_ResponseBody
+	body   extprocv3.BodyResponse
+	common extprocv3.CommonResponse
+	mut    extprocv3.BodyMutation
+	mutB   extprocv3.BodyMutation_Body
+}
+
+func (b *bodyReply) continueChunk() *extprocv3.ProcessingResponse {
+	b.body.Response = nil
+	b.oneof.ResponseBody = &b.body
+	b.resp.Response = &b.oneof
+	b.resp.DynamicMetadata = nil
+	return &b.resp
+}
+
+func (b *bodyReply) replaceChunk(out []byte) {
+	b.mutB.Body = out
+	b.mut.Mutation = &b.mutB
+	b.common.BodyMutation = &b.mut
+	b.body.Response = &b.common
+}
 
 func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	var ctype, cenc string
@@ -70,7 +92,10 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 
 func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	chunk := b.GetBody()
-	resp := continueResponseBody()
+	if r.reply == nil {
+		r.reply = &bodyReply{}
+	}
+	resp := r.reply.continueChunk()
 	if r.admitted && !r.finished {
 		plain := chunk
 		if r.decoder != nil {
@@ -92,7 +117,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 					out = append(out, r.filter.Flush()...)
 				}
 				if len(out) != len(chunk) || string(out) != string(chunk) {
-					resp.GetResponseBody().Response = &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}}
+					r.reply.replaceChunk(out)
 				}
 			}
 		case bodyJSON:

@@ -69,12 +69,13 @@ type routerStream struct {
 	decoder      Decoder
 	usage        Usage
 	haveUsage    bool
+	reply        *bodyReply // kept across pooled uses
 }
 
 func (r *routerStream) reset() {
 	buf, jb := r.reqBody[:0], r.jsonBuf[:0]
 	bk := r.backends[:0]
-	*r = routerStream{reqBody: buf, jsonBuf: jb, backends: bk}
+	*r = routerStream{reqBody: buf, jsonBuf: jb, backends: bk, reply: r.reply}
 }
 
 func (s *Server) serveRouter(st extprocv3.ExternalProcessor_ProcessServer) error {
