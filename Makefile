@@ -44,6 +44,7 @@ bench:
 ## golden: regenerate the xDS golden files from testdata configs.
 golden:
 	$(GO) test ./xds/translator/ -run TestGolden -update
+	$(GO) test ./xds/bootstrap/ -update
 
 ## proto: regenerate protos/ Go code (needs protoc; installed from Debian if missing).
 proto:

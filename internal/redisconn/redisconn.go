@@ -6,6 +6,7 @@ package redisconn
 import (
 	"crypto/tls"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,6 +26,11 @@ func New(cfg config.Redis) (redis.UniversalClient, error) {
 		// data path longer than the configured bound.
 		WriteTimeout: cfg.ReadTimeout.D(),
 		MaxRetries:   1,
+		// go-redis retries a failed dial several times with back-off by
+		// default (seconds per command while Redis is down). Every caller
+		// has a fail-open/closed policy, so fail fast and let it decide.
+		DialerRetries:      1,
+		DialerRetryTimeout: 50 * time.Millisecond,
 	}
 	if cfg.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

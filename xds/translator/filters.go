@@ -1,6 +1,7 @@
 package translator
 
 import (
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"time"
 
 	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
@@ -106,6 +107,9 @@ func RateLimitFilter(g *ir.Gateway) *ratelimitv3.RateLimit {
 		Domain:          g.RateLimitDomain,
 		Timeout:         dur(rateLimitTimeout),
 		FailureModeDeny: g.RateLimitFailClosed,
+		// Fail-closed answers 503 (Envoy's default on error is 500), which
+		// clients and SDKs retry as "service unavailable".
+		StatusOnError: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 		RateLimitService: &ratelimitconfv3.RateLimitServiceConfig{
 			GrpcService:         envoyGRPC(contract.ClusterRateLimit, ""),
 			TransportApiVersion: corev3.ApiVersion_V3,
