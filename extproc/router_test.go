@@ -350,3 +350,20 @@ func TestResponseErrorStatusReleases(t *testing.T) {
 		t.Errorf("released %v entries %v", h.cap.released, h.cap.entries)
 	}
 }
+
+// The default max_body_bytes (8 MiB) travels in one ext_proc message each
+// way; the server options lift grpc-go's 4 MiB limit.
+func TestLargestDefaultBodyOverGRPC(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Request.MaxBodyBytes = 8 << 20
+	cfg.Models[0].Targets[0].ContextWindow, cfg.Models[0].Targets[1].ContextWindow = 0, 0
+	h := newHarness(t, cfg)
+	st, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	body := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("y", 8<<20-100) + `"}]}`
+	roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha, "content-length", strconv.Itoa(len(body)))...))
+	resp := roundTrip(t, st, reqBody(body))
+	if nb := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); len(nb) <= len(body) {
+		t.Fatalf("no injected body back (%d bytes): %v", len(nb), resp.GetImmediateResponse())
+	}
+}

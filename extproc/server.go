@@ -132,3 +132,12 @@ func streamEnded(err error) bool {
 	c := status.Code(err)
 	return c == codes.Canceled || c == codes.DeadlineExceeded
 }
+
+// GRPCServerOptions are the gRPC server options the ext_proc listener needs:
+// a buffered request body arrives in one message, and the injected-usage
+// body goes back in one, so grpc-go's 4 MiB default message limit must be
+// raised above request.max_body_bytes.
+func GRPCServerOptions(cfg *config.Config) []grpc.ServerOption {
+	n := int(cfg.Request.MaxBodyBytes) + 1<<20 // headers, framing, the added stream_options
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n)}
+}

@@ -143,7 +143,7 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(extproc.GRPCServerOptions(cfg)...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

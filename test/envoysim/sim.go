@@ -199,7 +199,10 @@ func (s *Sim) conn(target string) (*grpc.ClientConn, error) {
 	if c := s.conns[target]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Envoy's gRPC client does not cap ext_proc messages at grpc-go's 4 MiB
+	// default; a buffered body travels in one message.
+	c, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("envoysim: dial ext_proc %s: %w", target, err)
 	}
