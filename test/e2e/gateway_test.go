@@ -167,12 +167,14 @@ func startGateway(t *testing.T) *gateway {
 	g.cfg = cfg
 	g.ledger = ledger.New(rdb, ledger.OptionsFrom(cfg))
 	go g.ledger.Run(ctx)
-	// Router-level and upstream filters talk to two different ext_proc
-	// servers (separate key pools, shared only through Redis): nothing may
-	// pass between them in process memory.
-	var routerAddr, upAddr string
+	// The router-level filter talks to one ext_proc server, the upstream
+	// filter's attempts alternate between two others (separate key pools,
+	// shared only through Redis): nothing may pass between streams in
+	// process memory.
+	var routerAddr, upAddr, upAddr2 string
 	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger)
 	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger)
+	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger)
 
 	res, err := translator.Translate(cfg)
 	if err != nil {
@@ -181,11 +183,11 @@ func startGateway(t *testing.T) *gateway {
 	clas := translator.Endpoints(res.IR, translator.EndpointState{})
 	sim, err := envoysim.FromXDS(res.Listeners[0], res.Routes, res.Clusters, clas, envoysim.XDSOptions{
 		RoleHeader: contract.GRPCRoleHeader,
-		ExtProcTarget: func(role string) string {
+		ExtProcTargets: func(role string) []string {
 			if role == contract.RoleUpstream {
-				return upAddr
+				return []string{upAddr, upAddr2}
 			}
-			return routerAddr
+			return []string{routerAddr}
 		},
 	})
 	if err != nil {

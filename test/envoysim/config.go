@@ -96,8 +96,11 @@ type Endpoint struct {
 // Filter is the ext_proc filter configuration the sim honours
 // (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto).
 type Filter struct {
-	// Target is the ext_proc gRPC server address (host:port).
-	Target string
+	// Target is the ext_proc gRPC server address (host:port). With Targets,
+	// streams go round robin over several servers instead (replicas behind
+	// one cluster).
+	Target  string
+	Targets []string
 	// InitialMetadata is sent as gRPC metadata on every stream
 	// (grpc_service.initial_metadata).
 	InitialMetadata map[string]string

@@ -46,7 +46,11 @@ type recvResult struct {
 
 func (s *Sim) openFilter(ctx context.Context, f *Filter) (*filterRun, error) {
 	run := &filterRun{f: f, sim: s, mode: proto.Clone(f.Mode).(*extprocfilter.ProcessingMode)}
-	conn, err := s.conn(f.Target)
+	target := f.Target
+	if len(f.Targets) > 0 {
+		target = f.Targets[int(s.stats.streams.Load())%len(f.Targets)]
+	}
+	conn, err := s.conn(target)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,9 @@ type XDSOptions struct {
 	// of its x-swarmgate-role initial metadata ("router", "upstream"). When
 	// nil, the envoy_grpc cluster's static address is used.
 	ExtProcTarget func(role string) string
+	// ExtProcTargets, when set, spreads the role's streams round robin over
+	// several servers (it wins over ExtProcTarget).
+	ExtProcTargets func(role string) []string
 	// RoleHeader is the initial-metadata key naming the role.
 	RoleHeader string
 	Seed       uint64
@@ -52,7 +55,7 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 			}
 		}
 	}
-	target := func(gs *corev3.GrpcService) (string, map[string]string) {
+	target := func(gs *corev3.GrpcService) ([]string, map[string]string) {
 		md := map[string]string{}
 		role := ""
 		for _, hv := range gs.GetInitialMetadata() {
@@ -61,13 +64,15 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 				role = hv.GetValue()
 			}
 		}
-		if opts.ExtProcTarget != nil {
-			return opts.ExtProcTarget(role), md
+		switch {
+		case opts.ExtProcTargets != nil:
+			return opts.ExtProcTargets(role), md
+		case opts.ExtProcTarget != nil:
+			return []string{opts.ExtProcTarget(role)}, md
+		case gs.GetEnvoyGrpc() != nil:
+			return []string{staticAddr[gs.GetEnvoyGrpc().GetClusterName()]}, md
 		}
-		if eg := gs.GetEnvoyGrpc(); eg != nil {
-			return staticAddr[eg.GetClusterName()], md
-		}
-		return gs.GetGoogleGrpc().GetTargetUri(), md
+		return []string{gs.GetGoogleGrpc().GetTargetUri()}, md
 	}
 	if len(lis.GetFilterChains()) == 0 || len(lis.GetFilterChains()[0].GetFilters()) == 0 {
 		return nil, fmt.Errorf("envoysim: listener %s has no filter chain", lis.GetName())
@@ -167,14 +172,15 @@ func sockAddr(a *corev3.Address) string {
 	return net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
 }
 
-func filterFromXDS(a *anypb.Any, target func(*corev3.GrpcService) (string, map[string]string)) (*Filter, error) {
+func filterFromXDS(a *anypb.Any, target func(*corev3.GrpcService) ([]string, map[string]string)) (*Filter, error) {
 	var ep extprocfilter.ExternalProcessor
 	if err := a.UnmarshalTo(&ep); err != nil {
 		return nil, fmt.Errorf("envoysim: ext_proc config: %w", err)
 	}
-	addr, md := target(ep.GetGrpcService())
+	addrs, md := target(ep.GetGrpcService())
 	f := &Filter{
-		Target:            addr,
+		Target:            addrs[0],
+		Targets:           addrs,
 		InitialMetadata:   md,
 		Mode:              ep.GetProcessingMode(),
 		AllowModeOverride: ep.GetAllowModeOverride(),
