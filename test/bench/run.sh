@@ -17,11 +17,11 @@ mkdir -p "$OUT"
 go build -o "$OUT/loadgen" ./test/bench/loadgen/cmd/loadgen
 LG="$OUT/loadgen"
 
-point() { # target kind streams round [extra flags...]
-	local t=$1 k=$2 n=$3 r=$4
-	shift 4
+point() { # target kind streams round name-suffix [extra flags...]
+	local t=$1 k=$2 n=$3 r=$4 suffix=$5
+	shift 5
 	"$LG" run --target "$t" --kind "$k" --streams "$n" --warmup "$WARMUP" --duration "$DURATION" \
-		-o "$OUT/$t-$k-$n-r$r.json" "$@"
+		-o "$OUT/$t-$k-$n$suffix-r$r.json" "$@"
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -30,15 +30,19 @@ for r in $(seq 1 "$ROUNDS"); do
 			# Alternate the order between rounds so drift of the shared
 			# machine's load does not always favour the same side.
 			if ((r % 2)); then order="baseline swarmgate"; else order="swarmgate baseline"; fi
-			for t in $order; do point "$t" "$k" "$n" "$r"; done
+			for t in $order; do point "$t" "$k" "$n" "$r" ""; done
 		done
 	done
+	# 1,000 streams paced like token streaming (100 ms between SSE
+	# chunks): below saturation, so latency is the servers' own, not
+	# queueing.
+	for t in $order; do point "$t" sse 1000 "$r" -paced --chunk-interval 100ms; done
 done
 
 # Memory: 2,000 streams in flight (SSE, 20 ms between chunks, as an
 # upstream streaming tokens); peak RSS is the server's VmHWM.
 for t in baseline swarmgate; do
-	point "$t" sse 2000 1 --chunk-interval 20ms
+	point "$t" sse 2000 1 "" --chunk-interval 20ms
 done
 
 # Once with the ledger writing every request to a real Redis.

@@ -35,3 +35,23 @@ func TestWriteSVGIsWellFormed(t *testing.T) {
 		t.Errorf("%d polylines, want %d (two panels)", lines, 2*len(rs))
 	}
 }
+
+func TestTableRatiosAgainstBaselineOfSamePoint(t *testing.T) {
+	mk := func(label string, streams int, rps, p99, cpu float64) *Result {
+		return &Result{Label: label, Streams: streams, Scenario: Scenario{Kind: "sse"}, RPS: rps,
+			Message: Summary{P99US: p99}, Server: Proc{CPUPerRequestUS: cpu}}
+	}
+	tab := Table([]*Result{
+		mk(TargetBaseline, 64, 1000, 100, 400), mk(TargetSwarmgate, 64, 900, 120, 500),
+		mk(TargetBaseline, 64, 1200, 80, 400), mk(TargetSwarmgate, 64, 700, 160, 500),
+		mk(TargetSwarmgate, 1000, 500, 100, 600), // no baseline: no ratio
+	})
+	// Medians: baseline 1100 req/s, p99 90; swarmgate 800, 140.
+	want := "| swarmgate | sse/64 | 2 | 800 | 0 / 140 / 0 | 0.0 | 500 | 0 | 0 | 0 | 0.73 | 1.56 | 0.80 |"
+	if !strings.Contains(tab, want) {
+		t.Errorf("table lacks row\n%s\ngot:\n%s", want, tab)
+	}
+	if !strings.Contains(tab, "| swarmgate | sse/1000 | 1 | 500 | 0 / 100 / 0 | 0.0 | 600 | 0 | 0 | 0 |  |  |  |") {
+		t.Errorf("row without baseline must have no ratios:\n%s", tab)
+	}
+}

@@ -68,12 +68,20 @@ type TargetOptions struct {
 	// request to this Redis (accounting/ledger).
 	RedisAddr string
 	Logger    *slog.Logger
+	// StreamWorkers, when set, is grpc.NumStreamWorkers: streams run on a
+	// fixed set of goroutines whose stacks stay grown, instead of a new
+	// goroutine (and stack growth) per stream.
+	StreamWorkers uint32
 }
 
 // NewTarget is a gRPC server with the named ext_proc implementation
 // registered, and a cleanup to call after the server stopped.
 func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
-	gs := grpc.NewServer()
+	var gopts []grpc.ServerOption
+	if o.StreamWorkers > 0 {
+		gopts = append(gopts, grpc.NumStreamWorkers(o.StreamWorkers))
+	}
+	gs := grpc.NewServer(gopts...)
 	switch kind {
 	case TargetBaseline:
 		(&baseline.Server{}).Register(gs)

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -67,6 +68,7 @@ func run(args []string) error {
 	warmup := fs.Duration("warmup", 3*time.Second, "warm-up before measuring")
 	duration := fs.Duration("duration", 15*time.Second, "measured window")
 	cpuprofile := fs.String("server-cpuprofile", "", "write the server child's CPU profile here")
+	workers := fs.Uint("stream-workers", 0, "server: grpc.NumStreamWorkers (0: a goroutine per stream, grpc-go's default)")
 	out := fs.String("o", "", "write the JSON result here (default stdout)")
 	_ = fs.Parse(args)
 
@@ -86,6 +88,9 @@ func run(args []string) error {
 		}
 		if *cpuprofile != "" {
 			cargs = append(cargs, "--cpuprofile", *cpuprofile)
+		}
+		if *workers > 0 {
+			cargs = append(cargs, "--stream-workers", strconv.FormatUint(uint64(*workers), 10))
 		}
 		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		child, err := loadgen.StartChild(sctx, exe, cargs...)
@@ -131,6 +136,7 @@ func serve(args []string) error {
 	rename := fs.Bool("rename", false, "upstream model differs from the alias")
 	redis := fs.String("redis", "", "Redis address for the ledger (swarmgate)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile here on exit")
+	workers := fs.Uint("stream-workers", 0, "grpc.NumStreamWorkers (0: a goroutine per stream)")
 	_ = fs.Parse(args)
 
 	host, _, err := net.SplitHostPort(*listen)
@@ -140,7 +146,7 @@ func serve(args []string) error {
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return errors.New("serve listens on a loopback address only")
 	}
-	gs, cleanup, err := loadgen.NewTarget(*target, loadgen.TargetOptions{RenameModel: *rename, RedisAddr: *redis,
+	gs, cleanup, err := loadgen.NewTarget(*target, loadgen.TargetOptions{RenameModel: *rename, RedisAddr: *redis, StreamWorkers: uint32(*workers),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
