@@ -54,10 +54,11 @@ type ChunkFilter interface {
 }
 
 // Decoder decompresses a stream piecewise. Decode returns the bytes decoded
-// from chunk (valid until the next call); Close releases it.
+// from chunk (valid until the next call); Close ends the input and returns
+// what the decoder still held back.
 type Decoder interface {
 	Decode(chunk []byte) ([]byte, error)
-	Close()
+	Close() ([]byte, error)
 }
 
 // KeyPicker chooses upstream API keys per attempt and learns from outcomes.

@@ -100,9 +100,15 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 		plain := chunk
 		if r.decoder != nil {
 			p, err := r.decoder.Decode(chunk)
+			if err == nil && b.GetEndOfStream() {
+				var tail []byte
+				tail, err = r.decoder.Close()
+				r.decoder = nil
+				p = append(p, tail...)
+			}
 			if err != nil {
-				r.decoder.Close()
-				r.decoder, r.kind = nil, bodyOther
+				r.closeDecoder()
+				r.kind = bodyOther
 			}
 			plain = p
 		}
@@ -139,6 +145,13 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 	return resp
 }
 
+func (r *routerStream) closeDecoder() {
+	if r.decoder != nil {
+		_, _ = r.decoder.Close()
+		r.decoder = nil
+	}
+}
+
 // accounted holds the figures finish computed, for the dynamic metadata.
 func (r *routerStream) metadata() *structpb.Struct {
 	if !r.admitted || !r.haveUsage {
@@ -155,10 +168,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		return
 	}
 	r.finished = true
-	if r.decoder != nil {
-		r.decoder.Close()
-		r.decoder = nil
-	}
+	r.closeDecoder()
 	if !r.admitted {
 		return
 	}

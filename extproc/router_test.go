@@ -1,6 +1,8 @@
 package extproc_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -365,5 +367,29 @@ func TestLargestDefaultBodyOverGRPC(t *testing.T) {
 	resp := roundTrip(t, st, reqBody(body))
 	if nb := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); len(nb) <= len(body) {
 		t.Fatalf("no injected body back (%d bytes): %v", len(nb), resp.GetImmediateResponse())
+	}
+}
+
+func TestResponseUsageGzipJSON(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	st, cancel := admit(t, h, `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`)
+	defer cancel()
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	_, _ = zw.Write(fixture(t, "openai_chat.json"))
+	_ = zw.Close()
+	z := zb.Bytes()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", "content-encoding", "gzip"))
+	var r *extprocv3.ProcessingResponse
+	for i := 0; i < len(z); i += 100 {
+		r = roundTrip(t, st, respBody(z[i:min(i+100, len(z))], false))
+		if r.GetResponseBody().GetResponse().GetBodyMutation() != nil {
+			t.Fatal("gzip body mutated")
+		}
+	}
+	r = roundTrip(t, st, respBody(nil, true))
+	md := r.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+	if md[contract.MetaTotalTokens].GetNumberValue() != 1163 {
+		t.Fatalf("metadata %v", md)
 	}
 }

@@ -88,7 +88,11 @@ func (d *gz) Decode(chunk []byte) ([]byte, error) {
 	return d.out.Bytes(), err
 }
 
-func (d *gz) Close() { _ = d.g.Close() }
+func (d *gz) Close() ([]byte, error) {
+	d.out.Reset()
+	err := d.g.Close()
+	return d.out.Bytes(), err
+}
 
 // Ledger adapts *ledger.Ledger; cost comes from the price of the target
 // (model alias, backend) in the current config.
