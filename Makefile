@@ -45,6 +45,7 @@ bench:
 golden:
 	$(GO) test ./xds/translator/ -run TestGolden -update
 	$(GO) test ./xds/bootstrap/ -update
+	$(GO) test ./deploy/ -run TestGenerated -update
 
 ## proto: regenerate protos/ Go code (needs protoc; installed from Debian if missing).
 proto:

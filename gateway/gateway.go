@@ -349,6 +349,6 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
 // refusalAdapter feeds ext_proc refusals to the status page's ring buffer.
 type refusalAdapter struct{ l *admin.RefusalLog }
 
-func (r refusalAdapter) Refused(tenant, model, code, reason string) {
-	r.l.Add(admin.Refusal{Time: time.Now(), Tenant: tenant, Model: model, Reason: code + ": " + reason})
+func (r refusalAdapter) Refused(tenant, model string, status int, code, reason string) {
+	r.l.Add(admin.Refusal{Time: time.Now(), Tenant: tenant, Model: model, Status: status, Reason: code + ": " + reason})
 }

@@ -28,6 +28,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.configFile, "config-file", "", "gateway config (YAML); empty: the embedded default config")
+	fs.StringVar(&c.configFile, "config", "", "short for --config-file")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or text")
 	host, _ := os.Hostname()
@@ -81,11 +82,14 @@ func runRoles(ctx context.Context, name string, roles gateway.Roles, args []stri
 		// envoyproxy/ratelimit logs through logrus' global logger.
 		rlservice.RouteLibraryLogs(log.With("component", "ratelimit"))
 	}
-	cfg, err := c.load(config.Options{})
+	// Only ext_proc needs upstream key values; the control plane and the
+	// rate-limit service run without the Secret (fleets keep keys off them).
+	load := config.Options{SkipSecrets: !roles.ExtProc}
+	cfg, err := c.load(load)
 	if err != nil {
 		return err
 	}
-	opts := gateway.Options{Roles: roles, Initial: cfg, Logger: log, Version: version, NodeID: c.nodeID, FromXDS: fromXDS}
+	opts := gateway.Options{Roles: roles, Initial: cfg, Load: load, Logger: log, Version: version, NodeID: c.nodeID, FromXDS: fromXDS}
 	if c.configFile != "" && !fromXDS {
 		opts.ConfigPath, opts.Initial = c.configFile, nil
 	}
