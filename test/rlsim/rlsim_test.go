@@ -279,7 +279,7 @@ func TestRedisKilledDuringLoad(t *testing.T) {
 		wantStatus int // local reply status while Redis is down; 0: let through
 	}{
 		{config.FailOpen, 0},
-		{config.FailClosed, http.StatusInternalServerError}, // status_on_error unset: Envoy's 500
+		{config.FailClosed, http.StatusServiceUnavailable}, // the generated status_on_error
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			e := start(t, func(c *config.Config) {
