@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/gateway"
@@ -78,6 +80,7 @@ func runRoles(ctx context.Context, name string, roles gateway.Roles, args []stri
 	if err != nil {
 		return err
 	}
+	redis.SetLogger(redisLogger{log})
 	if roles.RateLimit {
 		// envoyproxy/ratelimit logs through logrus' global logger.
 		rlservice.RouteLibraryLogs(log.With("component", "ratelimit"))
