@@ -171,8 +171,9 @@ type Entry struct {
 }
 
 // RefusalLog records requests refused at the gateway (admin status page).
+// model may be what the client sent.
 type RefusalLog interface {
-	Refused(tenant, model, code, reason string)
+	Refused(tenant, model string, status int, code, reason string)
 }
 
 // ErrNoKey is what a KeyPicker returns when every key is open.

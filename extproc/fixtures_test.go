@@ -140,7 +140,7 @@ func (c *capture) Release(_ context.Context, res extproc.Reservation) error {
 	return nil
 }
 
-func (c *capture) Refused(tenant, model, code, reason string) {
+func (c *capture) Refused(tenant, model string, status int, code, reason string) {
 	c.mu.Lock()
 	c.refusals = append(c.refusals, code)
 	c.mu.Unlock()

@@ -4,11 +4,14 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey}
@@ -92,6 +95,9 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 
 func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	chunk := b.GetBody()
+	if r.firstChunk.IsZero() && len(chunk) > 0 {
+		r.firstChunk = time.Now()
+	}
 	if r.reply == nil {
 		r.reply = &bodyReply{}
 	}
@@ -219,6 +225,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			s.log.Warn("ledger write failed", "request_id", r.requestID, "err", err)
 		}
 	}
+	s.observe(r, e)
 	if r.reserved && s.opts.Reserver != nil {
 		// Record first, then settle: spend is never under-counted.
 		var err error
@@ -232,6 +239,48 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			s.log.Warn("reservation settle failed", "request_id", r.requestID, "err", err)
 		}
 	}
+}
+
+// observe feeds the data-path metrics and the access log.
+func (s *Server) observe(r *routerStream, e Entry) {
+	if s.opts.Metrics == nil && s.opts.AccessLog == nil {
+		return
+	}
+	lat := time.Since(r.start)
+	var ttft time.Duration
+	if r.stream && !r.firstChunk.IsZero() {
+		ttft = r.firstChunk.Sub(r.start)
+	}
+	tok := telemetry.Tokens{Input: e.Usage.PromptTokens, Output: e.Usage.CompletionTokens, CachedInput: e.Usage.CachedTokens, Reasoning: e.Usage.ReasoningTokens}
+	cost := s.cost(r, e)
+	status := e.Status
+	if e.Disconnected {
+		status = 0
+	}
+	s.opts.Metrics.ObserveRequest(telemetry.Completion{Labels: telemetry.Labels{Tenant: e.Tenant, Model: e.Model, Backend: e.Backend},
+		Status: status, Latency: lat, TTFT: ttft, Tokens: tok, Cost: cost})
+	reason := ""
+	if e.Disconnected {
+		reason = "stream cut before its end"
+	}
+	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
+		Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
+}
+
+// cost prices usage at the serving target's price (the dearest target when
+// no backend answered).
+func (s *Server) cost(r *routerStream, e Entry) float64 {
+	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
+		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens}
+	var c pricing.Money
+	for _, t := range r.model.Targets {
+		tc := pricing.RateOf(t.Price).Cost(u)
+		if t.Backend == e.Backend {
+			return tc.Float()
+		}
+		c = max(c, tc)
+	}
+	return c.Float()
 }
 
 // delivered estimates usage from what reached the client: the prompt

@@ -19,6 +19,7 @@ import (
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 // maxUsageJSON is how much of a non-streamed JSON response is kept to read
@@ -70,6 +71,8 @@ type routerStream struct {
 	usage        Usage
 	haveUsage    bool
 	reply        *bodyReply // kept across pooled uses
+	start        time.Time  // request headers seen
+	firstChunk   time.Time  // first response body bytes (TTFT of streams)
 }
 
 func (r *routerStream) reset() {
@@ -103,7 +106,9 @@ func (s *Server) serveRouter(st extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return err
 		}
+		start := time.Now()
 		resp := s.handleRouter(ctx, r, req)
+		s.opts.Metrics.ObservePhase(telemetry.FilterRouter, phase(req), time.Since(start))
 		if err := st.Send(resp); err != nil {
 			s.finish(r, true)
 			return nil
@@ -132,20 +137,45 @@ func (s *Server) handleRouter(ctx context.Context, r *routerStream, req *extproc
 
 func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingResponse {
 	s.metrics.refusals.WithLabelValues(e.code).Inc()
-	if s.opts.Refusals != nil {
-		tenant := ""
-		if r.owner.Tenant != nil {
-			tenant = r.owner.Tenant.Name
-		}
-		s.opts.Refusals.Refused(tenant, r.alias, e.code, e.message)
+	tenant, key := "", ""
+	if r.owner.Tenant != nil {
+		tenant, key = r.owner.Tenant.Name, r.owner.Key.ID
 	}
+	if s.opts.Refusals != nil {
+		s.opts.Refusals.Refused(tenant, r.alias, e.status, e.code, e.message)
+	}
+	model := ""
+	if r.model != nil {
+		model = r.model.Name
+	}
+	s.opts.Metrics.ObserveRequest(telemetry.Completion{Labels: telemetry.Labels{Tenant: tenant, Model: model}, Status: e.status,
+		Latency: time.Since(r.start)})
+	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: r.requestID, Tenant: tenant, VirtualKeyID: key, Model: r.alias,
+		Status: e.status, Latency: time.Since(r.start), Reason: e.code})
 	r.finished = !r.reserved // nothing to settle unless reserved
 	return e.response()
+}
+
+func phase(req *extprocv3.ProcessingRequest) telemetry.Phase {
+	switch req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return telemetry.PhaseRequestHeaders
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return telemetry.PhaseRequestBody
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return telemetry.PhaseRequestTrailers
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return telemetry.PhaseResponseHeaders
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return telemetry.PhaseResponseBody
+	}
+	return telemetry.PhaseResponseTrailers
 }
 
 var chatPaths = map[string]bool{"/v1/chat/completions": true, "/v1/completions": true, "/v1/embeddings": true}
 
 func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	r.start = time.Now()
 	var method, auth, apiKey, contentLength string
 	remove := make([]string, 0, 4)
 	stickyName := strings.ToLower(r.cfg.Request.StickyHeader)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 // Options are the server's collaborators. Config, Keys and Usage are
@@ -47,6 +48,10 @@ type Options struct {
 	Budgets    BudgetChecker
 	Ledger     Recorder
 	Refusals   RefusalLog
+	// Metrics (data-path families: requests, latency, TTFT, tokens, cost,
+	// per-phase time) and AccessLog are optional; nil records nothing.
+	Metrics   *telemetry.Metrics
+	AccessLog *telemetry.AccessLog
 	// SettleTimeout bounds accounting writes after a client disconnect
 	// (the stream's context is gone by then). Default 5 s.
 	SettleTimeout time.Duration

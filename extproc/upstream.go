@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"strconv"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -13,6 +14,7 @@ import (
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 // attrFilterName is the key Envoy files request_attributes under.
@@ -54,6 +56,7 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 			}
 			return err
 		}
+		start := time.Now()
 		var resp *extprocv3.ProcessingResponse
 		switch v := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -69,6 +72,7 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 		default:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		}
+		s.opts.Metrics.ObservePhase(telemetry.FilterUpstream, phase(req), time.Since(start))
 		if err := st.Send(resp); err != nil {
 			return nil
 		}

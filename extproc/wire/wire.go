@@ -11,6 +11,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/accounting/usage"
+	"github.com/swarmgate/swarmgate/admin"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/keypool"
@@ -107,4 +108,13 @@ func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
 	u := usageOf(e)
 	return r.l.Record(ctx, ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
 		Usage: u, Cost: costOf(r.cfg(), e, u), Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected})
+}
+
+// Refusals adapts the admin status page's *admin.RefusalLog.
+func Refusals(l *admin.RefusalLog) extproc.RefusalLog { return refusals{l} }
+
+type refusals struct{ l *admin.RefusalLog }
+
+func (r refusals) Refused(tenant, model string, status int, code, reason string) {
+	r.l.Add(admin.Refusal{Tenant: tenant, Model: model, Status: status, Reason: code + ": " + reason})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 func chatParams(model string) openai.ChatCompletionNewParams {
@@ -51,6 +52,9 @@ func TestChatJSONCountsUsage(t *testing.T) {
 		r, err := g.ledger.Query(ctx, "team", month())
 		return err == nil && r.Total.Requests == 1 && r.Total.OutputTokens == 7 && r.Total.InputTokens == resp.Usage.PromptTokens && r.Total.Cost > 0
 	})
+	if n := g.counter(t, telemetry.MetricRequests, map[string]string{"tenant": "team", "model": "gpt-4o-mini", "backend": "relay-a", "status": "200"}); n != 1 {
+		t.Errorf("%s = %v", telemetry.MetricRequests, n)
+	}
 }
 
 func TestChatStreamUsageChunk(t *testing.T) {
@@ -139,6 +143,12 @@ func TestSDKSeesOpenAIErrors(t *testing.T) {
 	}
 	if n := len(g.relayA.Requests()) + len(g.relayB.Requests()); n != 0 {
 		t.Errorf("%d refused requests reached a relay", n)
+	}
+	if n := g.refusals.Total(); n != 3 {
+		t.Errorf("refusal log holds %d refusals, want 3", n)
+	}
+	if n := g.counter(t, telemetry.MetricRequests, map[string]string{"status": "401"}); n != 1 {
+		t.Errorf("%s{status=401} = %v", telemetry.MetricRequests, n)
 	}
 }
 

@@ -12,12 +12,14 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/swarmgate/swarmgate/accounting/budget"
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/accounting/reserve"
+	"github.com/swarmgate/swarmgate/admin"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
@@ -25,6 +27,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/keypool"
 	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/telemetry"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 	"github.com/swarmgate/swarmgate/xds/translator"
 )
@@ -42,6 +45,8 @@ var upstreamKeys = map[string]string{
 
 type gateway struct {
 	sim      *envoysim.Sim
+	refusals *admin.RefusalLog
+	metrics  *prometheus.Registry // the router-level server's
 	relayA   *mockupstream.Server
 	relayB   *mockupstream.Server
 	ledger   *ledger.Ledger
@@ -125,7 +130,8 @@ func startRelay(t *testing.T, ctx context.Context, auth config.AuthStyle, keys .
 	return s
 }
 
-func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *redis.Client, led *ledger.Ledger) (*extproc.Server, string) {
+func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *redis.Client, led *ledger.Ledger,
+	reg *prometheus.Registry, refusals *admin.RefusalLog) (*extproc.Server, string) {
 	t.Helper()
 	pools, err := keypool.New(cfg, keypool.Options{Redis: rdb})
 	if err != nil {
@@ -135,7 +141,8 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 	cfgFn := func() *config.Config { return cfg }
 	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, cfgFn),
 		Reserver: wire.Reserver(reserve.New(rdb, cfg, reserve.Options{}), cfgFn),
-		Budgets:  wire.Budgets(budget.New(rdb, cfg, budget.Options{}))})
+		Budgets:  wire.Budgets(budget.New(rdb, cfg, budget.Options{})),
+		Refusals: wire.Refusals(refusals), Registerer: reg, Metrics: telemetry.NewMetrics(reg, cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +179,10 @@ func startGateway(t *testing.T) *gateway {
 	// shared only through Redis): nothing may pass between streams in
 	// process memory.
 	var routerAddr, upAddr, upAddr2 string
-	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger)
-	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger)
-	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger)
+	g.refusals, g.metrics = admin.NewRefusalLog(0), prometheus.NewRegistry()
+	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.metrics, g.refusals)
+	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, prometheus.NewRegistry(), g.refusals)
+	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger, prometheus.NewRegistry(), g.refusals)
 
 	res, err := translator.Translate(cfg)
 	if err != nil {
@@ -251,4 +259,30 @@ func (g *gateway) chat(key string) *openai.ChatCompletionService {
 func (g *gateway) models(key string) *openai.ModelService {
 	c := g.client(key)
 	return &c.Models
+}
+
+// counter sums a counter family of the router-level server's registry over
+// the series whose labels include want.
+func (g *gateway) counter(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
