@@ -271,3 +271,24 @@ func TestFailoverRenamesModelUpstream(t *testing.T) {
 		return false
 	})
 }
+
+func TestEmbeddingsCountUsage(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	c := g.client(keyTeam)
+	resp, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "solo",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"first text to embed", "second one"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Data) != 2 || resp.Usage.PromptTokens == 0 {
+		t.Fatalf("response %+v", resp.Usage)
+	}
+	if recs := g.relayA.Requests(); len(recs) != 1 || recs[0].Endpoint != "embeddings" {
+		t.Fatalf("relay saw %+v", recs)
+	}
+	waitFor(t, "embeddings in the ledger", func() bool {
+		r, err := g.ledger.Query(ctx, "team", month())
+		return err == nil && r.Total.Requests == 1 && r.Total.InputTokens == resp.Usage.PromptTokens && r.Total.OutputTokens == 0
+	})
+}
