@@ -3,6 +3,7 @@ package extproc_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,31 @@ func TestAdmissionBudgetAndKeys(t *testing.T) {
 				t.Errorf("retry-after %q want %q", set["retry-after"], tc.retry)
 			}
 		})
+	}
+}
+
+// SetConfig swaps the snapshot for new streams: a key added by a reload
+// works, one removed stops working, without a restart.
+func TestSetConfigSwapsSnapshot(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	try := func(key string) uint32 {
+		st, cancel := h.stream(t, "router")
+		defer cancel()
+		resp := roundTrip(t, st, reqHeaders(true, ":method", "GET", ":path", "/v1/models", "authorization", "Bearer "+key))
+		return uint32(resp.GetImmediateResponse().GetStatus().GetCode())
+	}
+	if try("sk-new") != 401 || try(keyAlpha) != 200 {
+		t.Fatal("before reload")
+	}
+	y := strings.Replace(testYAML(), "  - name: beta\n", "  - name: gamma\n    models: [chat]\n    keys:\n      - {id: gamma-1, hash: "+config.HashKey("sk-new")+"}\n  - name: beta\n", 1)
+	y = strings.Replace(y, "      - {id: alpha-1, hash: "+config.HashKey(keyAlpha)+"}\n", "", 1)
+	env := map[string]string{"K_SMALL_1": "a", "K_BIG_1": "b", "K_BIG_2": "c"}
+	next, err := config.Parse([]byte(y), "reload.yaml", config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv.SetConfig(next)
+	if try("sk-new") != 200 || try(keyAlpha) != 401 {
+		t.Fatal("after reload")
 	}
 }
