@@ -292,3 +292,31 @@ func TestEmbeddingsCountUsage(t *testing.T) {
 		return err == nil && r.Total.Requests == 1 && r.Total.InputTokens == resp.Usage.PromptTokens && r.Total.OutputTokens == 0
 	})
 }
+
+// Context-window-aware routing: a request too large for relay-a's window
+// goes to the restricted cluster (relay-b only); one too large for every
+// target is refused in OpenAI's shape.
+func TestContextWindowRouting(t *testing.T) {
+	g := startGateway(t)
+	ctx := testCtx(t)
+	for range 4 {
+		p := chatParams("ctx")
+		p.MaxTokens = openai.Int(2000)
+		if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "big-ctx")); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := g.sim.RecordFor("big-ctx"); rec.Cluster != contract.PoolContextCluster("ctx", 100000) {
+			t.Fatalf("cluster %q", rec.Cluster)
+		}
+	}
+	if len(g.relayA.Requests()) != 0 || len(g.relayB.Requests()) != 4 {
+		t.Errorf("relay-a %d, relay-b %d requests", len(g.relayA.Requests()), len(g.relayB.Requests()))
+	}
+	p := chatParams("ctx")
+	p.MaxTokens = openai.Int(200000)
+	_, err := g.chat(keyTeam).New(ctx, p)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "context_length_exceeded" {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -96,9 +96,13 @@ models:
   - name: premium
     targets:
       - {backend: relay-b}
+  - name: ctx
+    targets:
+      - {backend: relay-a, context_window: 1000}
+      - {backend: relay-b, context_window: 100000}
 tenants:
   - name: team
-    models: [gpt-4o-mini, solo]
+    models: [gpt-4o-mini, solo, ctx]
     keys:
       - {id: team-1, hash: %s}
     limits: {tpm: 1000000}
