@@ -26,6 +26,9 @@ func (c *Config) prefill() {
 	c.Breaker.Jitter = 0.2
 	c.Telemetry.SampleRatio = 1
 	c.Accounting.LedgerBuffer = 100000
+	// Booleans whose safe default is true.
+	c.Request.LongWhenTools = true
+	c.Breaker.HonourRemaining = true
 }
 
 // applyDefaults fills every unset field whose zero value means "default"
