@@ -1,0 +1,279 @@
+package swarm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"google.golang.org/grpc"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/test/envoysim"
+	"github.com/swarmgate/swarmgate/xds/server"
+	"github.com/swarmgate/swarmgate/xds/translator"
+)
+
+// agentKey is the virtual key every simulated agent presents.
+const agentKey = "sk-swarm-agent"
+
+// model is the alias every test asks for.
+const model = "chat"
+
+// relaySpec is one mock relay (provider) and its place in the pool.
+type relaySpec struct {
+	name     string
+	keys     int
+	priority int
+	weight   int
+	keyRPM   int // per-key rpm in the gateway config (0: none)
+	mock     mockupstream.Behavior
+	ttft     time.Duration
+	perToken time.Duration
+}
+
+// stackSpec describes one assembled gateway.
+type stackSpec struct {
+	relays   []relaySpec
+	replicas int // ext_proc replicas sharing one redis-server
+	// routerOn and upstreamOn are the replica indexes each filter's
+	// streams go to (round robin when several).
+	routerOn, upstreamOn []int
+	breaker              string // YAML body of "breaker:"
+	numRetries           int
+}
+
+type stack struct {
+	spec     stackSpec
+	redis    *redistest.Server
+	cfg      *config.Config
+	relays   map[string]*mockupstream.Server
+	pools    []*keypool.Pools
+	sim      *envoysim.Sim
+	eds      *edsFeed
+	health   *tappedHealth
+	http     *http.Client
+	cancel   context.CancelFunc
+	addrs    []string
+	stopOnce sync.Once
+}
+
+func relayKeyID(relay string, i int) string  { return fmt.Sprintf("%s-k%d", relay, i+1) }
+func relaySecret(relay string, i int) string { return fmt.Sprintf("sk-%s-secret-%d", relay, i+1) }
+
+func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redis:\n  addrs: [%s]\n", redisAddr)
+	b.WriteString("request:\n  message_timeout: 5s\n  timeout: 20s\n")
+	fmt.Fprintf(&b, "retry:\n  num_retries: %d\n  backoff_base: 5ms\n  backoff_max: 50ms\n  budget_percent: 100\n", max(sp.numRetries, 0))
+	b.WriteString("breaker:\n" + sp.breaker + "\n")
+	b.WriteString("backends:\n")
+	for _, r := range sp.relays {
+		fmt.Fprintf(&b, "  - name: %s\n    base_url: http://%s/v1\n    auth: bearer\n    keys:\n", r.name, relayAddr[r.name])
+		for i := range r.keys {
+			fmt.Fprintf(&b, "      - {id: %s, secret: \"env:%s\"", relayKeyID(r.name, i), envName(r.name, i))
+			if r.keyRPM > 0 {
+				fmt.Fprintf(&b, ", rpm: %d", r.keyRPM)
+			}
+			b.WriteString("}\n")
+		}
+	}
+	fmt.Fprintf(&b, "models:\n  - name: %s\n    targets:\n", model)
+	for _, r := range sp.relays {
+		fmt.Fprintf(&b, "      - {backend: %s, priority: %d, weight: %d}\n", r.name, r.priority, max(r.weight, 1))
+	}
+	fmt.Fprintf(&b, "tenants:\n  - name: swarm\n    models: [%s]\n    keys:\n      - {id: swarm-1, hash: %s}\n", model, config.HashKey(agentKey))
+	return b.String()
+}
+
+func envName(relay string, i int) string {
+	return strings.ToUpper(strings.NewReplacer("-", "_").Replace(relay)) + fmt.Sprintf("_K%d", i+1)
+}
+
+// startStack assembles redis, relays, ext_proc replicas, the control plane
+// (health from replica 0's key pools, as in `swarmgate serve`), envoysim
+// built from the generated xDS, and the EDS subscription feeding it.
+func startStack(t *testing.T, sp stackSpec) *stack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stack{spec: sp, cancel: cancel, relays: map[string]*mockupstream.Server{}}
+	s.redis = redistest.Start(t)
+	secrets := map[string]string{}
+	addrs := map[string]string{}
+	for _, r := range sp.relays {
+		var ks []mockupstream.Key
+		for i := range r.keys {
+			ks = append(ks, mockupstream.Key{ID: relayKeyID(r.name, i), Value: relaySecret(r.name, i)})
+			secrets[envName(r.name, i)] = relaySecret(r.name, i)
+		}
+		m := mockupstream.New(mockupstream.Options{Keys: ks, Models: []string{model}, CompletionTokens: 8,
+			TTFT: r.ttft, InterTokenDelay: r.perToken, Default: r.mock, Seed: uint64(len(s.relays) + 1)})
+		if _, err := m.Start(ctx, "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		s.relays[r.name] = m
+		addrs[r.name] = m.Addr().String()
+	}
+	cfg, err := config.Parse([]byte(sp.yaml(addrs, s.redis.Addr)), "swarm.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := secrets[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg = cfg
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i := range max(sp.replicas, 1) {
+		pools, err := keypool.New(cfg, keypool.Options{Redis: s.redis.Client(), ReplicaID: fmt.Sprintf("r%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = pools.Run(ctx) }()
+		ep, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := grpc.NewServer()
+		ep.Register(gs)
+		go func() { _ = gs.Serve(lis) }()
+		t.Cleanup(gs.Stop)
+		s.pools = append(s.pools, pools)
+		s.addrs = append(s.addrs, lis.Addr().String())
+	}
+
+	s.health = tapHealth(ctx, s.pools[0])
+	cp := server.New(server.Options{Health: s.health})
+	if err := cp.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	xlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = cp.Run(ctx, xlis) }()
+
+	res, err := translator.Translate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pick := func(idx []int) string {
+		if len(idx) == 0 {
+			idx = []int{0}
+		}
+		var as []string
+		for _, i := range idx {
+			as = append(as, s.addrs[i])
+		}
+		return roundRobinTarget(as...)
+	}
+	routerT, upT := pick(sp.routerOn), pick(sp.upstreamOn)
+	sim, err := envoysim.FromXDS(res.Listeners[0], res.Routes, res.Clusters, translator.Endpoints(res.IR, translator.EndpointState{}),
+		envoysim.XDSOptions{RoleHeader: contract.GRPCRoleHeader, Seed: 7, ExtProcTarget: func(role string) string {
+			if role == contract.RoleUpstream {
+				return upT
+			}
+			return routerT
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start(ctx, "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	s.sim = sim
+	s.eds = startEDSFeed(t, ctx, xlis.Addr().String(), cfg.Envoy.NodeCluster, sim)
+	// The first push is the initial state; wait for it so later pushes are
+	// changes.
+	waitUntil(t, "initial EDS push", 5*time.Second, func() bool { return s.eds.pushes() > 0 })
+	s.http = newHTTPClient()
+	return s
+}
+
+func newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, DisableCompression: true}}
+}
+
+func (s *stack) relay(name string) *mockupstream.Server { return s.relays[name] }
+
+func (s *stack) relayAddr(name string) string { return s.relays[name].Addr().String() }
+
+// client is an openai-go client through the sim, without SDK retries so
+// every 429 is seen.
+func sdkClient(baseURL, key string, hc *http.Client) openai.Client {
+	return openai.NewClient(option.WithBaseURL(baseURL+"/v1/"), option.WithAPIKey(key), option.WithHTTPClient(hc),
+		option.WithMaxRetries(0), option.WithRequestTimeout(25*time.Second))
+}
+
+// tappedHealth forwards the key pools' health to the control plane and
+// records when each change signal fired (the start of the EDS loop).
+type tappedHealth struct {
+	p   *keypool.Pools
+	out chan struct{}
+	mu  sync.Mutex
+	at  []time.Time
+}
+
+func tapHealth(ctx context.Context, p *keypool.Pools) *tappedHealth {
+	h := &tappedHealth{p: p, out: make(chan struct{}, 1)}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.Changes():
+				h.mu.Lock()
+				h.at = append(h.at, time.Now())
+				h.mu.Unlock()
+				select {
+				case h.out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return h
+}
+
+func (h *tappedHealth) BackendHealth() map[string]bool { return h.p.BackendHealth() }
+func (h *tappedHealth) Changes() <-chan struct{}       { return h.out }
+
+// waitUntil polls cond every millisecond until it holds or within passes.
+func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Now()
+}
+
+// keyState is a key's breaker state as one replica sees it.
+func keyState(p *keypool.Pools, backend, key string) string {
+	for _, k := range p.Snapshot() {
+		if k.Backend == backend && k.KeyID == key {
+			return k.State
+		}
+	}
+	return ""
+}
