@@ -176,6 +176,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var budgets *budget.Budgets
 	if roles.ExtProc {
 		refusals = admin.NewRefusalLog(256)
+		metrics := telemetry.NewMetrics(reg, cfg)
+		g.appliers = append(g.appliers, func(c *config.Config) error { metrics.SetConfig(c); return nil })
+		// Access log lines are JSON objects on the process log's output.
+		accessLog := telemetry.NewAccessLog(g.log.With("log", "access"), cfg.Telemetry)
 		budgets = budget.New(rdb, cfg, budget.Options{Logger: g.log.With("component", "budget"), Registerer: reg})
 		g.appliers = append(g.appliers, func(c *config.Config) error { budgets.SetConfig(c); return nil })
 		grp.Go(func() error { budgets.Run(ctx); return nil })
@@ -195,16 +199,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: reg,
 			Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, g.Config),
 			Reserver: wire.Reserver(res, g.Config), Budgets: wire.Budgets(budgets),
-			Refusals: refusalAdapter{refusals},
+			Refusals: wire.Refusals(refusals), Metrics: metrics, AccessLog: accessLog,
 		})
 		if err != nil {
 			return fmt.Errorf("ext_proc: %w", err)
 		}
 		g.appliers = append(g.appliers, func(c *config.Config) error { ep.SetConfig(c); return nil })
-		gs := grpc.NewServer(
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-			grpc.MaxRecvMsgSize(int(cfg.Request.MaxBodyBytes)+1<<20),
-		)
+		gs := grpc.NewServer(append(extproc.GRPCServerOptions(cfg),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))...)
 		ep.Register(gs)
 		lis, err := g.listen(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc)
 		if err != nil {
@@ -344,11 +346,4 @@ func serveGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
 		}
 		return nil
 	}
-}
-
-// refusalAdapter feeds ext_proc refusals to the status page's ring buffer.
-type refusalAdapter struct{ l *admin.RefusalLog }
-
-func (r refusalAdapter) Refused(tenant, model string, status int, code, reason string) {
-	r.l.Add(admin.Refusal{Time: time.Now(), Tenant: tenant, Model: model, Status: status, Reason: code + ": " + reason})
 }

@@ -23,7 +23,11 @@ func Keys(p *keypool.Pools) extproc.KeyPicker { return keys{p} }
 type keys struct{ p *keypool.Pools }
 
 func (k keys) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
-	l, err := k.p.Pick(ctx, backend, keypool.PickRequest{RequestID: req.RequestID, Attempt: req.Attempt, Sticky: req.Sticky, EstTokens: req.EstTokens})
+	l, err := k.p.Pick(ctx, backend, keypool.PickRequest{RequestID: req.RequestID, Attempt: req.Attempt, Sticky: req.Sticky, EstTokens: req.EstTokens,
+		// A half-open key whose probe is out is still better than an attempt
+		// with no credential: its 429/5xx is retried by Envoy elsewhere, a
+		// credential-less 401 is not.
+		BestEffort: true})
 	if err != nil {
 		if errors.Is(err, keypool.ErrNoKey) {
 			return extproc.Lease{}, errors.Join(extproc.ErrNoKey, err)
