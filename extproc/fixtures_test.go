@@ -168,14 +168,18 @@ type harness struct {
 	conn *grpc.ClientConn
 }
 
-func newHarness(t testing.TB, cfg *config.Config) *harness {
+func newHarness(t testing.TB, cfg *config.Config, mods ...func(*extproc.Options)) *harness {
 	t.Helper()
 	pools, err := keypool.New(cfg, keypool.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := newCapture()
-	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Reserver: c, Ledger: c, Refusals: c})
+	opts := extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Reserver: c, Ledger: c, Refusals: c}
+	for _, m := range mods {
+		m(&opts)
+	}
+	srv, err := extproc.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

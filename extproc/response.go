@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -243,7 +244,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 
 // observe feeds the data-path metrics and the access log.
 func (s *Server) observe(r *routerStream, e Entry) {
-	if s.opts.Metrics == nil && s.opts.AccessLog == nil {
+	if s.opts.Metrics == nil && s.opts.AccessLog == nil && r.span == nil {
 		return
 	}
 	lat := time.Since(r.start)
@@ -265,6 +266,20 @@ func (s *Server) observe(r *routerStream, e Entry) {
 	}
 	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
 		Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
+	if r.span != nil {
+		errType := ""
+		switch {
+		case e.Disconnected:
+			errType = "stream_cut"
+		case status == http.StatusTooManyRequests:
+			errType = "rate_limited"
+		case status >= 500:
+			errType = "upstream_5xx"
+		}
+		telemetry.EndGenAISpan(r.span, telemetry.GenAIResponse{Tokens: tok, Status: status, Backend: e.Backend, KeyID: e.UpstreamKeyID,
+			Cost: cost, ErrorType: errType})
+		r.span = nil
+	}
 }
 
 // cost prices usage at the serving target's price (the dearest target when

@@ -14,6 +14,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/chatreq"
@@ -37,9 +38,13 @@ const (
 // routerStream is the state of one router-level stream (one request). It
 // is pooled: reset clears it for the next request.
 type routerStream struct {
-	cfg   *config.Config
-	owner config.KeyOwner
-	path  string
+	cfg *config.Config
+	// traceparent/tracestate join the request's trace (W3C, as Envoy's
+	// OpenTelemetry tracer sends them); span is set once admitted.
+	traceparent, tracestate string
+	span                    trace.Span
+	owner                   config.KeyOwner
+	path                    string
 
 	requestID string
 	sticky    string
@@ -196,6 +201,10 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 			contentLength = headerValue(kv)
 		case k == contract.HeaderRequestID:
 			r.requestID = headerValue(kv)
+		case k == "traceparent":
+			r.traceparent = headerValue(kv)
+		case k == "tracestate":
+			r.tracestate = headerValue(kv)
 		case k == stickyName && stickyName != "":
 			r.sticky = headerValue(kv)
 		case isInternal(k):
@@ -381,6 +390,9 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	r.admitted = true
 	s.metrics.requests.WithLabelValues(tenant.Name, alias).Inc()
+	if s.opts.Tracer != nil {
+		s.startSpan(r, cr, tenant.Name)
+	}
 
 	long := (cr.HasTools && r.cfg.Request.LongWhenTools) || (cr.MaxTokens >= r.cfg.Request.LongMaxTokens && r.cfg.Request.LongMaxTokens > 0) || model.LongRunning
 	sticky := r.sticky

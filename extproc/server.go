@@ -26,6 +26,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -52,6 +53,9 @@ type Options struct {
 	// per-phase time) and AccessLog are optional; nil records nothing.
 	Metrics   *telemetry.Metrics
 	AccessLog *telemetry.AccessLog
+	// Tracer, when set, traces each admitted request as a GenAI span
+	// (telemetry.NewTracerProvider; nil: tracing off).
+	Tracer trace.Tracer
 	// SettleTimeout bounds accounting writes after a client disconnect
 	// (the stream's context is gone by then). Default 5 s.
 	SettleTimeout time.Duration

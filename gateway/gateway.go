@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -117,7 +118,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		defer cancel()
 		_ = shutdownTracing(sctx)
 	}()
-	_ = tp
 
 	rdb, err := redisconn.New(cfg.Redis)
 	if err != nil {
@@ -195,7 +195,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		res := reserve.New(rdb, cfg, reserve.Options{Logger: g.log.With("component", "reserve"), Registerer: reg})
 		g.appliers = append(g.appliers, func(c *config.Config) error { res.SetConfig(c); return nil })
 
-		ep, err := extproc.New(extproc.Options{
+		var tracer trace.Tracer // nil unless an OTLP endpoint is set: no per-request cost when off
+		if cfg.Telemetry.OTLPEndpoint != "" {
+			tracer = tp.Tracer(telemetry.TracerName)
+		}
+		ep, err := extproc.New(extproc.Options{Tracer: tracer,
 			Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: reg,
 			Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, g.Config),
 			Reserver: wire.Reserver(res, g.Config), Budgets: wire.Budgets(budgets),

@@ -1,0 +1,29 @@
+package extproc
+
+import (
+	"context"
+	"strings"
+
+	"github.com/swarmgate/swarmgate/chatreq"
+	"github.com/swarmgate/swarmgate/telemetry"
+)
+
+// startSpan opens the request's GenAI span once it is admitted (refusals
+// before that are counted in metrics and the access log, not traced). The
+// parent is the trace Envoy propagated, so the router-level and upstream
+// ext_proc calls, which may run on different replicas, join one trace.
+func (s *Server) startSpan(r *routerStream, cr chatreq.Request, tenant string) {
+	ctx := context.Background()
+	if r.traceparent != "" {
+		ctx = telemetry.ExtractTraceContext(ctx, map[string]string{"traceparent": r.traceparent, "tracestate": r.tracestate})
+	}
+	op := telemetry.OperationChat
+	switch {
+	case strings.HasSuffix(r.path, "/embeddings"):
+		op = telemetry.OperationEmbeddings
+	case strings.HasSuffix(r.path, "/v1/completions"):
+		op = telemetry.OperationTextCompletion
+	}
+	_, r.span = telemetry.StartGenAISpan(ctx, s.opts.Tracer, telemetry.GenAIRequest{RequestID: r.requestID, System: "openai",
+		Operation: op, Model: r.alias, MaxTokens: cr.MaxTokens, Stream: cr.Stream, Tenant: tenant})
+}
