@@ -42,6 +42,13 @@ func Table(results []*Result) string {
 		x := find(r.Label, p)
 		x.rs = append(x.rs, r)
 	}
+	// Group by point, the baseline first.
+	slices.SortStableFunc(rows, func(a, b *row) int {
+		if a.point != b.point {
+			return strings.Compare(a.point, b.point)
+		}
+		return strings.Compare(strings.Replace(a.label, TargetBaseline, "", 1), strings.Replace(b.label, TargetBaseline, "", 1))
+	})
 	lookup := func(label, point string) *row {
 		for _, r := range rows {
 			if r.label == label && r.point == point {

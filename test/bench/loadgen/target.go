@@ -3,10 +3,12 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/config"
@@ -14,6 +16,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/redisconn"
 	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/telemetry"
 	"github.com/swarmgate/swarmgate/test/bench/baseline"
 )
 
@@ -75,9 +78,18 @@ type TargetOptions struct {
 }
 
 // NewTarget is a gRPC server with the named ext_proc implementation
-// registered, and a cleanup to call after the server stopped.
+// registered, and a cleanup to call after the server stopped. Both targets
+// get the gRPC options `swarmgate serve` uses (package gateway); the
+// swarmgate target is wired as there too: data-path metrics on a real
+// registry and the access log as the config sets it (written to a JSON
+// handler on io.Discard: formatting is measured, the terminal is not).
 func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
-	var gopts []grpc.ServerOption
+	cfg, err := BenchConfig(o.RenameModel, o.RedisAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loadgen: bench config: %w", err)
+	}
+	gopts := append(extproc.GRPCServerOptions(cfg),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	if o.StreamWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(o.StreamWorkers))
 	}
@@ -90,15 +102,14 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 	default:
 		return nil, nil, fmt.Errorf("loadgen: unknown target %q (want %s or %s)", kind, TargetBaseline, TargetSwarmgate)
 	}
-	cfg, err := BenchConfig(o.RenameModel, o.RedisAddr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("loadgen: bench config: %w", err)
-	}
-	pools, err := keypool.New(cfg, keypool.Options{})
+	reg := telemetry.NewRegistry("bench")
+	pools, err := keypool.New(cfg, keypool.Options{Registerer: reg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("loadgen: key pools: %w", err)
 	}
-	opts := extproc.Options{Config: cfg, Logger: o.Logger, Keys: wire.Keys(pools), Usage: wire.Usage()}
+	opts := extproc.Options{Config: cfg, Logger: o.Logger, Registerer: reg, Keys: wire.Keys(pools), Usage: wire.Usage(),
+		Metrics:   telemetry.NewMetrics(reg, cfg),
+		AccessLog: telemetry.NewAccessLog(slog.New(slog.NewJSONHandler(io.Discard, nil)), cfg.Telemetry)}
 	cleanup := func() {}
 	if o.RedisAddr != "" {
 		rdb, err := redisconn.New(cfg.Redis)
@@ -108,9 +119,12 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 		if err := rdb.Ping(context.Background()).Err(); err != nil {
 			return nil, nil, fmt.Errorf("loadgen: redis ping: %w", err)
 		}
-		l := ledger.New(rdb, ledger.Options{KeyPrefix: cfg.Redis.KeyPrefix})
+		l := ledger.New(rdb, ledger.OptionsFrom(cfg))
+		runCtx, stop := context.WithCancel(context.Background())
+		go l.Run(runCtx) // replays what a Redis hiccup buffered, as in gateway
 		opts.Ledger = wire.Ledger(l, func() *config.Config { return cfg })
 		cleanup = func() {
+			stop()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = l.Close(ctx)
