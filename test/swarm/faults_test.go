@@ -21,14 +21,15 @@ const (
 // faultSpec: relay-a (priority 0) and relay-b (priority 1), two keys each;
 // three ext_proc replicas: the router-level filter on replica 0, the
 // per-attempt filter round robin over replicas 1 and 2.
-func faultSpec() stackSpec {
+func faultSpec(cooldown time.Duration) stackSpec {
 	return stackSpec{
 		relays: []relaySpec{
 			{name: "relay-a", keys: 2, priority: 0},
 			{name: "relay-b", keys: 2, priority: 1},
 		},
 		replicas: 3, routerOn: []int{0}, upstreamOn: []int{1, 2},
-		breaker:    fmt.Sprintf("  consecutive_429: %d\n  consecutive_5xx: 3\n  cooldown: 1s\n  max_cooldown: 2s\n  sync_interval: 200ms", threshold429),
+		breaker: fmt.Sprintf("  consecutive_429: %d\n  consecutive_5xx: 3\n  cooldown: %s\n  max_cooldown: %s\n  sync_interval: 200ms",
+			threshold429, cooldown, 2*cooldown),
 		numRetries: 2,
 	}
 }
@@ -57,6 +58,13 @@ func load(ctx context.Context, s *stack, prefix string, n, parallel int) []reply
 	}
 	wg.Wait()
 	return out
+}
+
+// noKeyGap: the upstream filter found no key while the backend was still
+// healthy in EDS, the attempt left without a credential and the provider's
+// 401 reached the client (docs/swarm.md, known gap 2).
+func noKeyGap(r reply) bool {
+	return r.err == nil && r.status == 401 && strings.Contains(r.body, "invalid_api_key")
 }
 
 func requireAllOK(t *testing.T, what string, rs []reply) {
@@ -106,7 +114,7 @@ func watchOpen(ctx context.Context, s *stack, backend, key string) func() []time
 // plus the requests already in flight; the trip reaches every replica
 // through Redis; when the key recovers, traffic returns to it.
 func TestKey429TripsBreakerAndRecovers(t *testing.T) {
-	s := startStack(t, faultSpec())
+	s := startStack(t, faultSpec(time.Second))
 	ctx := testCtx(t, 60*time.Second)
 	requireAllOK(t, "warm-up", load(ctx, s, "warm", 8, 2))
 	a := s.relay("relay-a")
@@ -196,7 +204,9 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 			if tc.knownGap != "" && os.Getenv("SWARMGATE_KNOWN_GAPS") == "" {
 				t.Skip("known gap (set SWARMGATE_KNOWN_GAPS=1 to run): " + tc.knownGap)
 			}
-			s := startStack(t, faultSpec())
+			// A 3 s cooldown keeps relay-a's first-tripped key open while
+			// the checks after the push run, even on a slow -race box.
+			s := startStack(t, faultSpec(3*time.Second))
 			ctx := testCtx(t, 60*time.Second)
 			requireAllOK(t, "warm-up", load(ctx, s, "warm", 4, 2))
 			a, b := s.relay("relay-a"), s.relay("relay-b")
@@ -210,7 +220,7 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 			faultAt := time.Now()
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			var bad atomic.Int64
+			var bad, gap2 atomic.Int64
 			var sent atomic.Int64
 			for w := range inFlight {
 				wg.Go(func() {
@@ -221,7 +231,12 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 						default:
 						}
 						sent.Add(1)
-						if r := post(ctx, s.http, s.sim.URL(), agentKey, fmt.Sprintf("down-%d-%d", w, i)); r.err != nil || r.status != 200 {
+						r := post(ctx, s.http, s.sim.URL(), agentKey, fmt.Sprintf("down-%d-%d", w, i))
+						switch {
+						case r.err == nil && r.status == 200:
+						case noKeyGap(r):
+							gap2.Add(1)
+						default:
 							bad.Add(1)
 							t.Errorf("during the outage: status %d err %v %.200s", r.status, r.err, r.body)
 						}
@@ -243,12 +258,22 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 			if signalAt.IsZero() {
 				t.Fatal("EDS changed without a key-pool health signal")
 			}
-			t.Logf("%s: fault→backend unhealthy on the control plane's pools %v; health signal→EDS applied in the sim %v; %d requests during the outage, %d failed",
-				tc.name, signalAt.Sub(faultAt).Round(10*time.Microsecond), edsAt.Sub(signalAt).Round(10*time.Microsecond), sent.Load(), bad.Load())
+			t.Logf("%s: fault→backend unhealthy on the control plane's pools %v; health signal→EDS applied in the sim %v; %d requests during the outage, %d failed, %d provider 401s for want of a key (known gap 2)",
+				tc.name, signalAt.Sub(faultAt).Round(10*time.Microsecond), edsAt.Sub(signalAt).Round(10*time.Microsecond), sent.Load(), bad.Load(), gap2.Load())
+			if gap2.Load() > 0 && os.Getenv("SWARMGATE_KNOWN_GAPS") != "" {
+				t.Errorf("%d clients got a provider 401 because no key was picked", gap2.Load())
+			}
 			if d := edsAt.Sub(signalAt); d > 500*time.Millisecond {
 				t.Errorf("EDS push took %v after the health signal, want < 500ms", d)
 			}
 
+			// The replicas agree: each one's pools (through Redis) hold
+			// relay-a unhealthy.
+			for i, p := range s.pools {
+				if p.BackendHealth()["relay-a"] {
+					t.Errorf("replica %d still has a usable relay-a key", i)
+				}
+			}
 			// After the push, first attempts go to priority 1: relay-a sees
 			// nothing.
 			aBefore, bBefore := a.Total().Requests, b.Total().Requests
@@ -279,7 +304,7 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 			}
 			okBefore := a.Total().OK
 			back := waitUntilLoad(t, ctx, s, "traffic back on relay-a", 5*time.Second, func() bool { return a.Total().OK > okBefore })
-			t.Logf("%s: relay healthy in EDS %v after it recovered, serving again %v after (cooldown 1s)", tc.name,
+			t.Logf("%s: relay healthy in EDS %v after it recovered, serving again %v after (cooldown 3s from each trip)", tc.name,
 				healthyAt.Sub(healAt).Round(time.Millisecond), back.Sub(healAt).Round(time.Millisecond))
 		})
 	}
@@ -295,7 +320,7 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 // panic mode; real Envoy below the 50 % panic threshold would send it to
 // the unhealthy host instead, without a key). docs/swarm.md lists it.
 func TestAllKeysExhaustedAnswersRetryAfter(t *testing.T) {
-	sp := faultSpec()
+	sp := faultSpec(time.Second)
 	sp.relays = []relaySpec{{name: "solo", keys: 2, priority: 0}}
 	s := startStack(t, sp)
 	ctx := testCtx(t, 30*time.Second)
@@ -335,7 +360,7 @@ func TestAllKeysExhaustedAnswersRetryAfter(t *testing.T) {
 // within its deadline, including while a key trips during the outage
 // (breaker sync fails open to local state).
 func TestRedisKilledUnderLoad(t *testing.T) {
-	s := startStack(t, faultSpec())
+	s := startStack(t, faultSpec(time.Second))
 	ctx := testCtx(t, 60*time.Second)
 	const workers, per = 6, 40
 	var done atomic.Int64
