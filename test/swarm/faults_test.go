@@ -402,4 +402,32 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	if done.Load() != total {
 		t.Errorf("%d of %d requests answered", done.Load(), total)
 	}
+
+	// Sharing resumes after the restart: a trip on one replica reaches the
+	// others again.
+	k2 := relayKeyID("relay-a", 1)
+	s.relay("relay-a").SetBehavior(k2, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 5 * time.Second})
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	opened := watchOpen(wctx, s, "relay-a", k2)
+	restarted := time.Now()
+	waitUntilLoad(t, ctx, s, k2+" tripped", 5*time.Second, func() bool { return s.relay("relay-a").Count(k2).RateLimited > 0 })
+	seen := opened()
+	var first, last time.Time
+	for i, at := range seen {
+		if at.IsZero() {
+			t.Fatalf("after the restart replica %d never saw %s open", i, k2)
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	t.Logf("after the restart: trip reached every replica %v after the first (%v after the 429 was set)",
+		last.Sub(first).Round(10*time.Microsecond), last.Sub(restarted).Round(time.Millisecond))
+	if last.Sub(first) > time.Second {
+		t.Errorf("after the restart the trip took %v to reach every replica", last.Sub(first))
+	}
 }
