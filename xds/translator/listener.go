@@ -112,9 +112,17 @@ func localReplies(maxBody uint32) *hcmv3.LocalReplyConfig {
 			Value: &corev3.RuntimeUInt32{DefaultValue: 413, RuntimeKey: "swarmgate.local_reply.too_large"},
 		}},
 	}}
+	// RL: the rate-limit filter refused the request (429). Envoy's filter
+	// sets x-ratelimit-reset (seconds, enable_x_ratelimit_headers) but no
+	// Retry-After, which OpenAI SDKs read for their back-off; headers_to_add
+	// is evaluated after the filter's headers are on the reply.
+	rateLimited := mapper(byFlags("RL"), "Rate limit reached for this tenant or model; retry later.", "requests", "rate_limit_exceeded")
+	rateLimited.HeadersToAdd = []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: "retry-after", Value: "%RESP(x-ratelimit-reset)%"},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
 	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
-		// RL: the rate-limit filter refused the request (429).
-		mapper(byFlags("RL"), "Rate limit reached for this tenant or model; retry later.", "requests", "rate_limit_exceeded"),
+		rateLimited,
 		// RLSE: the rate-limit service failed and failure_mode_deny is on.
 		mapper(byFlags("RLSE"), "Rate limit service unavailable.", "server_error", "rate_limit_service_unavailable"),
 		// UT: upstream timeout.
