@@ -6,7 +6,7 @@ PKGS      := ./...
 TEST_TIMEOUT ?= 25m
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build run test test-short deps lint fmt vet bench golden proto fuzz clean
+.PHONY: all build run test test-short deps lint fmt vet bench loadtest swarm golden proto fuzz clean
 
 all: build
 
@@ -40,6 +40,14 @@ vet:
 ## bench: Go benchmarks with -benchmem; compare runs with benchstat.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count $${COUNT:-1} $(PKGS) | tee bench.out
+
+## loadtest: the ext_proc load generator, swarmgate against a do-nothing baseline (results in test/bench/results/).
+loadtest:
+	@./test/bench/run.sh
+
+## swarm: the full swarm simulation (500 agents, three relays, policy vs one-key baseline).
+swarm: deps
+	SWARMGATE_SWARM_FULL=1 $(GO) test -count=1 -timeout 10m -run TestSwarm -v ./test/swarm/
 
 ## golden: regenerate the xDS golden files from testdata configs.
 golden:
