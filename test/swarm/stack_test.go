@@ -56,18 +56,15 @@ type stackSpec struct {
 }
 
 type stack struct {
-	spec     stackSpec
-	redis    *redistest.Server
-	cfg      *config.Config
-	relays   map[string]*mockupstream.Server
-	pools    []*keypool.Pools
-	sim      *envoysim.Sim
-	eds      *edsFeed
-	health   *tappedHealth
-	http     *http.Client
-	cancel   context.CancelFunc
-	addrs    []string
-	stopOnce sync.Once
+	redis  *redistest.Server
+	cfg    *config.Config
+	relays map[string]*mockupstream.Server
+	pools  []*keypool.Pools // one per ext_proc replica
+	addrs  []string         // ext_proc replicas' gRPC addresses
+	sim    *envoysim.Sim
+	eds    *edsFeed
+	health *tappedHealth
+	http   *http.Client
 }
 
 func relayKeyID(relay string, i int) string  { return fmt.Sprintf("%s-k%d", relay, i+1) }
@@ -108,7 +105,7 @@ func envName(relay string, i int) string {
 func startStack(t *testing.T, sp stackSpec) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stack{spec: sp, cancel: cancel, relays: map[string]*mockupstream.Server{}}
+	s := &stack{relays: map[string]*mockupstream.Server{}}
 	s.redis = redistest.Start(t)
 	secrets := map[string]string{}
 	addrs := map[string]string{}
