@@ -99,7 +99,8 @@ type pickInput struct {
 	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
 	syncUnknown   bool // fail-closed and the remote state is unknown
 	unknownSince  time.Time
-	overflow      bool               // BestEffort second pass: half-open keys whose probe is out
+	overflow      bool               // BestEffort second pass: any key not open
+	bypass        bool               // BestEffort: every key refused by the shared limiter; skip it
 	remoteTried   []string           // key ids the request failed on, from Redis
 	skip          [maxSkip]*keyState // refused by the shared limiter in this call
 	nskip         int
@@ -129,6 +130,13 @@ func (kp *KeyPool) excluded(in *pickInput, req *PickRequest, k *keyState) bool {
 
 func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 	now := in.now
+	if in.overflow {
+		// Best effort, nothing strictly usable: any key that is not open
+		// will do, over its caps, windows or exclusions. The provider's 429
+		// on it is retried by Envoy and feeds the breaker; an attempt sent
+		// without a credential gets a 401, which nobody retries.
+		return k.br.allow(now) || k.br.State(now) == HalfOpen
+	}
 	switch {
 	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,

@@ -384,3 +384,28 @@ func TestRemainingTokensSkipLargeRequests(t *testing.T) {
 		t.Fatalf("after the token reset a got %d of 4 large requests", n)
 	}
 }
+
+// When every key is over its RPM window or in-flight cap, a best-effort
+// pick still returns a closed key (the provider's 429 is retried by Envoy)
+// while a strict pick fails; an open key is never given out.
+func TestBestEffortIgnoresCapsNotBreakers(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, "", map[string][]key{"b": {{id: "a", rpm: 1}, {id: "b", rpm: 1, max: 1}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	pick(t, p, "b", PickRequest{Attempt: 1})
+	pick(t, p, "b", PickRequest{Attempt: 1})
+	if _, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("strict pick over every window: %v", err)
+	}
+	l := pick(t, p, "b", PickRequest{Attempt: 1, BestEffort: true})
+	if l.KeyID == "" {
+		t.Fatal("best effort gave no key")
+	}
+	for range 3 {
+		_ = p.Report(t.Context(), "b", "a", "", status(429))
+		_ = p.Report(t.Context(), "b", "b", "", status(429))
+	}
+	if _, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1, BestEffort: true}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("best effort with every key open: %v", err)
+	}
+}

@@ -89,11 +89,13 @@ type PickRequest struct {
 	Attempt   int    // upstream.request_attempt_count: 1 first try; 0 unknown
 	Sticky    string // session value; empty for no stickiness
 	EstTokens int    // prompt + reserved output tokens, for TPM
-	// BestEffort lets the attempt use a half-open key whose probe is
-	// already out when nothing else is usable, instead of failing. Meant
-	// for the upstream filter: its local reply is not retried, while the
-	// upstream's 429/5xx on such a key is retried by Envoy on the next
-	// priority. Open keys, exclusions, caps and windows still hold.
+	// BestEffort lets the attempt use any key that is not open (a
+	// half-open key whose probe is out, a key over its caps, windows or
+	// shared limit, a key this request already tried) when nothing else is
+	// usable, instead of failing. Meant for the upstream filter: it cannot
+	// answer locally, and an attempt without a credential draws a 401 that
+	// Envoy does not retry, while the upstream's 429/5xx on such a key is
+	// retried by Envoy on the next priority. Open keys still hold.
 	BestEffort bool
 }
 
@@ -221,7 +223,7 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 		if err != nil {
 			return Lease{}, err
 		}
-		if in.enforceWindow {
+		if in.enforceWindow || in.bypass {
 			l.key.m.picks.Inc()
 			return l, nil
 		}
@@ -239,6 +241,10 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			return l, nil
 		default:
 			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)))
+			if req.BestEffort && in.overflow {
+				in.bypass = true // every key is over its shared limit: send anyway (see BestEffort)
+				continue
+			}
 			if in.nskip == maxSkip {
 				return Lease{}, &ExhaustedError{Backend: backend, RetryAfter: max(retryAfter, time.Second)}
 			}
