@@ -13,15 +13,16 @@ import (
 // hand-written SVG: no dependencies, readable in a browser or on GitHub.
 func WriteSVG(w io.Writer, title string, results []*Result) error {
 	const (
-		width, height = 960, 460
-		panelW        = 400
-		panelH        = 280
-		top           = 60
+		width  = 960
+		panelW = 400
+		panelH = 280
+		top    = 60
 	)
 	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
 	qs := []string{"p50", "p90", "p99", "p99.9"}
 	pick := func(s Summary) []float64 { return []float64{s.P50US, s.P90US, s.P99US, s.P999US} }
 
+	height := top + panelH + 40 + 18*len(results) + 10
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		width, height, width, height)
@@ -32,8 +33,8 @@ func WriteSVG(w io.Writer, title string, results []*Result) error {
 		name string
 		get  func(*Result) Summary
 	}{
-		{"latency per ext_proc message (µs, log)", func(r *Result) Summary { return r.Message }},
-		{"latency per request (µs, log)", func(r *Result) Summary { return r.Request }},
+		{"latency per ext_proc message (log scale)", func(r *Result) Summary { return r.Message }},
+		{"latency per request (log scale)", func(r *Result) Summary { return r.Request }},
 	}
 	for pi, p := range panels {
 		left := 70 + pi*(panelW+80)
@@ -94,8 +95,8 @@ func WriteSVG(w io.Writer, title string, results []*Result) error {
 	ly := top + panelH + 40
 	for ri, r := range results {
 		c := colors[ri%len(colors)]
-		row := ly + (ri/2)*18
-		col := 70 + (ri%2)*(panelW+80)
+		row := ly + ri*18
+		col := 70
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/>`+"\n", col, row-5, c)
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s: %.0f req/s, server CPU %.0f µs/req, peak RSS %.0f MB</text>`+"\n",
 			col+20, row, html.EscapeString(seriesName(r)), r.RPS, r.Server.CPUPerRequestUS, r.Server.PeakRSSMB)
