@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -37,7 +38,7 @@ func StartChild(ctx context.Context, exe string, args ...string) (*Child, error)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: child stdout: %w", err)
 	}
-	cmd.Stderr = nil
+	cmd.Stderr = os.Stderr // the server's warnings reach the terminal
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("loadgen: start %s: %w", exe, err)
 	}
