@@ -70,6 +70,9 @@ type KeyPicker interface {
 	Available(backends []string) (ok bool, retryAfter time.Duration)
 	// ParseOutcome reads an attempt's status and rate-limit headers.
 	ParseOutcome(status int, header func(string) string) Outcome
+	// ResetOutcome is an attempt that ended with no response headers: the
+	// upstream reset the connection or could not be reached.
+	ResetOutcome() Outcome
 }
 
 // PickRequest describes one upstream attempt.

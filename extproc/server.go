@@ -70,6 +70,10 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	routers sync.Pool
+	// hosts caches the parsed upstream host metadata by its attribute text:
+	// there is one text per endpoint, and prototext parsing it on every
+	// attempt was the largest single cost of the upstream filter.
+	hosts hostCache
 }
 
 // New builds a server.

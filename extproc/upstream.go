@@ -31,6 +31,7 @@ type upstreamStream struct {
 	upstreamModel string
 	alias         string
 	rewrite       bool
+	reported      bool // the attempt's response headers were reported
 }
 
 // bodyOverride asks Envoy for this attempt's buffered body when the model
@@ -51,6 +52,15 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 	for {
 		req, err := st.Recv()
 		if err != nil {
+			// Envoy ends the attempt's stream without response headers
+			// when the upstream reset or refused the connection: that is an
+			// outcome for the key's breaker too (5xx/reset count), or a
+			// relay that resets everything would never be failed over.
+			if u.keyID != "" && !u.reported {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				s.opts.Keys.Report(rctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ResetOutcome())
+				cancel()
+			}
 			if streamEnded(err) {
 				return nil
 			}
@@ -83,6 +93,19 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 // message-typed attribute as its text format in a string value
 // (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes);
 // a struct value is accepted too.
+func (s *Server) hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
+	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
+	if text := v.GetStringValue(); text != "" {
+		if h, ok := s.hosts.get(text); ok {
+			return h.backend, h.model
+		}
+		backend, model = hostMetadata(attrs)
+		s.hosts.put(text, hostInfo{backend, model})
+		return backend, model
+	}
+	return hostMetadata(attrs)
+}
+
 func hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
 	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
 	var fields map[string]*structpb.Value
@@ -114,7 +137,7 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	if len(attrs) == 0 {
 		attrs = h.GetAttributes()
 	}
-	backendName, upstreamModel := hostMetadata(attrs)
+	backendName, upstreamModel := s.hostMetadata(attrs)
 	attempt := attemptCount(attrs)
 	var path, sticky string
 	est := 0
@@ -220,6 +243,7 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 	st, _ := strconv.Atoi(get(":status"))
 	if u.keyID != "" {
 		s.opts.Keys.Report(ctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ParseOutcome(st, get))
+		u.reported = true
 	}
 	sets := []*corev3.HeaderValueOption{setHeader(contract.HeaderBackend, u.backend.Name)}
 	if u.keyID != "" {
