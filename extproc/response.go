@@ -15,7 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/telemetry"
 )
 
-var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey}
+var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey, contract.HeaderRetry}
 
 // bodyReply is a per-stream response-body answer, reused for every chunk:
 // gRPC marshals a message inside Send, before the next chunk is handled, so

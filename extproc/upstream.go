@@ -32,6 +32,7 @@ type upstreamStream struct {
 	alias         string
 	rewrite       bool
 	reported      bool // the attempt's response headers were reported
+	noKey         bool // the attempt left without a credential
 }
 
 // bodyOverride asks Envoy for this attempt's buffered body when the model
@@ -176,9 +177,11 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	lease, err := s.opts.Keys.Pick(ctx, b.Name, PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: sticky, EstTokens: est})
 	if err != nil {
 		// An upstream filter cannot answer locally (ImmediateResponse is
-		// ignored there): the attempt goes out without a credential and the
-		// provider refuses it. Admission checked Available beforehand.
+		// ignored there): the attempt goes out without a credential, the
+		// provider refuses it, and contract.HeaderRetry on that response
+		// makes Envoy retry it. Admission checked Available beforehand.
 		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
+		u.noKey = true
 		s.log.Warn("no upstream key", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
 	} else {
 		u.keyID = lease.KeyID
@@ -246,6 +249,11 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		u.reported = true
 	}
 	sets := []*corev3.HeaderValueOption{setHeader(contract.HeaderBackend, u.backend.Name)}
+	if u.noKey {
+		// The provider refused a credential-less attempt: make Envoy retry
+		// it (retriable_headers) rather than pass the 401 to the client.
+		sets = append(sets, setHeader(contract.HeaderRetry, "no-key"))
+	}
 	if u.keyID != "" {
 		sets = append(sets, setHeader(contract.HeaderUpstreamKey, u.keyID))
 	}

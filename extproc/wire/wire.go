@@ -46,7 +46,9 @@ func (k keys) Report(ctx context.Context, backend, keyID, requestID string, out 
 
 func (k keys) Available(backends []string) (bool, time.Duration) { return k.p.Available(backends) }
 
-func (k keys) ResetOutcome() extproc.Outcome { return keypool.Outcome{Reset: true, RemainingRequests: -1, RemainingTokens: -1} }
+func (k keys) ResetOutcome() extproc.Outcome {
+	return keypool.Outcome{Reset: true, RemainingRequests: -1, RemainingTokens: -1}
+}
 
 func (k keys) ParseOutcome(status int, header func(string) string) extproc.Outcome {
 	return keypool.ParseOutcome(status, header)

@@ -32,6 +32,11 @@ const (
 	// that answered; the router-level filter removes them before the client.
 	HeaderBackend     = "x-swarmgate-backend"
 	HeaderUpstreamKey = "x-swarmgate-upstream-key"
+	// HeaderRetry is set by the upstream ext_proc on the response of an
+	// attempt it had to send without a key. The route's retry policy lists
+	// it in retriable_headers, so Envoy retries the attempt (another key or
+	// priority) instead of handing the client the provider's 401.
+	HeaderRetry = "x-swarmgate-retry"
 	// HeaderRequestID is Envoy's request id (x-request-id), shared by both
 	// ext_proc calls of one request and all its attempts.
 	HeaderRequestID = "x-request-id"

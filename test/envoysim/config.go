@@ -56,8 +56,11 @@ type RetryPolicy struct {
 	// "gateway-error".
 	RetryOn              []string
 	RetriableStatusCodes []int
-	NumRetries           int
-	PerTryTimeout        time.Duration
+	// RetriableHeaders are response header names whose presence makes an
+	// attempt retriable ("retriable-headers", present_match only).
+	RetriableHeaders []string
+	NumRetries       int
+	PerTryTimeout    time.Duration
 	// PreviousHosts is retry_host_predicate envoy.retry_host_predicates.previous_hosts.
 	PreviousHosts bool
 	// PreviousPriorities is retry_priority envoy.retry_priorities.previous_priorities.

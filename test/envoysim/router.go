@@ -266,7 +266,7 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 		}
 	}
 	up.close(false)
-	return routeResult{resp: resp, header: rh, cancel: tcancel}, retriableStatus(rp, resp.StatusCode)
+	return routeResult{resp: resp, header: rh, cancel: tcancel}, retriableStatus(rp, resp.StatusCode) || retriableHeader(rp, rh)
 }
 
 // upstreamRequest runs the upstream filter's request phases for one attempt.
@@ -350,6 +350,22 @@ func retriableReset(rp *RetryPolicy, connect bool) bool {
 			if connect {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// retriableHeader: "retriable-headers" retries a response carrying one of
+// retriable_headers. The router sees the response headers after the
+// upstream filters ran, so a header an upstream filter set counts.
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-field-config-route-v3-retrypolicy-retriable-headers
+func retriableHeader(rp *RetryPolicy, rh headers) bool {
+	if !slices.Contains(rp.RetryOn, "retriable-headers") {
+		return false
+	}
+	for _, name := range rp.RetriableHeaders {
+		if rh.get(name) != "" {
+			return true
 		}
 	}
 	return false

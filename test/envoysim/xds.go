@@ -230,6 +230,11 @@ func routeFromXDS(r *routev3.Route) Route {
 		for _, c := range rp.GetRetriableStatusCodes() {
 			p.RetriableStatusCodes = append(p.RetriableStatusCodes, int(c))
 		}
+		for _, h := range rp.GetRetriableHeaders() {
+			if h.GetPresentMatch() {
+				p.RetriableHeaders = append(p.RetriableHeaders, strings.ToLower(h.GetName()))
+			}
+		}
 		for _, hp := range rp.GetRetryHostPredicate() {
 			if hp.GetName() == "envoy.retry_host_predicates.previous_hosts" {
 				p.PreviousHosts = true

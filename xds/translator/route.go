@@ -18,7 +18,9 @@ import (
 // key; the upstream ext_proc picks another key on the next attempt), 5xx,
 // resets and connection failures.
 // https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter#x-envoy-retry-on
-const RetryOn = "5xx,reset,connect-failure,retriable-status-codes"
+// retriable-headers: the upstream ext_proc marks an attempt it had to send
+// without a key (contract.HeaderRetry), so that one is retried too.
+const RetryOn = "5xx,reset,connect-failure,retriable-status-codes,retriable-headers"
 
 // NoPoolBody is the 404 answer to a request ext_proc did not route (no pool
 // header): a clean OpenAI-shaped error instead of a hang or an empty reply.
@@ -99,6 +101,8 @@ func retryPolicy(g *ir.Gateway) *routev3.RetryPolicy {
 		RetryOn:              RetryOn,
 		NumRetries:           u32(uint32(max(g.Retry.NumRetries, 0))),
 		RetriableStatusCodes: []uint32{429},
+		RetriableHeaders: []*routev3.HeaderMatcher{{Name: contract.HeaderRetry,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}},
 		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
 			Name:       "envoy.retry_host_predicates.previous_hosts",
 			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{})},
