@@ -315,9 +315,10 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 //
 // The request whose attempts trip the last key is different: its retry
 // finds EDS already marking the only endpoint unhealthy and gets the
-// router's "no healthy upstream" 503, without Retry-After (envoysim has no
-// panic mode; real Envoy below the 50 % panic threshold would send it to
-// the unhealthy host instead, without a key). docs/swarm.md lists it.
+// router's "no healthy upstream" 503 (envoysim has no panic mode; real
+// Envoy below the 50 % panic threshold would send it to the unhealthy host
+// instead, and its no-key attempt would be retried). The router-level
+// ext_proc adds the soonest reopening as Retry-After to that 503 too.
 func TestAllKeysExhaustedAnswersRetryAfter(t *testing.T) {
 	sp := faultSpec(time.Second)
 	sp.relays = []relaySpec{{name: "solo", keys: 2, priority: 0}}
@@ -337,8 +338,8 @@ func TestAllKeysExhaustedAnswersRetryAfter(t *testing.T) {
 		if i == 0 {
 			t.Logf("tripping request: %d retry-after %q in %v, %d upstream attempts: %.80s", r.status, r.header.Get("retry-after"),
 				r.latency.Round(100*time.Microsecond), len(rec.Attempts), r.body)
-			if r.status != 429 && r.status != 503 {
-				t.Fatalf("tripping request: status %d", r.status)
+			if r.status != 429 && r.status != 503 || r.header.Get("retry-after") == "" {
+				t.Fatalf("tripping request: status %d retry-after %q", r.status, r.header.Get("retry-after"))
 			}
 			relayAfterTrip = relay.Total().Requests
 			continue
