@@ -132,9 +132,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// Control plane first: the rate-limit service and replicas dial it.
 	var cp *xdsserver.ControlPlane
 	var pools *keypool.Pools
-	if roles.ExtProc {
+	// Key pools: ext_proc picks keys from them; a control plane without
+	// ext_proc still runs them (never picking) to mirror every replica's
+	// breaker trips from Redis and drive EDS health.
+	if roles.ExtProc || roles.ControlPlane {
 		var limiterConn *grpc.ClientConn
-		if roles.RateLimit || cfg.Envoy.RateLimitAddress != "" {
+		if roles.ExtProc && cfg.Envoy.RateLimitAddress != "" {
 			if limiterConn, err = keylimit.Dial(cfg); err != nil {
 				return fmt.Errorf("rate-limit client: %w", err)
 			}
