@@ -39,6 +39,9 @@ type UsageCodec interface {
 // UsageStream parses an SSE response incrementally across chunk boundaries.
 type UsageStream interface {
 	Write(chunk []byte)
+	// Flush ends the stream: an event left without its closing blank line
+	// (a provider's last usage chunk, say) is still read.
+	Flush()
 	Usage() (Usage, bool)
 	// DeliveredContentBytes is the size of the content streamed so far (for
 	// billing a cut stream by what was delivered).

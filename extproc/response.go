@@ -199,6 +199,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		case r.kind == bodyJSON && !r.jsonOverflow && len(r.jsonBuf) > 0:
 			u, reported = s.opts.Usage.FromJSON(r.jsonBuf)
 		case r.kind == bodySSE && r.parser != nil:
+			r.parser.Flush()
 			u, reported = r.parser.Usage()
 		}
 	}

@@ -393,3 +393,17 @@ func TestResponseUsageGzipJSON(t *testing.T) {
 		t.Fatalf("metadata %v", md)
 	}
 }
+
+// A provider whose last SSE event (the usage chunk) lacks its closing blank
+// line: the usage is still counted, not billed as "delivered".
+func TestResponseSSEUnterminatedUsageEvent(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	st, cancel := admit(t, h, `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[]}`)
+	defer cancel()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+	roundTrip(t, st, respBody([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"), false))
+	roundTrip(t, st, respBody([]byte(`data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`), true))
+	if e := h.cap.waitEntry(t); e.Usage.TotalTokens != 10 || e.Estimated {
+		t.Errorf("entry %+v: want the provider's usage (10 tokens)", e)
+	}
+}

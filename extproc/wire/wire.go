@@ -80,6 +80,7 @@ func (codec) NewGzip() extproc.Decoder {
 type stream struct{ p usage.StreamParser }
 
 func (s *stream) Write(b []byte) { s.p.Write(b) }
+func (s *stream) Flush()         { s.p.Flush() }
 func (s *stream) Usage() (extproc.Usage, bool) {
 	u, ok := s.p.Usage()
 	return conv(u), ok
