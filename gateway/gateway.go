@@ -126,7 +126,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer rdb.Close()
 	rdb.AddHook(telemetry.NewRedisMetrics(reg))
 
-	grp, ctx := errgroup.WithContext(ctx)
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	grp, ctx := errgroup.WithContext(runCtx)
+	// A setup step that fails after others started stops and waits for
+	// them, so nothing keeps running on a closed Redis client.
+	fail := func(err error) error {
+		cancelRun()
+		_ = grp.Wait()
+		return err
+	}
 	var ready []<-chan struct{}
 
 	// Control plane first: the rate-limit service and replicas dial it.
@@ -139,7 +148,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		var limiterConn *grpc.ClientConn
 		if roles.ExtProc && cfg.Envoy.RateLimitAddress != "" {
 			if limiterConn, err = keylimit.Dial(cfg); err != nil {
-				return fmt.Errorf("rate-limit client: %w", err)
+				return fail(fmt.Errorf("rate-limit client: %w", err))
 			}
 			defer limiterConn.Close()
 		}
@@ -150,7 +159,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.appliers = append(g.appliers, func(c *config.Config) error { kl.Update(c); return nil })
 		}
 		if pools, err = keypool.New(cfg, popts); err != nil {
-			return fmt.Errorf("key pools: %w", err)
+			return fail(fmt.Errorf("key pools: %w", err))
 		}
 		g.appliers = append(g.appliers, func(c *config.Config) error { pools.SetConfig(c); return nil })
 		grp.Go(func() error { return pools.Run(ctx) })
@@ -162,14 +171,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		cp = xdsserver.New(copts)
 		if err := cp.SetConfig(cfg); err != nil {
-			return fmt.Errorf("control plane: %w", err)
+			return fail(fmt.Errorf("control plane: %w", err))
 		}
 		// The control plane validates first: a config it refuses is not
 		// given to anyone else.
 		g.appliers = append([]func(*config.Config) error{cp.SetConfig}, g.appliers...)
 		lis, err := g.listen(g.opts.Listeners.XDS, cfg.Listen.XDS)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		grp.Go(func() error { return cp.Run(ctx, lis) })
 	}
@@ -209,7 +218,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Refusals: wire.Refusals(refusals), Metrics: metrics, AccessLog: accessLog,
 		})
 		if err != nil {
-			return fmt.Errorf("ext_proc: %w", err)
+			return fail(fmt.Errorf("ext_proc: %w", err))
 		}
 		g.appliers = append(g.appliers, func(c *config.Config) error { ep.SetConfig(c); return nil })
 		gs := grpc.NewServer(append(extproc.GRPCServerOptions(cfg),
@@ -217,7 +226,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		ep.Register(gs)
 		lis, err := g.listen(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		grp.Go(func() error { return serveGRPC(ctx, gs, lis) })
 	}
@@ -225,7 +234,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if roles.RateLimit {
 		svc, err := rlservice.New(cfg, rlservice.Options{Logger: g.log.With("component", "ratelimit"), Registerer: reg, Redis: rdb})
 		if err != nil {
-			return fmt.Errorf("rate-limit service: %w", err)
+			return fail(fmt.Errorf("rate-limit service: %w", err))
 		}
 		ready = append(ready, svc.Ready())
 		grp.Go(func() error { return svc.Run(ctx) })
@@ -253,7 +262,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		as := admin.New(aopts)
 		lis, err := g.listen(g.opts.Listeners.Admin, cfg.Listen.Admin)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		grp.Go(func() error { return as.Run(ctx, lis) })
 	}
@@ -264,7 +273,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case g.opts.FromXDS:
 		conn, err := grpc.NewClient(cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return fmt.Errorf("xds client: %w", err)
+			return fail(fmt.Errorf("xds client: %w", err))
 		}
 		defer conn.Close()
 		grp.Go(func() error {

@@ -243,3 +243,38 @@ func eventually(t *testing.T, ctx context.Context, what string, cond func() bool
 		}
 	}
 }
+
+// A role that cannot start (its port is taken) fails Run with the reason,
+// after stopping the roles already started: Run returns, nothing hangs.
+func TestServeFailsCleanlyWhenAPortIsTaken(t *testing.T) {
+	rs := redistest.Start(t)
+	busy := listen(t) // held: the admin server cannot bind it
+	defer busy.Close()
+	xdsAddr := freeAddr(t)
+	yaml := fmt.Sprintf(gatewayYAML, xdsAddr, freeAddr(t), freeAddr(t), busy.Addr(), rs.Addr, "127.0.0.1:9",
+		config.HashKey("sk-team"), "")
+	cfg, err := config.Parse([]byte(yaml), "busy.yaml", config.Options{LookupEnv: lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Roles: All, Initial: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), busy.Addr().String()) {
+			t.Fatalf("Run: %v, want a listen error naming %s", err, busy.Addr())
+		}
+		// The control plane started before admin failed; it must be gone.
+		l, err := net.Listen("tcp", xdsAddr)
+		if err != nil {
+			t.Fatalf("xDS port still held after a failed Run: %v", err)
+		}
+		l.Close()
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after a failed setup")
+	}
+}
