@@ -108,6 +108,27 @@ func BenchmarkSetIncludeUsage(b *testing.B) {
 	}
 }
 
+// BenchmarkScanWithIncludeUsage is the streaming request path: one Scan,
+// then the splice from its recorded positions (no second pass).
+func BenchmarkScanWithIncludeUsage(b *testing.B) {
+	for _, sz := range benchSizes {
+		body := agentBody(sz.size)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			start := cpuNow()
+			for b.Loop() {
+				r, err := Scan(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = r.WithIncludeUsage(body)
+			}
+			cpuMBps(b, start, int(int64(len(body))))
+		})
+	}
+}
+
 func BenchmarkSetModel(b *testing.B) {
 	body := agentBody(64 << 10)
 	b.SetBytes(int64(len(body)))

@@ -124,6 +124,43 @@ func SetIncludeUsage(body []byte) ([]byte, error) {
 	return splice(body, iu.start, iu.end, "true"), nil
 }
 
+// WithIncludeUsage is SetIncludeUsage for the body r was scanned from,
+// without scanning it again: Scan recorded where the edit goes. body must be
+// exactly the bytes Scan accepted.
+func (r *Request) WithIncludeUsage(body []byte) []byte {
+	a := &r.at
+	if a.lastEnd == 0 || a.lastEnd > len(body) {
+		// Not from Scan (a literal Request): fall back to the full edit.
+		if out, err := SetIncludeUsage(body); err == nil {
+			return out
+		}
+		return body
+	}
+	if !a.hasStreamOp {
+		sep := ","
+		if a.members == 0 {
+			sep = ""
+		}
+		return splice(body, a.lastEnd, a.lastEnd, sep, `"stream_options":{`+includeUsageTrue+`}`)
+	}
+	v := a.streamOpts
+	if body[v.start] == 'n' {
+		return splice(body, v.start, v.end, `{`+includeUsageTrue+`}`)
+	}
+	if !a.hasIU {
+		sep := ","
+		if a.soMembers == 0 {
+			sep = ""
+		}
+		return splice(body, v.start+1, v.start+1, includeUsageTrue+sep)
+	}
+	iu := a.includeUsage
+	if string(body[iu.start:iu.end]) == "true" {
+		return body
+	}
+	return splice(body, iu.start, iu.end, "true")
+}
+
 // SetModel replaces the top-level "model" value with model, JSON-escaped.
 // It validates body like Scan and fails with ErrNoModel when there is no
 // model member to replace and ErrDuplicateModel when there are several.

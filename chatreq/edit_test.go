@@ -29,6 +29,15 @@ func TestSetIncludeUsage(t *testing.T) {
 			if string(got) != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
+			// The same edit from Scan's recorded positions.
+			body := []byte(tt.body)
+			if sr, err := Scan(body); err == nil || errors.Is(err, ErrNoModel) {
+				if w := sr.WithIncludeUsage(body); string(w) != tt.want {
+					t.Errorf("WithIncludeUsage = %s\nwant %s", w, tt.want)
+				}
+			} else {
+				t.Errorf("Scan: %v", err)
+			}
 			r, err := Scan(got)
 			if err != nil && !errors.Is(err, ErrNoModel) {
 				t.Fatalf("result does not scan: %v", err)
@@ -48,6 +57,14 @@ func TestSetIncludeUsage(t *testing.T) {
 	body := []byte(`{"model":"m","stream_options":{"include_usage":true}}`)
 	if got, _ := SetIncludeUsage(body); &got[0] != &body[0] {
 		t.Error("unchanged body was copied")
+	}
+	r, _ := Scan(body)
+	if got := r.WithIncludeUsage(body); &got[0] != &body[0] {
+		t.Error("WithIncludeUsage copied an unchanged body")
+	}
+	lit := Request{Model: "m"} // not from Scan: falls back to the full edit
+	if got := lit.WithIncludeUsage([]byte(`{"model":"m"}`)); string(got) != `{"model":"m","stream_options":{"include_usage":true}}` {
+		t.Errorf("literal Request: %s", got)
 	}
 }
 

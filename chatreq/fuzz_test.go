@@ -70,11 +70,20 @@ func FuzzScan(f *testing.F) {
 }
 
 // FuzzSetIncludeUsage: the result is valid JSON equal to the input with
-// stream_options.include_usage set to true and nothing else changed.
+// stream_options.include_usage set to true and nothing else changed, and
+// the edit from Scan's recorded positions is the same.
 func FuzzSetIncludeUsage(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		out, err := SetIncludeUsage(body)
+		if r, serr := Scan(body); serr == nil {
+			if err != nil {
+				t.Fatalf("Scan accepted %q, SetIncludeUsage: %v", body, err)
+			}
+			if w := r.WithIncludeUsage(body); !bytes.Equal(w, out) {
+				t.Fatalf("WithIncludeUsage(%q) = %q, SetIncludeUsage %q", body, w, out)
+			}
+		}
 		if err != nil {
 			return
 		}

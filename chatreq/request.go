@@ -43,6 +43,20 @@ type Request struct {
 	// tool schemas are rendered into the prompt and billed as prompt tokens.
 	ToolsBytes int
 	User       string // top-level "user"
+
+	at edits // where WithIncludeUsage splices; set by Scan
+}
+
+// edits records, for WithIncludeUsage, where Scan found the members that
+// edit touches, so the body need not be scanned a second time.
+type edits struct {
+	lastEnd      int // end of the last member's value; open+1 if no members
+	members      int
+	streamOpts   span // the last "stream_options" value
+	hasStreamOp  bool
+	soMembers    int  // members of that stream_options object
+	includeUsage span // its last "include_usage" value
+	hasIU        bool
 }
 
 // Scan validates the whole body as JSON and extracts a Request. Errors are
@@ -72,7 +86,8 @@ func Scan(body []byte) (Request, error) {
 	seenModel := false
 	var model, user rawString // materialized once the body is known valid
 	maxTokens, maxCompletion := -1, -1
-	err := s.object(func(key []byte, esc bool) error {
+	r.at.lastEnd = s.i + 1
+	member := func(key []byte, esc bool) error {
 		s.ws()
 		name := key
 		if esc {
@@ -110,26 +125,34 @@ func Scan(body []byte) (Request, error) {
 			return err
 		case "stream_options":
 			r.IncludeUsage = false
+			r.at.streamOpts, r.at.hasStreamOp = span{start: s.i}, true
+			r.at.soMembers, r.at.hasIU = 0, false
+			var err error
 			switch s.peek() {
 			case '{':
-				return s.object(func(k []byte, e bool) error {
+				err = s.object(func(k []byte, e bool) error {
+					r.at.soMembers++
 					if !keyIs(k, e, "include_usage") {
 						return s.skip()
 					}
 					s.ws()
+					start := s.i
 					v, ok, err := s.boolOrNull()
 					if !ok {
 						setSem(&FieldError{Field: "stream_options.include_usage", Want: "a boolean"})
 					}
 					r.IncludeUsage = v
+					r.at.includeUsage, r.at.hasIU = span{start, s.i}, true
 					return err
 				})
 			case 'n':
-				return s.literal("null")
+				err = s.literal("null")
 			default:
 				setSem(&FieldError{Field: "stream_options", Want: "an object"})
-				return s.skip()
+				err = s.skip()
 			}
+			r.at.streamOpts.end = s.i
+			return err
 		case "tools", "functions":
 			start := s.i
 			switch s.peek() {
@@ -193,6 +216,14 @@ func Scan(body []byte) (Request, error) {
 		default:
 			return s.skip()
 		}
+	}
+	err := s.object(func(key []byte, esc bool) error {
+		if err := member(key, esc); err != nil {
+			return err
+		}
+		r.at.members++
+		r.at.lastEnd = s.i
+		return nil
 	})
 	if err != nil {
 		return Request{}, err

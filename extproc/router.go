@@ -419,10 +419,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	cresp := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: sets}}
 	if r.stream && !r.clientUsage {
-		nb, err := chatreq.SetIncludeUsage(body)
-		if err != nil {
-			return s.refuse(r, scanError(err))
-		}
+		nb := cr.WithIncludeUsage(body) // positions from the Scan above: no second pass
 		r.hideUsage = true
 		// BUFFERED with headers SENT: the processor must keep
 		// content-length right (processing_mode.proto, BodySendMode).
