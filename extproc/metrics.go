@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +15,40 @@ type metrics struct {
 	picks         *prometheus.CounterVec // by backend, key
 	pickFailures  *prometheus.CounterVec // by backend
 	accountingErr *prometheus.CounterVec // by step
+
+	// Children resolved once per label set (config names only, so
+	// bounded): the data path would otherwise hash label values on every
+	// request and attempt.
+	admitted sync.Map // labelPair{tenant, model} -> *admittedSeries
+	picked   sync.Map // labelPair{backend, key} -> prometheus.Counter
+}
+
+type labelPair struct{ a, b string }
+
+type admittedSeries struct {
+	requests, prompt, completion prometheus.Counter
+}
+
+func (m *metrics) admittedFor(tenant, model string) *admittedSeries {
+	k := labelPair{tenant, model}
+	if v, ok := m.admitted.Load(k); ok {
+		return v.(*admittedSeries)
+	}
+	v, _ := m.admitted.LoadOrStore(k, &admittedSeries{
+		requests:   m.requests.WithLabelValues(tenant, model),
+		prompt:     m.tokens.WithLabelValues(tenant, model, "prompt"),
+		completion: m.tokens.WithLabelValues(tenant, model, "completion"),
+	})
+	return v.(*admittedSeries)
+}
+
+func (m *metrics) pickedFor(backend, key string) prometheus.Counter {
+	k := labelPair{backend, key}
+	if v, ok := m.picked.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	v, _ := m.picked.LoadOrStore(k, m.picks.WithLabelValues(backend, key))
+	return v.(prometheus.Counter)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {

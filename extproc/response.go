@@ -189,8 +189,6 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	if !r.admitted {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.SettleTimeout)
-	defer cancel()
 	ok2xx := r.status >= 200 && r.status < 300
 	var u Usage
 	reported := false
@@ -225,12 +223,21 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	r.usage, r.haveUsage = u, ok2xx || cut
 	tenant, key := r.owner.Tenant.Name, r.owner.Key.ID
 	if u.TotalTokens > 0 {
-		s.metrics.tokens.WithLabelValues(tenant, r.alias, "prompt").Add(float64(u.PromptTokens))
-		s.metrics.tokens.WithLabelValues(tenant, r.alias, "completion").Add(float64(u.CompletionTokens))
+		as := s.metrics.admittedFor(tenant, r.alias)
+		as.prompt.Add(float64(u.PromptTokens))
+		as.completion.Add(float64(u.CompletionTokens))
 	}
 	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias,
 		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream}
 	served := ok2xx || cut
+	var ctx context.Context = context.Background()
+	if s.opts.Ledger != nil || (r.reserved && s.opts.Reserver != nil) {
+		// The stream's context may be gone (client disconnect): bound the
+		// accounting writes on their own.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.SettleTimeout)
+		defer cancel()
+	}
 	if s.opts.Ledger != nil && served {
 		if err := s.opts.Ledger.Record(ctx, e); err != nil {
 			s.metrics.accountingErr.WithLabelValues("ledger").Inc()

@@ -389,7 +389,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		}
 	}
 	r.admitted = true
-	s.metrics.requests.WithLabelValues(tenant.Name, alias).Inc()
+	s.metrics.admittedFor(tenant.Name, alias).requests.Inc()
 	if s.opts.Tracer != nil {
 		s.startSpan(r, cr, tenant.Name)
 	}

@@ -149,8 +149,9 @@ func streamEnded(err error) bool {
 // GRPCServerOptions are the gRPC server options the ext_proc listener needs:
 // a buffered request body arrives in one message, and the injected-usage
 // body goes back in one, so grpc-go's 4 MiB default message limit must be
-// raised above request.max_body_bytes.
+// raised above request.max_body_bytes; and the Codec, which encodes the
+// token metadata without protobuf-go's reflection over maps.
 func GRPCServerOptions(cfg *config.Config) []grpc.ServerOption {
 	n := int(cfg.Request.MaxBodyBytes) + 1<<20 // headers, framing, the added stream_options
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(NewCodec())}
 }

@@ -185,7 +185,7 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		s.log.Warn("no upstream key", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
 	} else {
 		u.keyID = lease.KeyID
-		s.metrics.picks.WithLabelValues(b.Name, lease.KeyID).Inc()
+		s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
 		switch b.Auth {
 		case config.AuthXAPIKey:
 			mut.SetHeaders = append(mut.SetHeaders, setHeader("x-api-key", lease.Secret))

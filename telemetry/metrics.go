@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -157,9 +158,42 @@ type Metrics struct {
 	allowed  atomic.Pointer[allowList]
 }
 
-// allowList is the set of label values the current config allows.
+// requestSeries is one (tenant, model, backend)'s children, resolved on first
+// use and then kept: ObserveRequest would otherwise hash and look up about
+// nine label sets per request. The key values are bounded (config names,
+// Other, None), so the cache is too; SetConfig starts a new one. Children
+// are created lazily so that /metrics shows only series that were used.
+type requestSeries struct {
+	key                  seriesKey
+	duration, ttft, tpot lazy[prometheus.Observer]
+	tokens               [4]lazy[prometheus.Counter] // tokenKinds
+	cost                 lazy[prometheus.Counter]
+	requests             sync.Map // status label -> prometheus.Counter
+}
+
+type seriesKey struct{ tenant, model, backend string }
+
+// lazy is a child metric resolved once.
+type lazy[T any] struct{ p atomic.Pointer[T] }
+
+// get returns the child, resolving it on first use. resolve captures
+// nothing (a static function), so a call does not allocate.
+func (l *lazy[T]) get(m *Metrics, k seriesKey, i int, resolve func(m *Metrics, k seriesKey, i int) T) T {
+	if v := l.p.Load(); v != nil {
+		return *v
+	}
+	v := resolve(m, k, i) // racing resolvers get the same child from the vec
+	l.p.Store(&v)
+	return v
+}
+
+var tokenKinds = [4]string{"input", "output", "cached_input", "reasoning"}
+
+// allowList is the set of label values the current config allows, and the
+// series resolved under it.
 type allowList struct {
 	tenants, models, backends map[string]struct{}
+	series                    sync.Map // seriesKey -> *requestSeries
 }
 
 // NewMetrics creates the families and registers them with reg (nil: create
@@ -255,11 +289,6 @@ func bound(set map[string]struct{}, v string) string {
 	return Other
 }
 
-func (m *Metrics) bounded(l Labels) (tenant, model, backend string) {
-	a := m.allowed.Load()
-	return bound(a.tenants, l.Tenant), bound(a.models, l.Model), bound(a.backends, l.Backend)
-}
-
 func (m *Metrics) status(code int) string {
 	if code >= 0 && code < len(m.statuses) && m.statuses[code] != "" {
 		return m.statuses[code]
@@ -274,33 +303,57 @@ func (m *Metrics) ObserveRequest(c Completion) {
 	if m == nil {
 		return
 	}
-	tenant, model, backend := m.bounded(c.Labels)
-	m.requests.WithLabelValues(tenant, model, backend, m.status(c.Status)).Inc()
+	a := m.allowed.Load()
+	sr := m.seriesOf(a, seriesKey{bound(a.tenants, c.Tenant), bound(a.models, c.Model), bound(a.backends, c.Backend)})
+	k := sr.key
+	sr.request(m, m.status(c.Status)).Inc()
 	if c.Latency > 0 {
-		m.duration.WithLabelValues(model, backend).Observe(c.Latency.Seconds())
+		sr.duration.get(m, k, 0, func(m *Metrics, k seriesKey, _ int) prometheus.Observer {
+			return m.duration.WithLabelValues(k.model, k.backend)
+		}).Observe(c.Latency.Seconds())
 	}
 	if c.TTFT > 0 {
-		m.ttft.WithLabelValues(model, backend).Observe(c.TTFT.Seconds())
+		sr.ttft.get(m, k, 0, func(m *Metrics, k seriesKey, _ int) prometheus.Observer {
+			return m.ttft.WithLabelValues(k.model, k.backend)
+		}).Observe(c.TTFT.Seconds())
 		// GenAI semconv: time per output token after the first, successful
 		// responses only.
 		if c.Status >= 200 && c.Status < 300 && c.Tokens.Output > 1 && c.Latency > c.TTFT {
 			per := (c.Latency - c.TTFT).Seconds() / float64(c.Tokens.Output-1)
-			m.tpot.WithLabelValues(model, backend).Observe(per)
+			sr.tpot.get(m, k, 0, func(m *Metrics, k seriesKey, _ int) prometheus.Observer {
+				return m.tpot.WithLabelValues(k.model, k.backend)
+			}).Observe(per)
 		}
 	}
-	m.addTokens(tenant, model, backend, "input", c.Tokens.Input)
-	m.addTokens(tenant, model, backend, "output", c.Tokens.Output)
-	m.addTokens(tenant, model, backend, "cached_input", c.Tokens.CachedInput)
-	m.addTokens(tenant, model, backend, "reasoning", c.Tokens.Reasoning)
+	for i, n := range [4]int64{c.Tokens.Input, c.Tokens.Output, c.Tokens.CachedInput, c.Tokens.Reasoning} {
+		if n > 0 {
+			sr.tokens[i].get(m, k, i, func(m *Metrics, k seriesKey, i int) prometheus.Counter {
+				return m.tokens.WithLabelValues(k.tenant, k.model, k.backend, tokenKinds[i])
+			}).Add(float64(n))
+		}
+	}
 	if c.Cost > 0 {
-		m.cost.WithLabelValues(tenant, model, backend).Add(c.Cost)
+		sr.cost.get(m, k, 0, func(m *Metrics, k seriesKey, _ int) prometheus.Counter {
+			return m.cost.WithLabelValues(k.tenant, k.model, k.backend)
+		}).Add(c.Cost)
 	}
 }
 
-func (m *Metrics) addTokens(tenant, model, backend, kind string, n int64) {
-	if n > 0 {
-		m.tokens.WithLabelValues(tenant, model, backend, kind).Add(float64(n))
+func (m *Metrics) seriesOf(a *allowList, k seriesKey) *requestSeries {
+	if v, ok := a.series.Load(k); ok {
+		return v.(*requestSeries)
 	}
+	v, _ := a.series.LoadOrStore(k, &requestSeries{key: k})
+	return v.(*requestSeries)
+}
+
+func (sr *requestSeries) request(m *Metrics, status string) prometheus.Counter {
+	if v, ok := sr.requests.Load(status); ok {
+		return v.(prometheus.Counter)
+	}
+	c := m.requests.WithLabelValues(sr.key.tenant, sr.key.model, sr.key.backend, status)
+	sr.requests.Store(status, c)
+	return c
 }
 
 // ObservePhase records the time ext_proc spent on one message. It does not

@@ -220,3 +220,25 @@ func BenchmarkObservePhase(b *testing.B) {
 		m.ObservePhase(FilterRouter, PhaseResponseBody, 150*time.Microsecond)
 	}
 }
+
+// The per-(tenant, model, backend) children are resolved once: a steady
+// stream of requests allocates nothing, and a series that was never used
+// (no TTFT on a non-streamed request, no cost at zero) is not exposed.
+func TestObserveRequestSteadyState(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testConfig(t))
+	c := Completion{Labels: Labels{"alpha", "m1", "b1"}, Status: 200, Latency: time.Second, Tokens: Tokens{Input: 10, Output: 3}}
+	m.ObserveRequest(c)
+	if a := testing.AllocsPerRun(100, func() { m.ObserveRequest(c) }); a != 0 {
+		t.Errorf("ObserveRequest allocates %v per call in steady state", a)
+	}
+	fams := scrape(t, reg)
+	for _, name := range []string{MetricTimeToFirstToken, MetricCost} {
+		if f, ok := fams[name]; ok && len(f.GetMetric()) > 0 {
+			t.Errorf("%s exposed without an observation: %v", name, f.GetMetric())
+		}
+	}
+	if v := series(t, fams, MetricRequests, map[string]string{"tenant": "alpha", "model": "m1", "backend": "b1", "status": "200"}).GetCounter().GetValue(); v != 102 {
+		t.Errorf("requests = %v, want 102", v)
+	}
+}
