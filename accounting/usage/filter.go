@@ -73,9 +73,6 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 		if j < 0 {
 			f.lineLen += len(chunk) - i
 			f.evSize += len(chunk) - i
-			if !f.passing {
-				f.probe.feed(chunk[i:])
-			}
 			break
 		}
 		j += i
@@ -92,9 +89,6 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 		blank := f.lineLen == 0 && j == i
 		f.lineLen = 0
 		f.evSize += k - i
-		if !f.passing {
-			f.probe.feed(chunk[i:k])
-		}
 		if !blank {
 			f.evLines = true
 			i = k
@@ -110,7 +104,7 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 				f.scratch = append(append(f.scratch[:0], f.held...), block...)
 				block = f.scratch
 			}
-			if f.usageOnly(block) {
+			if mayBeUsageOnly(block) && f.usageOnly(block) {
 				f.drops = append(f.drops, fspan{evStart, k})
 				f.removed++
 				heldLive = false
@@ -128,9 +122,14 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 		}
 		i = k
 	}
-	// The event still open at the end of the chunk.
+	// The event still open at the end of the chunk. Only its bytes are
+	// probed: a complete event is classified whole above, and most events
+	// are complete within their chunk.
 	tail := len(chunk)
 	if f.evLines || f.lineLen > 0 || heldLive {
+		if !f.passing && !f.probe.done {
+			f.probe.feed(chunk[evStart:])
+		}
 		switch {
 		case f.passing:
 		case f.probe.pass || f.evSize > MaxEventBytes:
@@ -190,7 +189,7 @@ func (f *StreamFilter) assemble(chunk []byte, tail int, emitHeld bool) []byte {
 // usage-only event).
 func (f *StreamFilter) Flush() []byte {
 	held := f.held
-	drop := len(held) > 0 && !f.passing && !f.probe.pass && f.evSize <= MaxEventBytes && f.usageOnly(held)
+	drop := len(held) > 0 && !f.passing && !f.probe.pass && f.evSize <= MaxEventBytes && mayBeUsageOnly(held) && f.usageOnly(held)
 	removed := f.removed
 	f.Reset()
 	f.removed = removed
@@ -199,6 +198,32 @@ func (f *StreamFilter) Flush() []byte {
 		return nil
 	}
 	return held // still valid: Reset only truncates
+}
+
+// mayBeUsageOnly is a cheap necessary condition for usageOnly, which
+// needs "choices":[]: the block has a '[' ws* ']'. ']' is rare in stream
+// chunks (one per chunk, closing choices), so this is one vectorised
+// IndexByte per event instead of a JSON walk. A block of several lines
+// (event:, id:, or data split over lines) always gets the full check.
+func mayBeUsageOnly(block []byte) bool {
+	body := bytes.TrimRight(block, "\r\n")
+	if t := nextTerminator(body); t >= 0 {
+		return true
+	}
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(body[i:], ']')
+		if j < 0 {
+			return false
+		}
+		i += j
+		k := i - 1
+		for k >= 0 && (body[k] == ' ' || body[k] == '\t') {
+			k--
+		}
+		if k >= 0 && body[k] == '[' {
+			return true
+		}
+	}
 }
 
 // usageOnly reports whether a complete event block is a usage-only chunk.

@@ -64,6 +64,17 @@ func FuzzStreamFilter(f *testing.F) {
 		if removed == 0 && !bytes.Equal(whole, stream) {
 			t.Fatalf("nothing removed but output differs: %q", whole)
 		}
+		// Every usage-only event goes, by the full classification of each
+		// block (the filter takes shortcuts; this does not).
+		want := 0
+		for _, b := range refBlocks(stream) {
+			if d, has := eventData(nil, b); has && len(b) <= MaxEventBytes && isUsageOnly(d) {
+				want++
+			}
+		}
+		if removed != want {
+			t.Fatalf("removed %d events, want %d, from %q", removed, want, stream)
+		}
 		if removed > 0 {
 			// What was removed is a run of whole blocks.
 			var kept []byte
@@ -93,6 +104,64 @@ func FuzzFromJSON(f *testing.F) {
 		u, ok := FromJSON(body)
 		if w, wok := fromWalk(body); ok && wok && w != u {
 			t.Fatalf("tail %+v, walk %+v", u, w)
+		}
+	})
+}
+
+// refProbe is the byte-at-a-time probe feed uses as its specification.
+func refProbe(b []byte) (pass, done bool) {
+	state := 0
+	for _, c := range b {
+		switch {
+		case state == 0:
+			if c == '"' {
+				state = 1
+			}
+		case state < len(choicesKey):
+			if c == choicesKey[state] {
+				state++
+			} else if c == '"' {
+				state = 1
+			} else {
+				state = 0
+			}
+		default:
+			if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+				continue
+			}
+			switch {
+			case state == len(choicesKey) && c == ':':
+				state++
+			case state == len(choicesKey)+1 && c == '[':
+				state++
+			case state == len(choicesKey)+2:
+				return c != ']', true
+			case c == '"':
+				state = 1
+			default:
+				state = 0
+			}
+		}
+	}
+	return false, false
+}
+
+// FuzzChoicesProbe: the probe's verdict is the byte-wise one, wherever the
+// bytes are cut.
+func FuzzChoicesProbe(f *testing.F) {
+	for _, s := range []string{`{"choices":[]}`, `{"choices" : [ {"x":1}]}`, `""choices"choices":[1]`, `"choice"choices":[`, `{"a":"\"choices\":[1]"}`} {
+		f.Add([]byte(s), uint16(3), uint16(9))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, x, y uint16) {
+		wantPass, wantDone := refProbe(b)
+		for _, parts := range [][][]byte{{b}, cut3(b, x, y)} {
+			var p choicesProbe
+			for _, part := range parts {
+				p.feed(part)
+			}
+			if p.pass != wantPass || p.done != wantDone {
+				t.Fatalf("%q in %d parts: pass %v done %v, want %v %v", b, len(parts), p.pass, p.done, wantPass, wantDone)
+			}
 		}
 	})
 }
