@@ -22,6 +22,10 @@ type jscan struct {
 const maxDepth = 1000
 
 func (s *jscan) ws() {
+	// Provider JSON is mostly compact: one compare settles the usual case.
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return
+	}
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -129,12 +133,14 @@ func hex4(h []byte) rune {
 	return r
 }
 
+// endsScalar marks the bytes that end a number or literal.
+var endsScalar = [256]bool{',': true, '}': true, ']': true, ' ': true, '\t': true, '\n': true, '\r': true, ':': true, '"': true, '{': true, '[': true}
+
 // scalar consumes a number or literal.
 func (s *jscan) scalar() []byte {
 	start := s.i
 	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r', ':', '"', '{', '[':
+		if endsScalar[s.b[s.i]] {
 			if s.i == start {
 				s.bad = true
 			}
