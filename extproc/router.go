@@ -358,7 +358,8 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 					r.cfg.Accounting.Currency + "."}).withRetryAfter(bs.RetryAfter))
 		}
 	}
-	if r.requestID == "" {
+	newID := r.requestID == ""
+	if newID {
 		r.requestID = "sg-" + strconv.FormatInt(s.opts.Now().UnixNano(), 36)
 	}
 	if reserving {
@@ -406,8 +407,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		setHeader(contract.HeaderKeyID, r.owner.Key.ID),
 		setHeader(contract.HeaderModel, alias),
 		setHeader(contract.HeaderEstTokens, strconv.Itoa(r.estTokens)),
-		setHeader(contract.HeaderMaxTokens, strconv.Itoa(r.maxOut)),
-		setHeader(contract.HeaderRequestID, r.requestID))
+		setHeader(contract.HeaderMaxTokens, strconv.Itoa(r.maxOut)))
+	if newID { // Envoy's own x-request-id is left as it is
+		sets = append(sets, setHeader(contract.HeaderRequestID, r.requestID))
+	}
 	if long {
 		sets = append(sets, setHeader(contract.HeaderLong, "1"))
 	}

@@ -122,10 +122,10 @@ func (s *Server) Register(g *grpc.Server) { extprocv3.RegisterExternalProcessorS
 // Process serves one ext_proc stream.
 func (s *Server) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	role := contract.RoleRouter
-	if md, ok := metadata.FromIncomingContext(st.Context()); ok {
-		if v := md.Get(contract.GRPCRoleHeader); len(v) > 0 {
-			role = v[0]
-		}
+	// ValueFromIncomingContext reads the one key without copying the whole
+	// metadata map (FromIncomingContext cost ~6 us per stream under load).
+	if v := metadata.ValueFromIncomingContext(st.Context(), contract.GRPCRoleHeader); len(v) > 0 {
+		role = v[0]
 	}
 	switch role {
 	case contract.RoleUpstream:
