@@ -83,16 +83,18 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			}
 		}
 	}
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
-		Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: removeAttemptHeaders}}}}}
+	a := r.answer()
+	resp, _ := a.start(answerResponseHeaders)
+	for _, h := range removeAttemptHeaders {
+		a.remove(h)
+	}
 	if r.admitted && r.status == http.StatusServiceUnavailable && r.backend == "" {
 		// Envoy's own 503 (no healthy upstream: the request was in flight
 		// when its pool's last key opened and EDS marked the backends down).
 		// Later requests get admission's 503 with Retry-After; give this one
 		// the same hint so clients back off uniformly.
 		if ok, ra := s.opts.Keys.Available(r.backends); !ok && ra > 0 {
-			mut := resp.GetResponseHeaders().GetResponse().GetHeaderMutation()
-			mut.SetHeaders = append(mut.SetHeaders, setHeader("retry-after", strconv.Itoa(int(max(ra.Round(time.Second), time.Second)/time.Second))))
+			a.setInt("retry-after", int(max(ra.Round(time.Second), time.Second)/time.Second))
 		}
 	}
 	if h.GetEndOfStream() {
@@ -174,7 +176,10 @@ func (r *routerStream) metadata() *structpb.Struct {
 	if !r.admitted || !r.haveUsage {
 		return nil
 	}
-	return metadataFor(r.usage, r.estTokens)
+	if r.meta == nil {
+		r.meta = &tokenMeta{}
+	}
+	return r.meta.fill(r.usage, r.estTokens)
 }
 
 // finish accounts the request once: at the response's end_of_stream, or

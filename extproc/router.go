@@ -76,6 +76,8 @@ type routerStream struct {
 	usage        Usage
 	haveUsage    bool
 	reply        *bodyReply // kept across pooled uses
+	ans          *answer    // kept across pooled uses
+	meta         *tokenMeta // kept across pooled uses
 	start        time.Time  // request headers seen
 	firstChunk   time.Time  // first response body bytes (TTFT of streams)
 }
@@ -83,7 +85,15 @@ type routerStream struct {
 func (r *routerStream) reset() {
 	buf, jb := r.reqBody[:0], r.jsonBuf[:0]
 	bk := r.backends[:0]
-	*r = routerStream{reqBody: buf, jsonBuf: jb, backends: bk, reply: r.reply}
+	*r = routerStream{reqBody: buf, jsonBuf: jb, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta}
+}
+
+// answer is the stream's reusable answer (see answer).
+func (r *routerStream) answer() *answer {
+	if r.ans == nil {
+		r.ans = &answer{}
+	}
+	return r.ans
 }
 
 func (s *Server) serveRouter(st extprocv3.ExternalProcessor_ProcessServer) error {
@@ -182,7 +192,8 @@ var chatPaths = map[string]bool{"/v1/chat/completions": true, "/v1/completions":
 func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	r.start = time.Now()
 	var method, auth, apiKey, contentLength string
-	remove := make([]string, 0, 4)
+	a := r.answer()
+	resp, _ := a.start(answerRequestHeaders)
 	stickyName := strings.ToLower(r.cfg.Request.StickyHeader)
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		k := kv.GetKey()
@@ -193,10 +204,10 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 			r.path = headerValue(kv)
 		case k == "authorization":
 			auth = headerValue(kv)
-			remove = append(remove, k)
+			a.remove(k)
 		case k == "x-api-key":
 			apiKey = headerValue(kv)
-			remove = append(remove, k)
+			a.remove(k)
 		case k == "content-length":
 			contentLength = headerValue(kv)
 		case k == contract.HeaderRequestID:
@@ -210,7 +221,7 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 		case isInternal(k):
 			// Strip every client-supplied internal header first: none of
 			// them may be spoofed.
-			remove = append(remove, k)
+			a.remove(k)
 		}
 	}
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
@@ -253,8 +264,7 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 	if h.GetEndOfStream() {
 		return s.refuse(r, errBadRequest("The request has no body; send a JSON object.", "invalid_json", ""))
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-		Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: remove}}}}}
+	return resp
 }
 
 func errTooLarge(limit int64) *apiError {
@@ -400,40 +410,39 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	if sticky == "" && tenant.Sticky {
 		sticky = tenant.Name + "/" + r.owner.Key.ID
 	}
-	sets := make([]*corev3.HeaderValueOption, 0, 10)
-	sets = append(sets,
-		setHeader(contract.HeaderPool, pool),
-		setHeader(contract.HeaderTenant, tenant.Name),
-		setHeader(contract.HeaderKeyID, r.owner.Key.ID),
-		setHeader(contract.HeaderModel, alias),
-		setHeader(contract.HeaderEstTokens, strconv.Itoa(r.estTokens)),
-		setHeader(contract.HeaderMaxTokens, strconv.Itoa(r.maxOut)))
+	a := r.answer()
+	resp, cresp := a.start(answerRequestBody)
+	cresp.ClearRouteCache = true
+	a.set(contract.HeaderPool, pool)
+	a.set(contract.HeaderTenant, tenant.Name)
+	a.set(contract.HeaderKeyID, r.owner.Key.ID)
+	a.set(contract.HeaderModel, alias)
+	a.setInt(contract.HeaderEstTokens, r.estTokens)
+	a.setInt(contract.HeaderMaxTokens, r.maxOut)
 	if newID { // Envoy's own x-request-id is left as it is
-		sets = append(sets, setHeader(contract.HeaderRequestID, r.requestID))
+		a.set(contract.HeaderRequestID, r.requestID)
 	}
 	if long {
-		sets = append(sets, setHeader(contract.HeaderLong, "1"))
+		a.set(contract.HeaderLong, "1")
 	}
 	if sticky != "" {
-		sets = append(sets, setHeader(contract.HeaderSticky, stickyValue(sticky)))
+		a.set(contract.HeaderSticky, stickyValue(sticky))
 	}
 	if r.reserved && r.reservation.ID != "" {
-		sets = append(sets, setHeader(contract.HeaderReservation, r.reservation.ID))
+		a.set(contract.HeaderReservation, r.reservation.ID)
 	}
-	cresp := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: sets}}
 	if r.stream && !r.clientUsage {
 		nb := cr.WithIncludeUsage(body) // positions from the Scan above: no second pass
 		r.hideUsage = true
 		// BUFFERED with headers SENT: the processor must keep
 		// content-length right (processing_mode.proto, BodySendMode).
-		sets = append(sets, setHeader("content-length", strconv.Itoa(len(nb))))
-		cresp.HeaderMutation.SetHeaders = sets
+		a.setInt("content-length", len(nb))
 		// The usage chunk is removed from the plain SSE stream, so ask the
 		// upstream not to compress it.
-		cresp.HeaderMutation.RemoveHeaders = append(cresp.HeaderMutation.RemoveHeaders, "accept-encoding")
-		cresp.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}}
+		a.remove("accept-encoding")
+		a.setBody(nb)
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cresp}}}
+	return resp
 }
 
 func errUnavailable(what string) *apiError {
@@ -529,16 +538,39 @@ func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 // (%DYNAMIC_METADATA(swarmgate:tokens_top_up)%); Envoy keeps it only when
 // the namespace is in metadata_options.receiving_namespaces.untyped.
 func metadataFor(u Usage, est int) *structpb.Struct {
+	var m tokenMeta
+	return m.fill(u, est)
+}
+
+// tokenMeta is a reusable metadataFor result (one per pooled stream): the
+// struct is sent once per request and marshalled inside Send.
+type tokenMeta struct {
+	outer, inner structpb.Struct
+	ns           structpb.Value
+	nsKind       structpb.Value_StructValue
+	vals         [4]structpb.Value
+	nums         [4]structpb.Value_NumberValue
+}
+
+var tokenMetaKeys = [4]string{contract.MetaPromptTokens, contract.MetaCompletionTokens, contract.MetaTotalTokens, contract.MetaTokensTopUp}
+
+func (m *tokenMeta) fill(u Usage, est int) *structpb.Struct {
 	topUp := u.CompletionTokens
 	if extra := u.PromptTokens - int64(est); extra > 0 {
 		topUp += extra
 	}
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		contract.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			contract.MetaPromptTokens:     structpb.NewNumberValue(float64(u.PromptTokens)),
-			contract.MetaCompletionTokens: structpb.NewNumberValue(float64(u.CompletionTokens)),
-			contract.MetaTotalTokens:      structpb.NewNumberValue(float64(u.TotalTokens)),
-			contract.MetaTokensTopUp:      structpb.NewNumberValue(float64(topUp)),
-		}}),
-	}}
+	if m.inner.Fields == nil {
+		m.inner.Fields = make(map[string]*structpb.Value, len(tokenMetaKeys))
+		for i, k := range tokenMetaKeys {
+			m.vals[i].Kind = &m.nums[i]
+			m.inner.Fields[k] = &m.vals[i]
+		}
+		m.nsKind.StructValue = &m.inner
+		m.ns.Kind = &m.nsKind
+		m.outer.Fields = map[string]*structpb.Value{contract.MetadataNamespace: &m.ns}
+	}
+	for i, v := range [4]int64{u.PromptTokens, u.CompletionTokens, u.TotalTokens, topUp} {
+		m.nums[i].NumberValue = float64(v)
+	}
+	return &m.outer
 }

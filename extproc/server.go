@@ -70,6 +70,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	routers sync.Pool
+	// upstreams pools upstream-level stream state with its answer.
+	upstreams sync.Pool
 	// hosts caches the parsed upstream host metadata by its attribute text:
 	// there is one text per endpoint, and prototext parsing it on every
 	// attempt was the largest single cost of the upstream filter.
@@ -102,6 +104,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, metrics: m}
 	s.cfg.Store(opts.Config)
 	s.routers.New = func() any { return &routerStream{} }
+	s.upstreams.New = func() any { return &upstreamStream{} }
 	return s, nil
 }
 

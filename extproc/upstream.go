@@ -33,6 +33,7 @@ type upstreamStream struct {
 	rewrite       bool
 	reported      bool // the attempt's response headers were reported
 	noKey         bool // the attempt left without a credential
+	ans           *answer
 }
 
 // bodyOverride asks Envoy for this attempt's buffered body when the model
@@ -48,7 +49,12 @@ var bodyOverride = &extprocfilter.ProcessingMode{
 }
 
 func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) error {
-	u := upstreamStream{cfg: s.cfg.Load()}
+	u := s.upstreams.Get().(*upstreamStream)
+	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans}
+	if u.ans == nil {
+		u.ans = &answer{}
+	}
+	defer s.upstreams.Put(u)
 	ctx := st.Context()
 	for {
 		req, err := st.Recv()
@@ -71,11 +77,11 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 		var resp *extprocv3.ProcessingResponse
 		switch v := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = s.upstreamHeaders(ctx, &u, req, v.RequestHeaders)
+			resp = s.upstreamHeaders(ctx, u, req, v.RequestHeaders)
 		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = s.upstreamBody(&u, v.RequestBody)
+			resp = s.upstreamBody(u, v.RequestBody)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = s.upstreamResponse(ctx, &u, v.ResponseHeaders)
+			resp = s.upstreamResponse(ctx, u, v.ResponseHeaders)
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 		case *extprocv3.ProcessingRequest_RequestTrailers:
@@ -142,7 +148,8 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	attempt := attemptCount(attrs)
 	var path, sticky string
 	est := 0
-	remove := make([]string, 0, 12)
+	a := u.ans
+	resp, _ := a.start(answerRequestHeaders)
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		k := kv.GetKey()
 		switch {
@@ -151,7 +158,7 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		case k == contract.HeaderRequestID:
 			u.requestID = headerValue(kv)
 		case k == "authorization" || k == "x-api-key" || k == "api-key":
-			remove = append(remove, k)
+			a.remove(k)
 		case isInternal(k):
 			switch k {
 			case contract.HeaderSticky:
@@ -162,12 +169,9 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 				u.alias = headerValue(kv)
 			}
 			// No internal header leaves Envoy.
-			remove = append(remove, k)
+			a.remove(k)
 		}
 	}
-	mut := &extprocv3.HeaderMutation{RemoveHeaders: remove}
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-		Response: &extprocv3.CommonResponse{HeaderMutation: mut}}}}
 	b, ok := u.cfg.Backend(backendName)
 	if !ok {
 		s.log.Warn("upstream attempt without a known backend in host metadata", "backend", backendName, "request_id", u.requestID)
@@ -188,19 +192,19 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
 		switch b.Auth {
 		case config.AuthXAPIKey:
-			mut.SetHeaders = append(mut.SetHeaders, setHeader("x-api-key", lease.Secret))
+			a.set("x-api-key", lease.Secret)
 		case config.AuthAPIKey:
-			mut.SetHeaders = append(mut.SetHeaders, setHeader("api-key", lease.Secret))
+			a.set("api-key", lease.Secret)
 		default:
-			mut.SetHeaders = append(mut.SetHeaders, setHeader("authorization", "Bearer "+lease.Secret))
+			a.setBearer(lease.Secret)
 		}
 	}
 	for k, v := range b.Headers {
-		mut.SetHeaders = append(mut.SetHeaders, setHeader(k, v))
+		a.set(k, v)
 	}
 	if path != "" {
 		if up := b.UpstreamPath(path); up != path {
-			mut.SetHeaders = append(mut.SetHeaders, setHeader(":path", up))
+			a.set(":path", up)
 		}
 	}
 	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
@@ -230,7 +234,8 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 // upstreamResponse feeds the attempt's outcome to the key pool and tags the
 // response with the backend and key for the router-level accounting.
 func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+	a := u.ans
+	resp, _ := a.start(answerResponseHeaders)
 	if u.backend == nil {
 		return resp
 	}
@@ -248,15 +253,14 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		s.opts.Keys.Report(ctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ParseOutcome(st, get))
 		u.reported = true
 	}
-	sets := []*corev3.HeaderValueOption{setHeader(contract.HeaderBackend, u.backend.Name)}
+	a.set(contract.HeaderBackend, u.backend.Name)
 	if u.noKey {
 		// The provider refused a credential-less attempt: make Envoy retry
 		// it (retriable_headers) rather than pass the 401 to the client.
-		sets = append(sets, setHeader(contract.HeaderRetry, "no-key"))
+		a.set(contract.HeaderRetry, "no-key")
 	}
 	if u.keyID != "" {
-		sets = append(sets, setHeader(contract.HeaderUpstreamKey, u.keyID))
+		a.set(contract.HeaderUpstreamKey, u.keyID)
 	}
-	resp.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: sets}}
 	return resp
 }
