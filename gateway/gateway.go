@@ -192,6 +192,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.appliers = append(g.appliers, func(c *config.Config) error { metrics.SetConfig(c); return nil })
 		// Access log lines are JSON objects on the process log's output.
 		accessLog := telemetry.NewAccessLog(g.log.With("log", "access"), cfg.Telemetry)
+		g.appliers = append(g.appliers, func(c *config.Config) error { accessLog.SetConfig(c.Telemetry); return nil })
 		budgets = budget.New(rdb, cfg, budget.Options{Logger: g.log.With("component", "budget"), Registerer: reg})
 		g.appliers = append(g.appliers, func(c *config.Config) error { budgets.SetConfig(c); return nil })
 		grp.Go(func() error { budgets.Run(ctx); return nil })

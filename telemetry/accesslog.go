@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -91,26 +92,39 @@ const DefaultMaxLoggedBody = 64 << 10
 
 // AccessLog writes access-log lines as config.Telemetry says: nothing when
 // access_log is off, and redacted bodies only when debug_bodies is on.
+// Both settings follow config reloads (SetConfig).
 type AccessLog struct {
 	logger      *slog.Logger
-	enabled     bool
-	debugBodies bool
+	enabled     atomic.Bool
+	debugBodies atomic.Bool
 	maxBody     int
 }
 
 // NewAccessLog returns an access log writing to logger. Use a JSON handler
 // (slog.NewJSONHandler) for one JSON object per line.
 func NewAccessLog(logger *slog.Logger, cfg config.Telemetry) *AccessLog {
-	return &AccessLog{logger: logger, enabled: cfg.AccessLog, debugBodies: cfg.DebugBodies, maxBody: DefaultMaxLoggedBody}
+	a := &AccessLog{logger: logger, maxBody: DefaultMaxLoggedBody}
+	a.SetConfig(cfg)
+	return a
+}
+
+// SetConfig applies telemetry.access_log and telemetry.debug_bodies from a
+// reloaded config; requests already logging finish with the old settings.
+func (a *AccessLog) SetConfig(cfg config.Telemetry) {
+	if a == nil {
+		return
+	}
+	a.enabled.Store(cfg.AccessLog)
+	a.debugBodies.Store(cfg.DebugBodies)
 }
 
 // Log writes r. With debug bodies on, it adds request_body and
 // response_body, cut to DefaultMaxLoggedBody and passed through RedactBody.
 func (a *AccessLog) Log(r RequestLog) {
-	if a == nil || !a.enabled {
+	if a == nil || !a.enabled.Load() {
 		return
 	}
-	if !a.debugBodies {
+	if !a.debugBodies.Load() {
 		logRequest(a.logger, r, nil)
 		return
 	}

@@ -144,3 +144,35 @@ func BenchmarkLogRequest(b *testing.B) {
 		LogRequest(logger, r)
 	}
 }
+
+// A reload turns the access log and its debug bodies on and off.
+func TestAccessLogSetConfig(t *testing.T) {
+	var buf bytes.Buffer
+	a := NewAccessLog(slog.New(slog.NewJSONHandler(&buf, nil)), config.Telemetry{})
+	steps := []struct {
+		cfg        config.Telemetry
+		lines      int
+		withBodies bool
+	}{
+		{config.Telemetry{}, 0, false},
+		{config.Telemetry{AccessLog: true}, 1, false},
+		{config.Telemetry{AccessLog: true, DebugBodies: true}, 1, true},
+		{config.Telemetry{AccessLog: false, DebugBodies: true}, 0, false},
+	}
+	for i, st := range steps {
+		buf.Reset()
+		a.SetConfig(st.cfg)
+		a.Log(sampleLog())
+		lines := decodeLines(t, &buf)
+		if len(lines) != st.lines {
+			t.Fatalf("step %d: %d lines, want %d", i, len(lines), st.lines)
+		}
+		if st.lines > 0 {
+			if _, has := lines[0]["request_body"]; has != st.withBodies {
+				t.Errorf("step %d: body logged %v, want %v", i, has, st.withBodies)
+			}
+		}
+	}
+	var nilLog *AccessLog
+	nilLog.SetConfig(config.Telemetry{AccessLog: true})
+}
