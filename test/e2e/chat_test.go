@@ -312,7 +312,20 @@ func TestContextWindowRouting(t *testing.T) {
 	if len(g.relayA.Requests()) != 0 || len(g.relayB.Requests()) != 4 {
 		t.Errorf("relay-a %d, relay-b %d requests", len(g.relayA.Requests()), len(g.relayB.Requests()))
 	}
-	p := chatParams("ctx")
+	// Too long for every known window, but a target of unknown window
+	// exists: the cluster above every known window, relay-b only.
+	p := chatParams("ctx-open")
+	p.MaxTokens = openai.Int(2000)
+	if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "open-ctx")); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := g.sim.RecordFor("open-ctx"); rec.Cluster != contract.PoolContextCluster("ctx-open", 1001) {
+		t.Fatalf("cluster %q", rec.Cluster)
+	}
+	if len(g.relayA.Requests()) != 0 || len(g.relayB.Requests()) != 5 {
+		t.Errorf("relay-a %d, relay-b %d requests", len(g.relayA.Requests()), len(g.relayB.Requests()))
+	}
+	p = chatParams("ctx")
 	p.MaxTokens = openai.Int(200000)
 	_, err := g.chat(keyTeam).New(ctx, p)
 	var apiErr *openai.Error

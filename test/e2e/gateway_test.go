@@ -100,9 +100,13 @@ models:
     targets:
       - {backend: relay-a, context_window: 1000}
       - {backend: relay-b, context_window: 100000}
+  - name: ctx-open
+    targets:
+      - {backend: relay-a, context_window: 1000}
+      - {backend: relay-b}
 tenants:
   - name: team
-    models: [gpt-4o-mini, solo, ctx]
+    models: [gpt-4o-mini, solo, ctx, ctx-open]
     keys:
       - {id: team-1, hash: %s}
     limits: {tpm: 1000000}

@@ -119,20 +119,29 @@ func Build(cfg *config.Config) *Gateway {
 
 // contextWindows lists the distinct known context windows of a model's
 // targets above the smallest: one restricted cluster each
-// (contract.PoolContextCluster).
+// (contract.PoolContextCluster). When some targets have no known window,
+// one more, above every known window, holds only those: the router sends a
+// request too long for every known window there (extproc requestBody).
 func contextWindows(m *config.Model) []int {
 	var ws []int
+	unknown := false
 	for _, t := range m.Targets {
 		if t.ContextWindow > 0 {
 			ws = append(ws, t.ContextWindow)
+		} else {
+			unknown = true
 		}
 	}
 	slices.Sort(ws)
 	ws = slices.Compact(ws)
-	if len(ws) <= 1 {
+	if len(ws) == 0 {
 		return nil
 	}
-	return ws[1:]
+	out := ws[1:]
+	if unknown {
+		out = append(out, ws[len(ws)-1]+1)
+	}
+	return out
 }
 
 func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {

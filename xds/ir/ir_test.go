@@ -35,7 +35,9 @@ func TestBuild(t *testing.T) {
 	for _, p := range g.Pools {
 		names = append(names, p.Cluster)
 	}
-	want := []string{"pool_long", "pool_m", "poolctx128000_m"}
+	// poolctx128001_m: above every known window, only the target of
+	// unknown window (c); the router sends a longer request there.
+	want := []string{"pool_long", "pool_m", "poolctx128000_m", "poolctx128001_m"}
 	if len(names) != len(want) {
 		t.Fatalf("pools %v, want %v", names, want)
 	}
@@ -44,7 +46,7 @@ func TestBuild(t *testing.T) {
 			t.Fatalf("pools %v, want %v", names, want)
 		}
 	}
-	long, m, ctx := g.Pools[0], g.Pools[1], g.Pools[2]
+	long, m, ctx, above := g.Pools[0], g.Pools[1], g.Pools[2], g.Pools[3]
 
 	tests := []struct {
 		name      string
@@ -66,6 +68,7 @@ func TestBuild(t *testing.T) {
 		{"context cluster drops the 8k target", len(ctx.Targets), 2},
 		{"context cluster priorities re-densified", ctx.Targets[0].Priority, uint32(0)},
 		{"context cluster min", ctx.MinContext, 128000},
+		{"above every known window: only the unknown-window target", [2]any{len(above.Targets), above.Targets[0].Backend}, [2]any{1, "c"}},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
