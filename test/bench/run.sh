@@ -24,6 +24,13 @@ point() { # target kind streams round name-suffix [extra flags...]
 		-o "$OUT/$t-$k-$n$suffix-r$r.json" "$@"
 }
 
+# One short untimed point per server first: the first point of a run was
+# consistently the slowest (cold page cache, CPU frequency), whichever
+# server ran it.
+for t in baseline swarmgate; do
+	"$LG" run --target "$t" --kind json --streams 64 --warmup 1s --duration 4s -o /dev/null >/dev/null
+done
+
 for r in $(seq 1 "$ROUNDS"); do
 	for k in json sse; do
 		for n in 64 1000; do
