@@ -293,7 +293,6 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		// Headers were refused or never seen; Envoy should not send a body.
 		return s.refuse(r, errInvalidKey("You didn't provide an API key."))
 	}
-	growStack(len(body))
 	cr, err := chatreq.Scan(body)
 	if err != nil {
 		return s.refuse(r, scanError(err))
