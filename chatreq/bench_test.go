@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/swarmgate/swarmgate/internal/cpuclock"
 )
 
 // agentBody builds a chat request of about size bytes shaped like an agent
@@ -64,13 +66,13 @@ func benchAgentBodies(b *testing.B, op func(body []byte) error) {
 		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			start := cpuNow()
+			start := cpuclock.Start()
 			for b.Loop() {
 				if err := op(body); err != nil {
 					b.Fatal(err)
 				}
 			}
-			cpuMBps(b, start, len(body))
+			cpuclock.ReportMBps(b, start, len(body))
 		})
 	}
 }
@@ -110,13 +112,13 @@ func BenchmarkSetModel(b *testing.B) {
 	body := agentBody(64 << 10)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	start := cpuNow()
+	start := cpuclock.Start()
 	for b.Loop() {
 		if _, err := SetModel(body, "gpt-4o-2024-08-06"); err != nil {
 			b.Fatal(err)
 		}
 	}
-	cpuMBps(b, start, int(int64(len(body))))
+	cpuclock.ReportMBps(b, start, len(body))
 }
 
 func TestAgentBodyScans(t *testing.T) {
@@ -169,13 +171,13 @@ func BenchmarkScanProse(b *testing.B) {
 		b.Run(sz.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			start := cpuNow()
+			start := cpuclock.Start()
 			for b.Loop() {
 				if _, err := Scan(body); err != nil {
 					b.Fatal(err)
 				}
 			}
-			cpuMBps(b, start, int(int64(len(body))))
+			cpuclock.ReportMBps(b, start, len(body))
 		})
 	}
 }
@@ -187,11 +189,11 @@ var sink int
 func BenchmarkYardstickByteLoop(b *testing.B) {
 	buf := agentBody(1 << 20)
 	b.SetBytes(int64(len(buf)))
-	start := cpuNow()
+	start := cpuclock.Start()
 	for b.Loop() {
 		sink = sumBytes(buf)
 	}
-	cpuMBps(b, start, len(buf))
+	cpuclock.ReportMBps(b, start, len(buf))
 }
 
 // sumBytes is outside the b.Loop body, which the compiler keeps from

@@ -5,6 +5,8 @@ import (
 	"compress/gzip"
 	"io"
 	"testing"
+
+	"github.com/swarmgate/swarmgate/internal/cpuclock"
 )
 
 // benchStream is a long chat stream: the include_usage fixture's content
@@ -28,20 +30,42 @@ func benchStream(tb testing.TB, events int) ([]byte, [][]byte) {
 	return s, chunks
 }
 
-func BenchmarkStreamParser(b *testing.B) {
-	s, chunks := benchStream(b, 2000)
-	var p StreamParser
-	b.SetBytes(int64(len(s)))
+// benchChunks runs one whole stream, given as chunks, per iteration and
+// reports MB/s of wall and CPU time and ns per chunk.
+func benchChunks(b *testing.B, size int, chunks [][]byte, stream func(chunks [][]byte)) {
+	b.SetBytes(int64(size))
 	b.ReportAllocs()
-	start := cpuNow()
+	start := cpuclock.Start()
 	for b.Loop() {
+		stream(chunks)
+	}
+	cpuclock.ReportMBps(b, start, size)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
+}
+
+func parseAll(p *StreamParser) func([][]byte) {
+	return func(chunks [][]byte) {
 		p.Reset()
 		for _, c := range chunks {
 			p.Write(c)
 		}
 	}
-	cpuMBps(b, start, int(int64(len(s))))
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
+}
+
+func filterAll(f *StreamFilter) func([][]byte) {
+	return func(chunks [][]byte) {
+		f.Reset()
+		for _, c := range chunks {
+			f.Write(c)
+		}
+		f.Flush()
+	}
+}
+
+func BenchmarkStreamParser(b *testing.B) {
+	s, chunks := benchStream(b, 2000)
+	var p StreamParser
+	benchChunks(b, len(s), chunks, parseAll(&p))
 	if u, ok := p.Usage(); !ok || u.TotalTokens != 29 || !p.Done() {
 		b.Fatal("stream not parsed")
 	}
@@ -51,54 +75,23 @@ func BenchmarkStreamParser(b *testing.B) {
 // when the upstream flushes per event.
 func BenchmarkStreamParserEventChunks(b *testing.B) {
 	s, _ := benchStream(b, 2000)
-	chunks := refBlocks(s)
 	var p StreamParser
-	b.SetBytes(int64(len(s)))
-	b.ReportAllocs()
-	start := cpuNow()
-	for b.Loop() {
-		p.Reset()
-		for _, c := range chunks {
-			p.Write(c)
-		}
-	}
-	cpuMBps(b, start, int(int64(len(s))))
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
+	benchChunks(b, len(s), refBlocks(s), parseAll(&p))
 }
 
 func BenchmarkStreamFilter(b *testing.B) {
 	s, chunks := benchStream(b, 2000)
 	var f StreamFilter
-	b.SetBytes(int64(len(s)))
-	b.ReportAllocs()
-	start := cpuNow()
-	for b.Loop() {
-		f.Reset()
-		for _, c := range chunks {
-			f.Write(c)
-		}
-		f.Flush()
-	}
-	cpuMBps(b, start, int(int64(len(s))))
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
+	benchChunks(b, len(s), chunks, filterAll(&f))
 }
 
 func BenchmarkStreamFilterEventChunks(b *testing.B) {
 	s, _ := benchStream(b, 2000)
-	chunks := refBlocks(s)
 	var f StreamFilter
-	b.SetBytes(int64(len(s)))
-	b.ReportAllocs()
-	start := cpuNow()
-	for b.Loop() {
-		f.Reset()
-		for _, c := range chunks {
-			f.Write(c)
-		}
-		f.Flush()
+	benchChunks(b, len(s), refBlocks(s), filterAll(&f))
+	if f.Removed() != 1 {
+		b.Fatalf("removed %d usage-only events, want 1", f.Removed())
 	}
-	cpuMBps(b, start, int(int64(len(s))))
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(chunks)), "ns/chunk")
 }
 
 func BenchmarkFromJSON(b *testing.B) {
@@ -112,13 +105,13 @@ func BenchmarkFromJSON(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
-			start := cpuNow()
+			start := cpuclock.Start()
 			for b.Loop() {
 				if _, ok := FromJSON(c.body); !ok {
 					b.Fatal("no usage")
 				}
 			}
-			cpuMBps(b, start, int(int64(len(c.body))))
+			cpuclock.ReportMBps(b, start, len(c.body))
 		})
 	}
 }
