@@ -6,11 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +16,7 @@ import (
 	"github.com/swarmgate/swarmgate/accounting/pricing"
 	"github.com/swarmgate/swarmgate/accounting/reserve"
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
 // startCluster runs a 3-master Redis Cluster of real redis-server processes
@@ -29,68 +25,7 @@ import (
 // (CROSSSLOT), so this checks the hash tags for real.
 func startCluster(t *testing.T) *redis.ClusterClient {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not found: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var addrs []string
-	var nodes []*redis.Client
-	for i := range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		dir := t.TempDir()
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning",
-			"--logfile", filepath.Join(dir, "redis.log"))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		t.Cleanup(func() { _ = c.Close() })
-		for c.Ping(ctx).Err() != nil {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("node %d did not start", i)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		addrs, nodes = append(addrs, addr), append(nodes, c)
-	}
-	for i, c := range nodes {
-		if i > 0 {
-			host, port, _ := net.SplitHostPort(addrs[i])
-			if err := nodes[0].ClusterMeet(ctx, host, port).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		lo, hi := i*16384/3, (i+1)*16384/3-1
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range nodes {
-		for {
-			info, _ := c.ClusterInfo(ctx).Result()
-			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("cluster did not converge: %s", info)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Cluster(t, 3)})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
 }

@@ -26,16 +26,26 @@ type Server struct {
 	cmd  *exec.Cmd
 	dir  string
 	port int
+	args []string // before the standard options: a config file, --sentinel, cluster flags
 }
 
 // Start launches redis-server on a free port and stops it when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWith(t)
+}
+
+// StartWith is Start with extra redis-server arguments, placed before the
+// standard ones (a sentinel's config file must come first): for example
+// "--cluster-enabled", "yes", or conf, "--sentinel". Relative paths are in
+// the server's own directory.
+func StartWith(t testing.TB, args ...string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found on PATH: run `make deps` (apt-get install redis-server): %v", err)
 	}
-	s := &Server{t: t, dir: t.TempDir()}
+	s := &Server{t: t, dir: t.TempDir(), args: args}
 	s.port = freePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 	s.start(bin)
@@ -45,11 +55,11 @@ func Start(t testing.TB) *Server {
 
 func (s *Server) start(bin string) {
 	s.t.Helper()
-	s.cmd = exec.Command(bin,
+	s.cmd = exec.Command(bin, append(append([]string(nil), s.args...),
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log"))...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("starting redis-server: %v", err)
 	}
@@ -110,6 +120,50 @@ func (s *Server) Info(ctx context.Context, field string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("redis info: no field %q", field)
+}
+
+// Cluster starts n redis-server nodes in cluster mode, splits the 16,384
+// slots between them and waits until every node sees a converged cluster.
+// It returns the nodes' addresses (for redis.NewClusterClient or
+// config.Redis.Addrs).
+func Cluster(t testing.TB, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addrs := make([]string, n)
+	nodes := make([]*redis.Client, n)
+	for i := range n {
+		addrs[i] = StartWith(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf").Addr
+		nodes[i] = redis.NewClient(&redis.Options{Addr: addrs[i], MaxRetries: -1})
+		t.Cleanup(func() { _ = nodes[i].Close() })
+	}
+	for i, c := range nodes {
+		if i > 0 {
+			host, port, _ := net.SplitHostPort(addrs[i])
+			if err := nodes[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+				t.Fatalf("cluster meet: %v", err)
+			}
+		}
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			t.Fatalf("cluster addslotsrange: %v", err)
+		}
+	}
+	known := "cluster_known_nodes:" + strconv.Itoa(n)
+	for _, c := range nodes {
+		for {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, known) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("redis cluster did not converge: %s", info)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return addrs
 }
 
 func freePort(t testing.TB) int {

@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,35 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/ratelimit/rlstest"
 	"github.com/swarmgate/swarmgate/ratelimit/service"
 	"github.com/swarmgate/swarmgate/xds/translator"
 )
-
-// redisProc starts a real redis-server with extra arguments (cluster or
-// sentinel mode, which internal/redistest does not offer) on a free port.
-func redisProc(t *testing.T, args ...string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := t.TempDir()
-	full := append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--logfile", filepath.Join(dir, "log"))
-	cmd := exec.Command("redis-server", full...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	waitFor(t, func() bool { return c.Ping(context.Background()).Err() == nil })
-	return addr
-}
 
 // The embedded service keeps its counters in each Redis topology the
 // config can name, through redisconn and our go-redis driver.
@@ -56,27 +29,17 @@ func TestRedisTopologies(t *testing.T) {
 		{"cluster", func(t *testing.T, r *config.Redis) {
 			// A one-node cluster owning every slot: ClusterClient pipelines
 			// split by slot exactly as with more nodes.
-			addr := redisProc(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			defer c.Close()
-			ctx := context.Background()
-			if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, func() bool {
-				info, err := c.ClusterInfo(ctx).Result()
-				return err == nil && strings.Contains(info, "cluster_state:ok")
-			})
-			r.Mode, r.Addrs = "cluster", []string{addr}
+			addrs := redistest.Cluster(t, 1)
+			r.Mode, r.Addrs = "cluster", addrs
 		}},
 		{"sentinel", func(t *testing.T, r *config.Redis) {
-			master := redisProc(t)
+			master := redistest.Start(t).Addr
 			conf := filepath.Join(t.TempDir(), "sentinel.conf")
 			host, port, _ := net.SplitHostPort(master)
 			if err := os.WriteFile(conf, []byte(fmt.Sprintf("sentinel monitor sgmaster %s %s 1\n", host, port)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			sentinel := redisProc(t, conf, "--sentinel")
+			sentinel := redistest.StartWith(t, conf, "--sentinel").Addr
 			s := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
 			defer s.Close()
 			waitFor(t, func() bool {
