@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,27 +45,6 @@ func BenchmarkReserveSettle(b *testing.B) {
 	}
 }
 
-// clusterSlot is Redis Cluster's key slot (CRC16/XMODEM of the hash tag).
-func clusterSlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
 // All keys of one reservation script (every scope, the settled marker and
 // the ledger's month hash) are in the tenant's slot, so it runs on Cluster.
 func TestReservationKeysShareASlot(t *testing.T) {
@@ -77,8 +55,8 @@ func TestReservationKeysShareASlot(t *testing.T) {
 		keys = append(keys, z, h)
 	}
 	for _, k := range keys {
-		if clusterSlot(k) != clusterSlot(keys[0]) {
-			t.Fatalf("%s in slot %d, %s in %d", k, clusterSlot(k), keys[0], clusterSlot(keys[0]))
+		if redistest.Slot(k) != redistest.Slot(keys[0]) {
+			t.Fatalf("%s in slot %d, %s in %d", k, redistest.Slot(k), keys[0], redistest.Slot(keys[0]))
 		}
 	}
 }
