@@ -55,6 +55,7 @@ func (a *answer) start(phase answerPhase) (*extprocv3.ProcessingResponse, *extpr
 		a.setPtrs[i] = nil
 	}
 	a.used = 0
+	clear(a.raw) // the last answer's bytes may hold an upstream key
 	a.raw = a.raw[:0]
 	clear(a.removes[:])
 	a.resp = extprocv3.ProcessingResponse{}

@@ -170,3 +170,37 @@ func BenchmarkEncodeAnswer(b *testing.B) {
 		}
 	})
 }
+
+// A reused answer carries nothing of the previous message: no header, no
+// body, no override, and the previous credential's bytes are cleared.
+func TestAnswerReuse(t *testing.T) {
+	var a answer
+	resp, _ := a.start(answerRequestBody)
+	a.setBearer("sk-secret-upstream-key") // into the answer's own bytes
+	for range answerSets + 3 {            // past the arrays, into allocated options
+		a.set("x-h", "v")
+	}
+	a.remove("x-gone")
+	a.setBody([]byte("{}"))
+	resp.ModeOverride = bodyOverride
+	resp, common := a.start(answerResponseHeaders)
+	a.set("x-swarmgate-backend", "b")
+	if resp.GetResponseHeaders() == nil || resp.ModeOverride != nil || common.BodyMutation != nil || common.ClearRouteCache {
+		t.Fatalf("state carried over: %v", resp)
+	}
+	m := common.GetHeaderMutation()
+	if len(m.GetSetHeaders()) != 1 || len(m.GetRemoveHeaders()) != 0 {
+		t.Fatalf("mutation carried over: %v", m)
+	}
+	if bytes.Contains(a.raw[:cap(a.raw)], []byte("sk-secret")) {
+		t.Error("the previous answer's credential is still in the reused buffer")
+	}
+	data, err := NewCodec().Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back extprocv3.ProcessingResponse
+	if err := proto.Unmarshal(data.Materialize(), &back); err != nil || !proto.Equal(&back, resp) {
+		t.Fatalf("reused answer does not round-trip: %v %v", &back, err)
+	}
+}
