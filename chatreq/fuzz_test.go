@@ -132,3 +132,46 @@ func FuzzSetModel(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStr: the block-mask string scan gives what the byte-by-byte one
+// gives (raw bytes, escape flag, end, byte classes, error), at every
+// alignment and with the block already classified by an earlier string.
+func FuzzStr(f *testing.F) {
+	for _, s := range []string{
+		`abc"`, `a\"b\\"`, `\n\t\r\b\f\/"`, `\u00e9\ud83d\ude00\ud800x\udc00"`, `\u12"`, `\x"`, "a\x01\"", `a\`,
+		`\\\\\\\"\\\"` + "\"", "caf\xc3\xa9 \xff\"", `\ud83d\u0041"`, `\uD83D\uDE00\u003c"`,
+	} {
+		for _, off := range []uint8{0, 1, 57, 62, 63} {
+			f.Add([]byte(s), off, false)
+			f.Add(bytes.Repeat([]byte(s[:len(s)-1]), 40), off, true)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, off uint8, warm bool) {
+		var body []byte
+		if warm { // an earlier string in the same block loads it first
+			body = append(body, `"w"`...)
+		}
+		body = append(body, bytes.Repeat([]byte(" "), int(off%64))...)
+		pos := len(body)
+		body = append(body, '"')
+		body = append(body, data...)
+
+		fast := scanner{b: body}
+		if warm {
+			if _, _, err := fast.str(nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fast.i = pos
+		var fs, ss textStats
+		fraw, fesc, ferr := fast.str(&fs)
+		slow := scanner{b: body, i: pos}
+		sraw, sesc, serr := slow.strSlow(&ss)
+		if (ferr == nil) != (serr == nil) || (ferr != nil && ferr.Error() != serr.Error()) {
+			t.Fatalf("%q: error %v, byte by byte %v", body, ferr, serr)
+		}
+		if !bytes.Equal(fraw, sraw) || fesc != sesc || fast.i != slow.i || fs != ss {
+			t.Fatalf("%q:\n blocks %q %v i=%d %+v\n bytes  %q %v i=%d %+v", body, fraw, fesc, fast.i, fs, sraw, sesc, slow.i, ss)
+		}
+	})
+}

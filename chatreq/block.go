@@ -1,0 +1,70 @@
+package chatreq
+
+import "encoding/binary"
+
+// block holds one bit per byte of a 64-byte block of the body (bit j is
+// byte 64k+j) for each byte class str needs. A block is classified once
+// and then serves every string in it: keys and short values are a few
+// bytes each, so most blocks hold several strings.
+//
+// Bytes past the end of the body read as 0, a control byte, so a string
+// that runs off the end stops there like at any bad byte.
+type block struct {
+	k         int // block index + 1; 0: none loaded
+	quote     uint64
+	backslash uint64
+	control   uint64 // < 0x20
+	nonASCII  uint64 // >= 0x80
+	word      uint64 // ASCII letters and bytes <= ' ' (in a valid string: the space)
+}
+
+// load classifies block k of s.b into s.blk.
+func (s *scanner) load(k int) {
+	base := k << 6
+	if base+64 <= len(s.b) {
+		classify((*[64]byte)(s.b[base:]), &s.blk)
+	} else {
+		s.loadTail(base)
+	}
+	s.blk.k = k + 1
+}
+
+// loadTail classifies the body's last, partial block, padded with zeros.
+func (s *scanner) loadTail(base int) {
+	var pad [64]byte
+	copy(pad[:], s.b[base:])
+	classify(&pad, &s.blk)
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+	l7  = 0x7f7f7f7f7f7f7f7f
+)
+
+// classifySWAR computes a block's masks eight bytes at a time: each test sets
+// the high bit of the bytes it holds for (exactly: no borrow crosses a
+// byte), and gather packs those eight bits into a byte of the mask.
+func classifySWAR(p *[64]byte, bl *block) {
+	*bl = block{}
+	for j := 0; j < 64; j += 8 {
+		w := binary.LittleEndian.Uint64(p[j:])
+		low := w & l7
+		q := w ^ lsb*'"'
+		bs := w ^ lsb*'\\'
+		t := low | lsb*0x20 // ASCII letters case-folded
+		letters := (t + lsb*(0x80-'a')) &^ (t + lsb*(0x80-'z'-1))
+		sh := uint(j)
+		bl.quote |= gather(^((q&l7 + l7) | q)) << sh
+		bl.backslash |= gather(^((bs&l7 + l7) | bs)) << sh
+		bl.control |= gather(^((low + lsb*(0x80-0x20)) | w)) << sh
+		bl.nonASCII |= gather(w) << sh
+		bl.word |= gather((letters|^(low+lsb*(0x80-'!')))&^w) << sh
+	}
+}
+
+// gather packs the high bits of w's eight bytes into eight bits, byte i's
+// into bit i: the multiply moves bit 8i+7 to bit 56+i, without collisions.
+func gather(w uint64) uint64 {
+	return ((w & msb) >> 7) * 0x0102040810204080 >> 56
+}

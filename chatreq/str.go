@@ -1,0 +1,275 @@
+package chatreq
+
+import (
+	"math/bits"
+	"unicode/utf8"
+)
+
+// textStats accumulates decoded sizes of text strings, by the byte classes
+// the token estimate weighs differently.
+type textStats struct {
+	bytes    int // decoded UTF-8 bytes
+	nonASCII int // bytes >= 0x80
+	symbols  int // ASCII bytes that are neither letters nor whitespace
+}
+
+func byteIsSymbol(c byte) bool {
+	l := c | 0x20
+	return c < 0x80 && c != ' ' && c != '\t' && c != '\n' && c != '\r' && (l < 'a' || l > 'z')
+}
+
+// escKind classifies the byte after an escaping backslash.
+var escKind = [256]uint8{
+	'n': escShort, 't': escShort, 'r': escShort, '"': escShort, '\\': escShort, '/': escShort,
+	'b': escControl, 'f': escControl,
+	'u': escUnicode,
+}
+
+const (
+	escInvalid = iota
+	escShort   // decodes to one byte of the class of the escaped letter or symbol
+	escControl // \b, \f: decode to a control byte, counted as a symbol
+	escUnicode // \uXXXX
+)
+
+// str scans a string whose opening quote is at s.i and returns its raw
+// content (escapes not decoded) and whether it contains escapes. When st is
+// not nil the decoded length and byte classes are added to it.
+//
+// It works on the bit masks of 64-byte blocks (block.go), so its cost does
+// not depend on how often the string is interrupted: agent traffic is code
+// and JSON inside strings, with an escape every few bytes. The byte classes
+// are counted on the raw bytes with popcounts and then corrected for each
+// escape. Anything irregular (a control byte, a bad escape, the end of the
+// body) goes to strSlow, which reports the first bad byte as a sequential
+// reader would.
+func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
+	// Most strings are keys and short values that end in the block already
+	// classified, with no escape: the short way.
+	start := s.i + 1
+	if k := start >> 6; s.blk.k == k+1 {
+		bl := &s.blk
+		from := ^uint64(0) << uint(start&63)
+		q := bl.quote & from
+		in := from & (q&-q - 1)
+		if q != 0 && (bl.backslash|bl.control)&in == 0 {
+			end := k<<6 + bits.TrailingZeros64(q)
+			if st != nil {
+				n, non := bits.OnesCount64(in), bits.OnesCount64(bl.nonASCII&in)
+				st.bytes += n
+				st.nonASCII += non
+				st.symbols += n - non - bits.OnesCount64(bl.word&in)
+			}
+			s.i = end + 1
+			return s.b[start:end], false, nil
+		}
+	}
+	return s.strBlocks(st)
+}
+
+// strBlocks is str for strings that cross blocks or hold escapes.
+func (s *scanner) strBlocks(st *textStats) (raw []byte, escaped bool, err error) {
+	b := s.b
+	start := s.i + 1
+	p := start
+	var carry uint64 // 1: the first byte of the next block is escaped
+	// Raw bytes of the string by class, from the masks; the escapes.
+	n, non, word := 0, 0, 0
+	esc, ctrl := 0, 0 // two-byte escapes; those that decode to \b or \f
+	// \u escapes: their raw bytes and raw symbols, and what they decode to.
+	uRaw, uRawSym := 0, 0
+	var u textStats
+	pairEnd := 0 // a surrogate pair decoded up to here
+	for {
+		k := p >> 6
+		if s.blk.k != k+1 {
+			s.load(k)
+		}
+		bl := &s.blk
+		base := k << 6
+		from := ^uint64(0) << uint(p-base)
+		e := escapes(bl.backslash&from, &carry)
+		in := from // the string's bytes in this block
+		q := bl.quote & from &^ e
+		if q != 0 {
+			in &= q&-q - 1
+		}
+		if bl.control&in != 0 {
+			return s.strSlow(st)
+		}
+		if e &= in; e != 0 {
+			escaped = true
+			for ; e != 0; e &= e - 1 {
+				j := base + bits.TrailingZeros64(e)
+				switch escKind[b[j]] {
+				case escShort:
+					esc++
+				case escControl:
+					esc++
+					ctrl++
+				case escUnicode:
+					if j < pairEnd { // the low half of a pair
+						continue
+					}
+					ln, dl, ds, err := s.escape(j - 1)
+					if err != nil {
+						return s.strSlow(st)
+					}
+					pairEnd = j - 1 + ln
+					uRaw += ln
+					for _, c := range b[j-1 : pairEnd] {
+						if byteIsSymbol(c) {
+							uRawSym++
+						}
+					}
+					u.bytes += dl
+					u.symbols += ds
+					if dl > 1 {
+						u.nonASCII += dl
+					}
+				default:
+					return s.strSlow(st)
+				}
+			}
+		}
+		if st != nil {
+			n += bits.OnesCount64(in)
+			non += bits.OnesCount64(bl.nonASCII & in)
+			word += bits.OnesCount64(bl.word & in)
+		}
+		if q != 0 {
+			end := base + bits.TrailingZeros64(q)
+			s.i = end + 1
+			if st != nil {
+				st.bytes += n - esc - uRaw + u.bytes
+				st.nonASCII += non + u.nonASCII
+				st.symbols += n - non - word - esc + ctrl - uRawSym + u.symbols
+			}
+			return b[start:end], escaped, nil
+		}
+		// The body goes on: past its end the block reads as control bytes.
+		p = base + 64
+	}
+}
+
+// escapes returns the bits of bs's block that are escaped: preceded by a
+// backslash that is not itself escaped. carry says whether the block's first
+// byte is escaped by the previous block, and is set for the next one. A run
+// of backslashes escapes every second byte after its start, so what matters
+// is where each run starts and whether it is odd in length.
+func escapes(bs uint64, carry *uint64) uint64 {
+	const even = 0x5555555555555555
+	bs &^= *carry // an escaped backslash escapes nothing
+	follows := bs<<1 | *carry
+	// Runs starting on odd bits: adding the start to the run carries out
+	// of its end, leaving a bit just past it; for runs starting on even bits
+	// the same works with the parity flipped.
+	oddStarts := bs &^ even &^ follows
+	sum, c := bits.Add64(oddStarts, bs, 0)
+	*carry = c
+	return (even ^ sum<<1) & follows
+}
+
+// strSlow is str byte by byte, from the opening quote at s.i.
+func (s *scanner) strSlow(st *textStats) (raw []byte, escaped bool, err error) {
+	b := s.b
+	start := s.i + 1
+	i := start
+	var t textStats
+	for i < len(b) && b[i] != '"' {
+		c := b[i]
+		switch {
+		case c < 0x20:
+			return nil, false, s.errAt(i, "invalid control character in string")
+		case c == '\\':
+			escaped = true
+			n, dn, ds, err := s.escape(i)
+			if err != nil {
+				return nil, false, err
+			}
+			i += n
+			t.bytes += dn
+			t.symbols += ds
+			if dn > 1 {
+				t.nonASCII += dn
+			}
+			continue
+		case c >= 0x80:
+			t.nonASCII++
+		case byteIsSymbol(c):
+			t.symbols++
+		}
+		t.bytes++
+		i++
+	}
+	if i >= len(b) {
+		return nil, false, s.errAt(len(b), "unexpected end of JSON input in string")
+	}
+	s.i = i + 1
+	if st != nil {
+		st.bytes += t.bytes
+		st.nonASCII += t.nonASCII
+		st.symbols += t.symbols
+	}
+	return b[start:i], escaped, nil
+}
+
+// escape decodes the size of the escape at b[i] (a backslash): its length
+// n, its decoded length dl, and how many decoded bytes are ASCII symbols
+// (the rest, for dl > 1, are non-ASCII; \\n \\r \\t are whitespace).
+func (s *scanner) escape(i int) (n, dl, symbols int, err error) {
+	b := s.b
+	if i+1 >= len(b) {
+		return 0, 0, 0, s.errAt(len(b), "unexpected end of JSON input in string escape")
+	}
+	switch b[i+1] {
+	case 'n', 't', 'r':
+		return 2, 1, 0, nil
+	case '"', '\\', '/', 'b', 'f':
+		return 2, 1, 1, nil
+	case 'u':
+	default:
+		return 0, 0, 0, s.errAt(i, "invalid escape in string")
+	}
+	r, ok := hex4(b, i+2)
+	if !ok {
+		return 0, 0, 0, s.errAt(i, "invalid \\u escape in string")
+	}
+	if r >= 0xD800 && r < 0xDC00 {
+		if r2, ok2 := hex4(b, i+8); ok2 && b[i+6] == '\\' && b[i+7] == 'u' && r2 >= 0xDC00 && r2 < 0xE000 {
+			return 12, 4, 0, nil
+		}
+	}
+	dl = utf8.RuneLen(r)
+	switch {
+	case dl < 0: // lone surrogate: decoders substitute U+FFFD
+		return 6, 3, 0, nil
+	case dl == 1 && byteIsSymbol(byte(r)):
+		return 6, 1, 1, nil
+	case dl == 1:
+		return 6, 1, 0, nil
+	}
+	return 6, dl, 0, nil
+}
+
+// hex4 decodes four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
