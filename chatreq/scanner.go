@@ -34,6 +34,14 @@ func quoteByte(c byte) string {
 }
 
 func (s *scanner) ws() {
+	// Request bodies are mostly compact: one compare decides, inline.
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return
+	}
+	s.spaces()
+}
+
+func (s *scanner) spaces() {
 	b, i := s.b, s.i
 	for i < len(b) {
 		switch b[i] {
