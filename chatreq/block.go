@@ -16,6 +16,7 @@ type block struct {
 	control   uint64 // < 0x20
 	nonASCII  uint64 // >= 0x80
 	word      uint64 // ASCII letters and bytes <= ' ' (in a valid string: the space)
+	short     uint64 // n t r " \ /: the escapes that decode to one byte of their own class
 }
 
 // load classifies block k of s.b into s.blk.
@@ -52,16 +53,21 @@ func classifySWAR(p *[64]byte, bl *block) {
 		low := w & l7
 		q := w ^ lsb*'"'
 		bs := w ^ lsb*'\\'
+		short := zeros(q) | zeros(bs) | zeros(w^lsb*'n') | zeros(w^lsb*'t') | zeros(w^lsb*'r') | zeros(w^lsb*'/')
 		t := low | lsb*0x20 // ASCII letters case-folded
 		letters := (t + lsb*(0x80-'a')) &^ (t + lsb*(0x80-'z'-1))
 		sh := uint(j)
-		bl.quote |= gather(^((q&l7 + l7) | q)) << sh
-		bl.backslash |= gather(^((bs&l7 + l7) | bs)) << sh
+		bl.quote |= gather(zeros(q)) << sh
+		bl.backslash |= gather(zeros(bs)) << sh
+		bl.short |= gather(short) << sh
 		bl.control |= gather(^((low + lsb*(0x80-0x20)) | w)) << sh
 		bl.nonASCII |= gather(w) << sh
 		bl.word |= gather((letters|^(low+lsb*(0x80-'!')))&^w) << sh
 	}
 }
+
+// zeros sets the high bit of w's zero bytes.
+func zeros(w uint64) uint64 { return ^((w&l7 + l7) | w) & msb }
 
 // gather packs the high bits of w's eight bytes into eight bits, byte i's
 // into bit i: the multiply moves bit 8i+7 to bit 56+i, without collisions.

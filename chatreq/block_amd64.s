@@ -5,9 +5,9 @@
 
 // CHUNK classifies the 16 bytes at off(SI) and ORs their bits, shifted
 // left by off, into R8 (quote), R9 (backslash), R10 (control), R11
-// (non-ASCII) and R12 (word). Plan 9 operand order: PCMPGTB a, b sets
-// b = b > a, signed, so bytes >= 0x80 (negative) are below every ASCII
-// bound and are masked out with the non-ASCII bits.
+// (non-ASCII), R12 (word) and R13 (short escape). Plan 9 operand order:
+// PCMPGTB a, b sets b = b > a, signed, so bytes >= 0x80 (negative) are
+// below every ASCII bound and are masked out with the non-ASCII bits.
 #define CHUNK(off) \
 	MOVOU    off(SI), X0; \
 	MOVOU    X0, X1; \
@@ -15,11 +15,27 @@
 	PMOVMSKB X1, AX; \
 	SHLQ     $off, AX; \
 	ORQ      AX, R8; \
-	MOVOU    X0, X1; \
-	PCMPEQB  X9, X1; \
-	PMOVMSKB X1, AX; \
+	MOVOU    X0, X2; \
+	PCMPEQB  X9, X2; \
+	PMOVMSKB X2, AX; \
 	SHLQ     $off, AX; \
 	ORQ      AX, R9; \
+	POR      X2, X1; \
+	MOVOU    X0, X2; \
+	PCMPEQB  X14, X2; \
+	POR      X2, X1; \
+	MOVOU    X0, X2; \
+	PCMPEQB  X15, X2; \
+	POR      X2, X1; \
+	MOVOU    X0, X2; \
+	PCMPEQB  X5, X2; \
+	POR      X2, X1; \
+	MOVOU    X0, X2; \
+	PCMPEQB  X6, X2; \
+	POR      X2, X1; \
+	PMOVMSKB X1, AX; \
+	SHLQ     $off, AX; \
+	ORQ      AX, R13; \
 	PMOVMSKB X0, DX; \
 	NOTQ     DX; \
 	MOVOU    X10, X1; \
@@ -47,33 +63,31 @@
 	SHLQ     $off, DX; \
 	ORQ      DX, R11
 
+#define BROADCAST(c, x) \
+	MOVQ   $c, AX; \
+	MOVQ   AX, x; \
+	PSHUFL $0, x, x
+
 // func classifySSE2(p *[64]byte, bl *block)
 TEXT ·classifySSE2(SB), NOSPLIT, $0-16
 	MOVQ p+0(FP), SI
 	MOVQ bl+8(FP), DI
-	MOVQ $0x2222222222222222, AX // '"'
-	MOVQ AX, X8
-	PSHUFL $0, X8, X8
-	MOVQ $0x5c5c5c5c5c5c5c5c, AX // '\\'
-	MOVQ AX, X9
-	PSHUFL $0, X9, X9
-	MOVQ $0x2020202020202020, AX // controls are below; letters fold case with it
-	MOVQ AX, X10
-	PSHUFL $0, X10, X10
-	MOVQ $0x2121212121212121, AX // '!': the space and below
-	MOVQ AX, X11
-	PSHUFL $0, X11, X11
-	MOVQ $0x6060606060606060, AX // 'a'-1
-	MOVQ AX, X12
-	PSHUFL $0, X12, X12
-	MOVQ $0x7b7b7b7b7b7b7b7b, AX // 'z'+1
-	MOVQ AX, X13
-	PSHUFL $0, X13, X13
+	BROADCAST(0x2222222222222222, X8)  // '"'
+	BROADCAST(0x5c5c5c5c5c5c5c5c, X9)  // '\\'
+	BROADCAST(0x2020202020202020, X10) // controls are below; letters fold case with it
+	BROADCAST(0x2121212121212121, X11) // '!': the space and below
+	BROADCAST(0x6060606060606060, X12) // 'a'-1
+	BROADCAST(0x7b7b7b7b7b7b7b7b, X13) // 'z'+1
+	BROADCAST(0x6e6e6e6e6e6e6e6e, X14) // 'n'
+	BROADCAST(0x7474747474747474, X15) // 't'
+	BROADCAST(0x7272727272727272, X5)  // 'r'
+	BROADCAST(0x2f2f2f2f2f2f2f2f, X6)  // '/'
 	XORQ R8, R8
 	XORQ R9, R9
 	XORQ R10, R10
 	XORQ R11, R11
 	XORQ R12, R12
+	XORQ R13, R13
 	CHUNK(0)
 	CHUNK(16)
 	CHUNK(32)
@@ -83,4 +97,5 @@ TEXT ·classifySSE2(SB), NOSPLIT, $0-16
 	MOVQ R10, block_control(DI)
 	MOVQ R11, block_nonASCII(DI)
 	MOVQ R12, block_word(DI)
+	MOVQ R13, block_short(DI)
 	RET

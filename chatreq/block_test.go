@@ -2,6 +2,7 @@ package chatreq
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -16,7 +17,7 @@ func TestClassify(t *testing.T) {
 			case 0:
 				p[i] = byte(rng.UintN(256))
 			default: // the interesting bytes and their neighbours, densely
-				p[i] = "\x00\x1f\x20\x21\"\\\x7f\x80\xffazAZ@[`{ \t\n"[rng.IntN(20)]
+				p[i] = "\x00\x1f\x20\x21\"\\\x7f\x80\xffazAZ@[`{ \t\nntr/bfu"[rng.IntN(27)]
 			}
 		}
 		var want block
@@ -37,6 +38,9 @@ func TestClassify(t *testing.T) {
 			}
 			if c <= ' ' || (l >= 'a' && l <= 'z') {
 				want.word |= bit
+			}
+			if strings.IndexByte(`ntr"\/`, c) >= 0 {
+				want.short |= bit
 			}
 		}
 		var got, swar block

@@ -19,15 +19,14 @@ func byteIsSymbol(c byte) bool {
 }
 
 // escKind classifies the byte after an escaping backslash.
+// The short ones (n t r " \\ /) are found with block.short instead.
 var escKind = [256]uint8{
-	'n': escShort, 't': escShort, 'r': escShort, '"': escShort, '\\': escShort, '/': escShort,
 	'b': escControl, 'f': escControl,
 	'u': escUnicode,
 }
 
 const (
 	escInvalid = iota
-	escShort   // decodes to one byte of the class of the escaped letter or symbol
 	escControl // \b, \f: decode to a control byte, counted as a symbol
 	escUnicode // \uXXXX
 )
@@ -99,11 +98,12 @@ func (s *scanner) strBlocks(st *textStats) (raw []byte, escaped bool, err error)
 		}
 		if e &= in; e != 0 {
 			escaped = true
-			for ; e != 0; e &= e - 1 {
+			// The common escapes are counted at once; the others one by one.
+			odd := e &^ bl.short
+			esc += bits.OnesCount64(e &^ odd)
+			for e = odd; e != 0; e &= e - 1 {
 				j := base + bits.TrailingZeros64(e)
 				switch escKind[b[j]] {
-				case escShort:
-					esc++
 				case escControl:
 					esc++
 					ctrl++
