@@ -99,3 +99,85 @@ TEXT ·classifySSE2(SB), NOSPLIT, $0-16
 	MOVQ R12, block_word(DI)
 	MOVQ R13, block_short(DI)
 	RET
+
+// CHUNK32 is CHUNK for 32 bytes with AVX2's three-operand forms; Plan 9
+// order again: VPCMPGTB a, b, c sets c = b > a.
+#define CHUNK32(off) \
+	VMOVDQU   off(SI), Y0; \
+	VPCMPEQB  Y8, Y0, Y1; \
+	VPMOVMSKB Y1, AX; \
+	SHLQ      $off, AX; \
+	ORQ       AX, R8; \
+	VPCMPEQB  Y9, Y0, Y2; \
+	VPMOVMSKB Y2, AX; \
+	SHLQ      $off, AX; \
+	ORQ       AX, R9; \
+	VPOR      Y2, Y1, Y1; \
+	VPCMPEQB  Y14, Y0, Y2; \
+	VPOR      Y2, Y1, Y1; \
+	VPCMPEQB  Y15, Y0, Y2; \
+	VPOR      Y2, Y1, Y1; \
+	VPCMPEQB  Y5, Y0, Y2; \
+	VPOR      Y2, Y1, Y1; \
+	VPCMPEQB  Y6, Y0, Y2; \
+	VPOR      Y2, Y1, Y1; \
+	VPMOVMSKB Y1, AX; \
+	SHLQ      $off, AX; \
+	ORQ       AX, R13; \
+	VPMOVMSKB Y0, DX; \
+	NOTQ      DX; \
+	VPCMPGTB  Y0, Y10, Y1; \
+	VPMOVMSKB Y1, AX; \
+	ANDQ      DX, AX; \
+	SHLQ      $off, AX; \
+	ORQ       AX, R10; \
+	VPCMPGTB  Y0, Y11, Y1; \
+	VPMOVMSKB Y1, CX; \
+	ANDQ      DX, CX; \
+	VPOR      Y10, Y0, Y2; \
+	VPCMPGTB  Y12, Y2, Y3; \
+	VPCMPGTB  Y2, Y13, Y4; \
+	VPAND     Y4, Y3, Y3; \
+	VPMOVMSKB Y3, AX; \
+	ORQ       CX, AX; \
+	SHLQ      $off, AX; \
+	ORQ       AX, R12; \
+	NOTQ      DX; \
+	SHLQ      $off, DX; \
+	ORQ       DX, R11
+
+#define BROADCAST32(c, x, y) \
+	MOVQ         $c, AX; \
+	MOVQ         AX, x; \
+	VPBROADCASTB x, y
+
+// func classifyAVX2(p *[64]byte, bl *block)
+TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ bl+8(FP), DI
+	BROADCAST32(0x22, X8, Y8)   // '"'
+	BROADCAST32(0x5c, X9, Y9)   // '\\'
+	BROADCAST32(0x20, X10, Y10)
+	BROADCAST32(0x21, X11, Y11)
+	BROADCAST32(0x60, X12, Y12)
+	BROADCAST32(0x7b, X13, Y13)
+	BROADCAST32(0x6e, X14, Y14) // 'n'
+	BROADCAST32(0x74, X15, Y15) // 't'
+	BROADCAST32(0x72, X5, Y5)   // 'r'
+	BROADCAST32(0x2f, X6, Y6)   // '/'
+	XORQ R8, R8
+	XORQ R9, R9
+	XORQ R10, R10
+	XORQ R11, R11
+	XORQ R12, R12
+	XORQ R13, R13
+	CHUNK32(0)
+	CHUNK32(32)
+	VZEROUPPER
+	MOVQ R8, block_quote(DI)
+	MOVQ R9, block_backslash(DI)
+	MOVQ R10, block_control(DI)
+	MOVQ R11, block_nonASCII(DI)
+	MOVQ R12, block_word(DI)
+	MOVQ R13, block_short(DI)
+	RET
