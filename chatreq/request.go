@@ -89,15 +89,8 @@ func Scan(body []byte) (Request, error) {
 	r.at.lastEnd = s.i + 1
 	member := func(key []byte, esc bool) error {
 		s.ws()
-		name := key
-		if esc {
-			var buf [32]byte
-			d, _ := unescape(buf[:0], key)
-			if len(d) > len(buf) {
-				return s.skip() // longer than any name we look for
-			}
-			name = d
-		}
+		var buf [maxKey]byte
+		name := keyName(&buf, key, esc)
 		switch string(name) {
 		case "model":
 			if seenModel {
@@ -330,10 +323,11 @@ func (s *scanner) message(r *Request) error {
 	st := textStats{}
 	err := s.object(func(k []byte, e bool) error {
 		s.ws()
-		switch {
-		case keyIs(k, e, "content"):
+		var buf [maxKey]byte
+		switch string(keyName(&buf, k, e)) {
+		case "content":
 			return s.content(&st)
-		case keyIs(k, e, "tool_calls"):
+		case "tool_calls":
 			if s.peek() != '[' {
 				return s.skip()
 			}
@@ -348,12 +342,12 @@ func (s *scanner) message(r *Request) error {
 					return s.skip()
 				})
 			})
-		case keyIs(k, e, "function_call"):
+		case "function_call":
 			if s.peek() == '{' {
 				return s.functionCall(&st)
 			}
 			return s.skip()
-		case keyIs(k, e, "output"), keyIs(k, e, "arguments"):
+		case "output", "arguments":
 			// responses-API input items: function_call_output.output and
 			// function_call.arguments
 			if s.peek() == '"' {

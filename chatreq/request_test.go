@@ -84,6 +84,12 @@ func TestScan(t *testing.T) {
 			want: Request{Model: "a/bé", Messages: 1, PromptBytes: 3 + 3 + 4, PromptNonASCIIBytes: 7},
 		},
 		{
+			name: "escaped member names everywhere",
+			body: `{"\u006d\u006f\u0064\u0065\u006c":"m","\u006d\u0061\u0078\u005f\u0063\u006f\u006d\u0070\u006c\u0065\u0074\u0069\u006f\u006e\u005f\u0074\u006f\u006b\u0065\u006e\u0073":7,` +
+				`"messages":[{"c\u006fntent":[{"t\u0065xt":"ab"}],"tool_c\u0061lls":[{"functio\u006e":{"n\u0061me":"cd","\u0061rguments":"ef"}}]}]}`,
+			want: Request{Model: "m", MaxTokens: 7, Messages: 1, PromptBytes: 6},
+		},
+		{
 			name: "byte classes, escaped and raw",
 			body: `{"model":"m","prompt":"Ab 1,\"\u0041\u002e\t~é"}`,
 			want: Request{Model: "m", PromptBytes: 12, PromptNonASCIIBytes: 2, PromptSymbolBytes: 5},

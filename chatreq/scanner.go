@@ -252,9 +252,29 @@ func keyIs(raw []byte, escaped bool, name string) bool {
 	if !escaped {
 		return string(raw) == name
 	}
-	var buf [32]byte
-	d, ok := unescape(buf[:0], raw)
-	return ok && string(d) == name
+	return escapedKeyIs(raw, name)
+}
+
+func escapedKeyIs(raw []byte, name string) bool {
+	var buf [maxKey]byte
+	return string(keyName(&buf, raw, true)) == name
+}
+
+// maxKey bounds the keys decoded for a match: the longest name the scan
+// looks for, with every byte \u-escaped, fits.
+const maxKey = 6 * len("max_completion_tokens")
+
+// keyName returns a key decoded into buf if it has escapes. A key too long
+// to be one of the names looked for comes back raw: it still holds a
+// backslash, so it matches none.
+func keyName(buf *[maxKey]byte, raw []byte, escaped bool) []byte {
+	if !escaped || len(raw) > maxKey {
+		return raw
+	}
+	if d, ok := unescape(buf[:0], raw); ok {
+		return d
+	}
+	return raw
 }
 
 // unescape appends the decoded form of a raw string body to dst.
