@@ -10,7 +10,6 @@ import "encoding/binary"
 // Bytes past the end of the body read as 0, a control byte, so a string
 // that runs off the end stops there like at any bad byte.
 type block struct {
-	k         int // block index + 1; 0: none loaded
 	quote     uint64
 	backslash uint64
 	control   uint64 // < 0x20
@@ -19,22 +18,47 @@ type block struct {
 	short     uint64 // n t r " \ /: the escapes that decode to one byte of their own class
 }
 
-// load classifies block k of s.b into s.blk.
-func (s *scanner) load(k int) {
-	base := k << 6
-	if base+64 <= len(s.b) {
-		classify((*[64]byte)(s.b[base:]), &s.blk)
-	} else {
-		s.loadTail(base)
-	}
-	s.blk.k = k + 1
+// pastEnd is a block wholly past the end of the body: 64 zero bytes.
+var pastEnd = block{control: ^uint64(0), word: ^uint64(0)}
+
+// batch is how many consecutive blocks are classified at once: one call,
+// its constants set up once.
+const batch = 8
+
+// blocks holds the classified blocks end-batch .. end-1.
+type blocks struct {
+	end int // 0: none
+	b   [batch]block
 }
 
-// loadTail classifies the body's last, partial block, padded with zeros.
-func (s *scanner) loadTail(base int) {
-	var pad [64]byte
-	copy(pad[:], s.b[base:])
-	classify(&pad, &s.blk)
+// block returns block k's masks, classifying it and the ones after it if
+// they are not held.
+func (s *scanner) block(k int) *block {
+	i := s.blks.end - 1 - k
+	if uint(i) >= batch {
+		s.load(k)
+		i = batch - 1
+	}
+	return &s.blks.b[batch-1-i]
+}
+
+// load classifies blocks k .. k+batch-1 of s.b.
+func (s *scanner) load(k int) {
+	base := k << 6
+	full := min(batch, max(0, (len(s.b)-base)>>6))
+	if full > 0 {
+		classify(s.b[base:base+full<<6], s.blks.b[:full])
+	}
+	for j := full; j < batch; j++ {
+		if o := base + j<<6; o < len(s.b) { // the partial last block, padded
+			var pad [64]byte
+			copy(pad[:], s.b[o:])
+			classify(pad[:], s.blks.b[j:j+1])
+		} else {
+			s.blks.b[j] = pastEnd
+		}
+	}
+	s.blks.end = k + batch
 }
 
 const (
@@ -43,10 +67,17 @@ const (
 	l7  = 0x7f7f7f7f7f7f7f7f
 )
 
-// classifySWAR computes a block's masks eight bytes at a time: each test sets
-// the high bit of the bytes it holds for (exactly: no borrow crosses a
-// byte), and gather packs those eight bits into a byte of the mask.
-func classifySWAR(p *[64]byte, bl *block) {
+// classifySWAR classifies the 64-byte blocks of src into dst, eight bytes
+// at a time: each test sets the high bit of the bytes it holds for
+// (exactly: no borrow crosses a byte), and gather packs those eight bits
+// into a byte of the mask.
+func classifySWAR(src []byte, dst []block) {
+	for i := range dst {
+		classifySWAR1((*[64]byte)(src[i<<6:]), &dst[i])
+	}
+}
+
+func classifySWAR1(p *[64]byte, bl *block) {
 	*bl = block{}
 	for j := 0; j < 64; j += 8 {
 		w := binary.LittleEndian.Uint64(p[j:])

@@ -5,23 +5,27 @@ package chatreq
 import "golang.org/x/sys/cpu"
 
 // classifySSE2 is classifySWAR with SSE2 (part of every amd64 CPU), 16
-// bytes per instruction; it sets every mask of bl but not bl.k.
+// bytes per instruction, for the n blocks at src.
 //
 //go:noescape
-func classifySSE2(p *[64]byte, bl *block)
+func classifySSE2(src *byte, dst *block, n int)
 
 // classifyAVX2 is classifySSE2 with AVX2, 32 bytes per instruction.
 //
 //go:noescape
-func classifyAVX2(p *[64]byte, bl *block)
+func classifyAVX2(src *byte, dst *block, n int)
 
 // hasAVX2 is read once; the CPU does not change under the process.
 var hasAVX2 = cpu.X86.HasAVX2
 
-func classify(p *[64]byte, bl *block) {
-	if hasAVX2 {
-		classifyAVX2(p, bl)
+// classify classifies the 64-byte blocks of src (len(src) == 64*len(dst)).
+func classify(src []byte, dst []block) {
+	if len(dst) == 0 || len(src) < len(dst)<<6 {
 		return
 	}
-	classifySSE2(p, bl)
+	if hasAVX2 {
+		classifyAVX2(&src[0], &dst[0], len(dst))
+		return
+	}
+	classifySSE2(&src[0], &dst[0], len(dst))
 }

@@ -68,10 +68,11 @@
 	MOVQ   AX, x; \
 	PSHUFL $0, x, x
 
-// func classifySSE2(p *[64]byte, bl *block)
-TEXT ·classifySSE2(SB), NOSPLIT, $0-16
-	MOVQ p+0(FP), SI
-	MOVQ bl+8(FP), DI
+// func classifySSE2(src *byte, dst *block, n int)
+TEXT ·classifySSE2(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ dst+8(FP), DI
+	MOVQ n+16(FP), BX
 	BROADCAST(0x2222222222222222, X8)  // '"'
 	BROADCAST(0x5c5c5c5c5c5c5c5c, X9)  // '\\'
 	BROADCAST(0x2020202020202020, X10) // controls are below; letters fold case with it
@@ -82,6 +83,7 @@ TEXT ·classifySSE2(SB), NOSPLIT, $0-16
 	BROADCAST(0x7474747474747474, X15) // 't'
 	BROADCAST(0x7272727272727272, X5)  // 'r'
 	BROADCAST(0x2f2f2f2f2f2f2f2f, X6)  // '/'
+loopSSE2:
 	XORQ R8, R8
 	XORQ R9, R9
 	XORQ R10, R10
@@ -98,6 +100,10 @@ TEXT ·classifySSE2(SB), NOSPLIT, $0-16
 	MOVQ R11, block_nonASCII(DI)
 	MOVQ R12, block_word(DI)
 	MOVQ R13, block_short(DI)
+	ADDQ $64, SI
+	ADDQ $block__size, DI
+	DECQ BX
+	JNZ  loopSSE2
 	RET
 
 // CHUNK32 is CHUNK for 32 bytes with AVX2's three-operand forms; Plan 9
@@ -151,10 +157,11 @@ TEXT ·classifySSE2(SB), NOSPLIT, $0-16
 	MOVQ         AX, x; \
 	VPBROADCASTB x, y
 
-// func classifyAVX2(p *[64]byte, bl *block)
-TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
-	MOVQ p+0(FP), SI
-	MOVQ bl+8(FP), DI
+// func classifyAVX2(src *byte, dst *block, n int)
+TEXT ·classifyAVX2(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ dst+8(FP), DI
+	MOVQ n+16(FP), BX
 	BROADCAST32(0x22, X8, Y8)   // '"'
 	BROADCAST32(0x5c, X9, Y9)   // '\\'
 	BROADCAST32(0x20, X10, Y10)
@@ -165,6 +172,7 @@ TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
 	BROADCAST32(0x74, X15, Y15) // 't'
 	BROADCAST32(0x72, X5, Y5)   // 'r'
 	BROADCAST32(0x2f, X6, Y6)   // '/'
+loopAVX2:
 	XORQ R8, R8
 	XORQ R9, R9
 	XORQ R10, R10
@@ -173,11 +181,15 @@ TEXT ·classifyAVX2(SB), NOSPLIT, $0-16
 	XORQ R13, R13
 	CHUNK32(0)
 	CHUNK32(32)
-	VZEROUPPER
 	MOVQ R8, block_quote(DI)
 	MOVQ R9, block_backslash(DI)
 	MOVQ R10, block_control(DI)
 	MOVQ R11, block_nonASCII(DI)
 	MOVQ R12, block_word(DI)
 	MOVQ R13, block_short(DI)
+	ADDQ $64, SI
+	ADDQ $block__size, DI
+	DECQ BX
+	JNZ  loopAVX2
+	VZEROUPPER
 	RET

@@ -2,4 +2,4 @@
 
 package chatreq
 
-func classify(p *[64]byte, bl *block) { classifySWAR(p, bl) }
+func classify(src []byte, dst []block) { classifySWAR(src, dst) }

@@ -2,6 +2,6 @@
 
 package chatreq
 
-func classifiers() map[string]func(*[64]byte, *block) {
-	return map[string]func(*[64]byte, *block){"swar": classifySWAR}
+func classifiers() map[string]func([]byte, []block) {
+	return map[string]func([]byte, []block){"swar": classifySWAR}
 }

@@ -7,11 +7,12 @@ import (
 )
 
 // TestClassify checks the block masks, of every implementation this machine
-// runs, against a byte-by-byte reading of the classes.
+// runs and for runs of 1 to 9 blocks, against a byte-by-byte reading of the
+// classes.
 func TestClassify(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var p [64]byte
-	for n := 0; n < 20000; n++ {
+	for n := 0; n < 4000; n++ {
+		p := make([]byte, 64*(1+n%9))
 		for i := range p {
 			switch n % 3 {
 			case 0:
@@ -20,36 +21,44 @@ func TestClassify(t *testing.T) {
 				p[i] = "\x00\x1f\x20\x21\"\\\x7f\x80\xffazAZ@[`{ \t\nntr/bfu"[rng.IntN(27)]
 			}
 		}
-		var want block
+		want := make([]block, len(p)/64)
 		for i, c := range p {
-			bit := uint64(1) << i
+			bl, bit := &want[i/64], uint64(1)<<(i%64)
 			l := c | 0x20
 			if c == '"' {
-				want.quote |= bit
+				bl.quote |= bit
 			}
 			if c == '\\' {
-				want.backslash |= bit
+				bl.backslash |= bit
 			}
 			if c < 0x20 {
-				want.control |= bit
+				bl.control |= bit
 			}
 			if c >= 0x80 {
-				want.nonASCII |= bit
+				bl.nonASCII |= bit
 			}
 			if c <= ' ' || (l >= 'a' && l <= 'z') {
-				want.word |= bit
+				bl.word |= bit
 			}
 			if strings.IndexByte(`ntr"\/`, c) >= 0 {
-				want.short |= bit
+				bl.short |= bit
 			}
 		}
 		for name, classify := range classifiers() {
-			var got block
-			classify(&p, &got)
-			if got != want {
-				t.Fatalf("%s: %q:\n got  %+v\n want %+v", name, p, got, want)
+			got := make([]block, len(want))
+			classify(p, got)
+			for k := range got {
+				if got[k] != want[k] {
+					t.Fatalf("%s: block %d of %d: %q:\n got  %+v\n want %+v", name, k, len(got), p[64*k:64*k+64], got[k], want[k])
+				}
 			}
 		}
+	}
+	var zeros [64]byte
+	got := make([]block, 1)
+	classifySWAR(zeros[:], got)
+	if got[0] != pastEnd {
+		t.Errorf("pastEnd = %+v, zero bytes classify as %+v", pastEnd, got[0])
 	}
 }
 

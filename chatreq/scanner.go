@@ -13,7 +13,7 @@ type scanner struct {
 	b     []byte
 	i     int
 	depth int
-	blk   block // the byte classes of the 64-byte block str last read
+	blks  blocks // the byte classes of the 64-byte blocks str reads
 }
 
 func (s *scanner) errAt(off int, msg string) error { return newSyntaxError(s.b, off, msg) }

@@ -46,8 +46,9 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 	// Most strings are keys and short values that end in the block already
 	// classified, with no escape: the short way.
 	start := s.i + 1
-	if k := start >> 6; s.blk.k == k+1 {
-		bl := &s.blk
+	k := start >> 6
+	if i := s.blks.end - 1 - k; uint(i) < batch {
+		bl := &s.blks.b[batch-1-i]
 		from := ^uint64(0) << uint(start&63)
 		q := bl.quote & from
 		in := from & (q&-q - 1)
@@ -81,10 +82,7 @@ func (s *scanner) strBlocks(st *textStats) (raw []byte, escaped bool, err error)
 	pairEnd := 0 // a surrogate pair decoded up to here
 	for {
 		k := p >> 6
-		if s.blk.k != k+1 {
-			s.load(k)
-		}
-		bl := &s.blk
+		bl := s.block(k)
 		base := k << 6
 		from := ^uint64(0) << uint(p-base)
 		e := escapes(bl.backslash&from, &carry)
