@@ -24,6 +24,8 @@ run: build
 ## test: every test, race detector on, against a real redis-server each test starts itself.
 test: deps lint
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+	# the portable (non-assembly) request scan, as other architectures build it
+	$(GO) test -tags purego ./chatreq/
 
 test-short: deps
 	$(GO) test -short $(PKGS)
