@@ -3,6 +3,36 @@
 #include "go_asm.h"
 #include "textflag.h"
 
+// WORDNON finishes a chunk: AX holds its letter bits, CX its ASCII bytes
+// up to the space, DX its ASCII bits.
+#define WORDNON(off) \
+	ORQ  CX, AX; \
+	SHLQ $off, AX; \
+	ORQ  AX, R12; \
+	NOTQ DX; \
+	SHLQ $off, DX; \
+	ORQ  DX, R11
+
+// ZERO clears the six mask accumulators before a block.
+#define ZERO \
+	XORQ R8, R8; \
+	XORQ R9, R9; \
+	XORQ R10, R10; \
+	XORQ R11, R11; \
+	XORQ R12, R12; \
+	XORQ R13, R13
+
+// STORE writes a block's masks to (DI) and moves SI and DI to the next one.
+#define STORE \
+	MOVQ R8, block_quote(DI); \
+	MOVQ R9, block_backslash(DI); \
+	MOVQ R10, block_control(DI); \
+	MOVQ R11, block_nonASCII(DI); \
+	MOVQ R12, block_word(DI); \
+	MOVQ R13, block_short(DI); \
+	ADDQ $64, SI; \
+	ADDQ $block__size, DI
+
 // CHUNK classifies the 16 bytes at off(SI) and ORs their bits, shifted
 // left by off, into R8 (quote), R9 (backslash), R10 (control), R11
 // (non-ASCII), R12 (word) and R13 (short escape). Plan 9 operand order:
@@ -56,12 +86,7 @@
 	PCMPGTB  X2, X4; \
 	PAND     X4, X3; \
 	PMOVMSKB X3, AX; \
-	ORQ      CX, AX; \
-	SHLQ     $off, AX; \
-	ORQ      AX, R12; \
-	NOTQ     DX; \
-	SHLQ     $off, DX; \
-	ORQ      DX, R11
+	WORDNON(off)
 
 #define BROADCAST(c, x) \
 	MOVQ   $c, AX; \
@@ -84,24 +109,12 @@ TEXT ·classifySSE2(SB), NOSPLIT, $0-24
 	BROADCAST(0x7272727272727272, X5)  // 'r'
 	BROADCAST(0x2f2f2f2f2f2f2f2f, X6)  // '/'
 loopSSE2:
-	XORQ R8, R8
-	XORQ R9, R9
-	XORQ R10, R10
-	XORQ R11, R11
-	XORQ R12, R12
-	XORQ R13, R13
+	ZERO
 	CHUNK(0)
 	CHUNK(16)
 	CHUNK(32)
 	CHUNK(48)
-	MOVQ R8, block_quote(DI)
-	MOVQ R9, block_backslash(DI)
-	MOVQ R10, block_control(DI)
-	MOVQ R11, block_nonASCII(DI)
-	MOVQ R12, block_word(DI)
-	MOVQ R13, block_short(DI)
-	ADDQ $64, SI
-	ADDQ $block__size, DI
+	STORE
 	DECQ BX
 	JNZ  loopSSE2
 	RET
@@ -145,12 +158,7 @@ loopSSE2:
 	VPCMPGTB  Y2, Y13, Y4; \
 	VPAND     Y4, Y3, Y3; \
 	VPMOVMSKB Y3, AX; \
-	ORQ       CX, AX; \
-	SHLQ      $off, AX; \
-	ORQ       AX, R12; \
-	NOTQ      DX; \
-	SHLQ      $off, DX; \
-	ORQ       DX, R11
+	WORDNON(off)
 
 #define BROADCAST32(c, x, y) \
 	MOVQ         $c, AX; \
@@ -173,22 +181,10 @@ TEXT ·classifyAVX2(SB), NOSPLIT, $0-24
 	BROADCAST32(0x72, X5, Y5)   // 'r'
 	BROADCAST32(0x2f, X6, Y6)   // '/'
 loopAVX2:
-	XORQ R8, R8
-	XORQ R9, R9
-	XORQ R10, R10
-	XORQ R11, R11
-	XORQ R12, R12
-	XORQ R13, R13
+	ZERO
 	CHUNK32(0)
 	CHUNK32(32)
-	MOVQ R8, block_quote(DI)
-	MOVQ R9, block_backslash(DI)
-	MOVQ R10, block_control(DI)
-	MOVQ R11, block_nonASCII(DI)
-	MOVQ R12, block_word(DI)
-	MOVQ R13, block_short(DI)
-	ADDQ $64, SI
-	ADDQ $block__size, DI
+	STORE
 	DECQ BX
 	JNZ  loopAVX2
 	VZEROUPPER
