@@ -89,8 +89,11 @@ func Scan(body []byte) (Request, error) {
 	r.at.lastEnd = s.i + 1
 	member := func(key []byte, esc bool) error {
 		s.ws()
-		var buf [maxKey]byte
-		name := keyName(&buf, key, esc)
+		name := key
+		if esc {
+			var buf [maxKey]byte
+			name = decodeKey(&buf, key)
+		}
 		switch string(name) {
 		case "model":
 			if seenModel {
@@ -323,8 +326,11 @@ func (s *scanner) message(r *Request) error {
 	st := textStats{}
 	err := s.object(func(k []byte, e bool) error {
 		s.ws()
-		var buf [maxKey]byte
-		switch string(keyName(&buf, k, e)) {
+		if e {
+			var buf [maxKey]byte
+			k = decodeKey(&buf, k)
+		}
+		switch string(k) {
 		case "content":
 			return s.content(&st)
 		case "tool_calls":

@@ -257,18 +257,19 @@ func keyIs(raw []byte, escaped bool, name string) bool {
 
 func escapedKeyIs(raw []byte, name string) bool {
 	var buf [maxKey]byte
-	return string(keyName(&buf, raw, true)) == name
+	return string(decodeKey(&buf, raw)) == name
 }
 
 // maxKey bounds the keys decoded for a match: the longest name the scan
 // looks for, with every byte \u-escaped, fits.
 const maxKey = 6 * len("max_completion_tokens")
 
-// keyName returns a key decoded into buf if it has escapes. A key too long
-// to be one of the names looked for comes back raw: it still holds a
-// backslash, so it matches none.
-func keyName(buf *[maxKey]byte, raw []byte, escaped bool) []byte {
-	if !escaped || len(raw) > maxKey {
+// decodeKey returns a key with escapes decoded into buf. A key too long to
+// be one of the names looked for comes back raw: it still holds a
+// backslash, so it matches none. Callers declare buf only for escaped
+// keys, so plain ones do not pay for zeroing it.
+func decodeKey(buf *[maxKey]byte, raw []byte) []byte {
+	if len(raw) > maxKey {
 		return raw
 	}
 	if d, ok := unescape(buf[:0], raw); ok {
