@@ -20,7 +20,10 @@ var hasAVX2 = cpu.X86.HasAVX2
 
 // classify classifies the 64-byte blocks of src (len(src) == 64*len(dst)).
 func classify(src []byte, dst []block) {
-	if len(dst) == 0 || len(src) < len(dst)<<6 {
+	if len(src) != len(dst)<<6 {
+		panic("chatreq: classify: source is not 64 bytes per block") // the assembly would read past it
+	}
+	if len(dst) == 0 {
 		return
 	}
 	if hasAVX2 {

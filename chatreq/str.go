@@ -19,7 +19,7 @@ func byteIsSymbol(c byte) bool {
 }
 
 // escKind classifies the byte after an escaping backslash.
-// The short ones (n t r " \\ /) are found with block.short instead.
+// The short ones (n t r " \ /) are found with block.short instead.
 var escKind = [256]uint8{
 	'b': escControl, 'f': escControl,
 	'u': escUnicode,
