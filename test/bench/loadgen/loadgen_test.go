@@ -100,3 +100,25 @@ func checkSane(t *testing.T, r *Result) {
 		t.Errorf("peak in flight %d with %d streams", r.PeakInFlight, r.Streams)
 	}
 }
+
+func TestFlightPeak(t *testing.T) {
+	var f flight
+	f.enter()
+	f.enter() // 2 in flight before measuring
+	f.startPeak()
+	if p := f.peak.Load(); p != 2 {
+		t.Fatalf("peak at start %d, want the 2 already in flight", p)
+	}
+	f.enter() // 3
+	f.leave()
+	f.leave()
+	f.enter() // 2 again: the peak stays 3
+	if p := f.stopPeak(); p != 3 {
+		t.Errorf("peak %d, want 3", p)
+	}
+	f.enter() // after stopPeak: not counted
+	f.enter()
+	if p := f.peak.Load(); p != 3 {
+		t.Errorf("peak moved to %d after stopPeak", p)
+	}
+}

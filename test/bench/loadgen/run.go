@@ -196,10 +196,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// stop ends the run the way a client winds down: no new requests, the
+	// ones in flight finish. Cancelling them instead would end their
+	// upstream attempts without response headers, which the server under
+	// test may rightly treat as upstream failures, and a comparison keeps
+	// the same server up for many runs.
+	stop := make(chan struct{})
 	shards := make([]stats, max(4, 2*runtime.GOMAXPROCS(0)))
 	var (
 		measuring atomic.Bool
-		inFlight  atomic.Int64
+		inFlight  flight
 		errCount  atomic.Uint64
 		firstErr  atomic.Pointer[string]
 		missed    atomic.Uint64
@@ -224,11 +230,18 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			sh := &shards[i%len(shards)]
 			var s sample
 			for runCtx.Err() == nil {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				start := time.Now()
 				if tickets != nil {
 					select {
 					case start = <-tickets:
 					case <-runCtx.Done():
+						return
+					case <-stop:
 						return
 					}
 				}
@@ -267,34 +280,27 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	self0, _ := ReadProc(os.Getpid())
 	started := time.Now()
+	inFlight.startPeak()
 	measuring.Store(true)
-	var peak int64
-	tick := time.NewTicker(50 * time.Millisecond)
-	end := time.After(opts.Duration)
-wait:
-	for {
-		select {
-		case <-tick.C:
-			peak = max(peak, inFlight.Load())
-		case <-end:
-			break wait
-		case <-reached:
-			break wait
-		case <-ctx.Done():
-			tick.Stop()
-			return nil, ctx.Err()
-		}
+	select {
+	case <-time.After(opts.Duration):
+	case <-reached:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	tick.Stop()
 	measuring.Store(false)
+	peak := inFlight.stopPeak()
 	elapsed := time.Since(started)
 	srv1, err := ReadProc(opts.ServerPID)
 	if err != nil {
 		return nil, err
 	}
 	self1, _ := ReadProc(os.Getpid())
-	cancel()
-	wg.Wait()
+	close(stop)
+	if !drain(&wg, drainTimeout(opts, sc)) {
+		cancel() // a stalled server: cut what is still in flight
+		wg.Wait()
+	}
 
 	r := &Result{Label: opts.Label, Scenario: sc, Streams: opts.Streams, Conns: opts.Conns, RateTarget: opts.Rate,
 		ChunkIntervalMS: float64(opts.ChunkInterval) / 1e6, InProcess: inProcess, GOMAXPROCS: runtime.GOMAXPROCS(0),
@@ -332,6 +338,54 @@ wait:
 	r.Server = procDelta(opts.ServerPID, srv0, srv1, elapsed, r.Requests)
 	r.Loadgen = procDelta(os.Getpid(), self0, self1, elapsed, r.Requests)
 	return r, nil
+}
+
+// flight counts the requests in flight and, between startPeak and
+// stopPeak, the most there were at once (exactly: a sampled peak misses
+// short runs).
+type flight struct {
+	n, peak atomic.Int64
+	on      atomic.Bool
+}
+
+func (f *flight) enter() {
+	n := f.n.Add(1)
+	if !f.on.Load() {
+		return
+	}
+	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
+	}
+}
+
+func (f *flight) leave() { f.n.Add(-1) }
+
+func (f *flight) startPeak() {
+	f.peak.Store(f.n.Load())
+	f.on.Store(true)
+}
+
+func (f *flight) stopPeak() int64 {
+	f.on.Store(false)
+	return f.peak.Load()
+}
+
+// drain waits up to d for wg; it reports whether everything finished.
+func drain(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// drainTimeout bounds the wind-down: a request's paced chunks plus slack.
+func drainTimeout(opts Options, sc Scenario) time.Duration {
+	return 10*time.Second + time.Duration(len(newExchange(sc).chunks))*opts.ChunkInterval
 }
 
 func procDelta(pid int, a, b ProcSample, elapsed time.Duration, requests uint64) Proc {
@@ -408,7 +462,7 @@ type worker struct {
 	routerCtx context.Context
 	upCtx     context.Context
 	interval  time.Duration
-	inFlight  *atomic.Int64
+	inFlight  *flight
 	idPrefix  string
 	seq       int
 	idBuf     []byte
@@ -455,8 +509,8 @@ func (w *worker) exchange(s *sample, start time.Time) error {
 	if err != nil {
 		return err
 	}
-	w.inFlight.Add(1)
-	defer w.inFlight.Add(-1)
+	w.inFlight.enter()
+	defer w.inFlight.leave()
 	resp, d, err := roundTrip(rt, m.routerHeaders)
 	if err != nil {
 		return err
