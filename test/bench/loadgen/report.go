@@ -29,17 +29,7 @@ func Table(results []*Result) string {
 		return r
 	}
 	for _, r := range results {
-		p := fmt.Sprintf("%s/%d", r.Scenario.Kind, r.Streams)
-		if r.RateTarget > 0 {
-			p += fmt.Sprintf("/rate %.0f", r.RateTarget)
-		}
-		if r.ChunkIntervalMS > 0 {
-			p += fmt.Sprintf("/%.0f ms chunks", r.ChunkIntervalMS)
-		}
-		if r.Scenario.RenameModel {
-			p += "/renamed"
-		}
-		x := find(r.Label, p)
+		x := find(r.Label, pointName(r))
 		x.rs = append(x.rs, r)
 	}
 	// Group by point, the baseline first.

@@ -3,10 +3,13 @@
 //
 //	loadgen run   --target swarmgate|baseline [--addr host:port] [flags] -o result.json
 //	loadgen serve --target swarmgate|baseline [--listen 127.0.0.1:0] [--cpuprofile f]
-//	loadgen chart -o chart.svg [--title t] result.json...
+//	loadgen compare [flags] [--pairs n] -o comparison.json
+//	loadgen table comparison.json...
+//	loadgen chart -o chart.svg [--title t] result.json|comparison.json...
 //
 // Without --addr, run starts the server as a child process of this binary
-// ("serve") so its CPU time and peak RSS are measured alone.
+// ("serve") so its CPU time and peak RSS are measured alone. compare starts
+// both servers and alternates short slices between them (loadgen.Compare).
 package main
 
 import (
@@ -30,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen run|serve|chart [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen run|compare|table|serve|chart [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -39,6 +42,10 @@ func main() {
 		err = run(os.Args[2:])
 	case "serve":
 		err = serve(os.Args[2:])
+	case "compare":
+		err = compare(os.Args[2:])
+	case "table":
+		err = table(os.Args[2:])
 	case "chart":
 		err = chart(os.Args[2:])
 	default:
@@ -50,60 +57,87 @@ func main() {
 	}
 }
 
+// loadFlags are the flags that describe the load and the server child,
+// shared by run and compare.
+type loadFlags struct {
+	streams, conns, reqBytes, respBytes, chunkBytes int
+	rate                                            float64
+	kind                                            string
+	chunkInterval, warmup, duration                 time.Duration
+	rename                                          bool
+	workers                                         uint
+}
+
+func (l *loadFlags) register(fs *flag.FlagSet, warmup, duration time.Duration) {
+	fs.IntVar(&l.streams, "streams", 64, "concurrent requests (router-level streams)")
+	fs.IntVar(&l.conns, "conns", 2, "gRPC connections (Envoy: one per worker thread)")
+	fs.Float64Var(&l.rate, "rate", 0, "requests per second; 0 = closed loop")
+	fs.StringVar(&l.kind, "kind", "sse", "response kind: json or sse")
+	fs.IntVar(&l.reqBytes, "req-bytes", 4096, "request body size")
+	fs.IntVar(&l.respBytes, "resp-bytes", 2048, "response body size")
+	fs.IntVar(&l.chunkBytes, "chunk-bytes", 0, "response chunk size (0: one SSE event per chunk, 16 KiB JSON)")
+	fs.DurationVar(&l.chunkInterval, "chunk-interval", 0, "pause between response chunks")
+	fs.BoolVar(&l.rename, "rename", false, "upstream model differs from the alias (per-attempt body rewrite)")
+	fs.DurationVar(&l.warmup, "warmup", warmup, "warm-up before measuring")
+	fs.DurationVar(&l.duration, "duration", duration, "measured window")
+	fs.UintVar(&l.workers, "stream-workers", 0, "server: grpc.NumStreamWorkers (0: a goroutine per stream, grpc-go's default)")
+}
+
+func (l *loadFlags) options() loadgen.Options {
+	return loadgen.Options{Streams: l.streams, Conns: l.conns, Rate: l.rate,
+		Scenario: loadgen.Scenario{Kind: l.kind, RequestBytes: l.reqBytes, ResponseBytes: l.respBytes, ChunkBytes: l.chunkBytes, RenameModel: l.rename},
+		Warmup:   l.warmup, Duration: l.duration, ChunkInterval: l.chunkInterval}
+}
+
+// startServer runs this binary's serve command for target as a child.
+func startServer(ctx context.Context, target string, l *loadFlags, redis, cpuprofile string) (*loadgen.Child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cargs := []string{"serve", "--target", target, "--listen", "127.0.0.1:0"}
+	if l.rename {
+		cargs = append(cargs, "--rename")
+	}
+	if redis != "" {
+		cargs = append(cargs, "--redis", redis)
+	}
+	if cpuprofile != "" {
+		cargs = append(cargs, "--cpuprofile", cpuprofile)
+	}
+	if l.workers > 0 {
+		cargs = append(cargs, "--stream-workers", strconv.FormatUint(uint64(l.workers), 10))
+	}
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return loadgen.StartChild(sctx, exe, cargs...)
+}
+
 func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	var l loadFlags
+	l.register(fs, 3*time.Second, 15*time.Second)
 	target := fs.String("target", loadgen.TargetSwarmgate, "server to start: swarmgate or baseline (label with --addr)")
 	addr := fs.String("addr", "", "drive this running server instead of starting one (CPU/RSS then need --pid)")
 	pid := fs.Int("pid", 0, "with --addr: the server's process id")
-	streams := fs.Int("streams", 64, "concurrent requests (router-level streams)")
-	conns := fs.Int("conns", 2, "gRPC connections (Envoy: one per worker thread)")
-	rate := fs.Float64("rate", 0, "requests per second; 0 = closed loop")
-	kind := fs.String("kind", "sse", "response kind: json or sse")
-	reqBytes := fs.Int("req-bytes", 4096, "request body size")
-	respBytes := fs.Int("resp-bytes", 2048, "response body size")
-	chunkBytes := fs.Int("chunk-bytes", 0, "response chunk size (0: one SSE event per chunk, 16 KiB JSON)")
-	chunkInterval := fs.Duration("chunk-interval", 0, "pause between response chunks")
-	rename := fs.Bool("rename", false, "upstream model differs from the alias (per-attempt body rewrite)")
 	redis := fs.String("redis", "", "swarmgate target: Redis address for the ledger")
-	warmup := fs.Duration("warmup", 3*time.Second, "warm-up before measuring")
-	duration := fs.Duration("duration", 15*time.Second, "measured window")
 	cpuprofile := fs.String("server-cpuprofile", "", "write the server child's CPU profile here")
-	workers := fs.Uint("stream-workers", 0, "server: grpc.NumStreamWorkers (0: a goroutine per stream, grpc-go's default)")
 	out := fs.String("o", "", "write the JSON result here (default stdout)")
 	_ = fs.Parse(args)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *addr == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		cargs := []string{"serve", "--target", *target, "--listen", "127.0.0.1:0"}
-		if *rename {
-			cargs = append(cargs, "--rename")
-		}
-		if *redis != "" {
-			cargs = append(cargs, "--redis", *redis)
-		}
-		if *cpuprofile != "" {
-			cargs = append(cargs, "--cpuprofile", *cpuprofile)
-		}
-		if *workers > 0 {
-			cargs = append(cargs, "--stream-workers", strconv.FormatUint(uint64(*workers), 10))
-		}
-		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		child, err := loadgen.StartChild(sctx, exe, cargs...)
-		cancel()
+		child, err := startServer(ctx, *target, &l, *redis, *cpuprofile)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = child.Stop(10 * time.Second) }()
 		*addr, *pid = child.Addr, child.PID
 	}
-	r, err := loadgen.Run(ctx, loadgen.Options{Addr: *addr, Label: *target, Streams: *streams, Conns: *conns, Rate: *rate,
-		Scenario: loadgen.Scenario{Kind: *kind, RequestBytes: *reqBytes, ResponseBytes: *respBytes, ChunkBytes: *chunkBytes, RenameModel: *rename},
-		Warmup:   *warmup, Duration: *duration, ChunkInterval: *chunkInterval, ServerPID: *pid})
+	opts := l.options()
+	opts.Addr, opts.Label, opts.ServerPID = *addr, *target, *pid
+	r, err := loadgen.Run(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -113,9 +147,82 @@ func run(args []string) error {
 	fmt.Fprintf(os.Stderr, "%s %s streams=%d: %.0f req/s, msg p50 %.0fµs p99 %.0fµs p99.9 %.0fµs, req p99 %.0fµs, server CPU %.0fµs/req (%.2f cores), peak RSS %.0f MB, errors %d\n",
 		r.Label, r.Scenario.Kind, r.Streams, r.RPS, r.Message.P50US, r.Message.P99US, r.Message.P999US, r.Request.P99US,
 		r.Server.CPUPerRequestUS, r.Server.CPUCores, r.Server.PeakRSSMB, r.Errors)
+	return writeJSON(*out, r)
+}
+
+// compare starts the baseline and swarmgate servers as children, keeps
+// both up, and runs alternating slices against them (loadgen.Compare).
+func compare(args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ExitOnError)
+	var l loadFlags
+	l.register(fs, time.Second, 3*time.Second)
+	pairs := fs.Int("pairs", 10, "back-to-back (baseline, swarmgate) slices; --warmup and --duration are per slice")
+	minRPS := fs.Float64("min-rps-ratio", 0.8, "throughput target: pairs at or above it are counted")
+	maxP99 := fs.Float64("max-p99-ratio", 1.5, "message p99 target: pairs at or below it are counted")
+	out := fs.String("o", "", "write the JSON comparison here (default stdout)")
+	_ = fs.Parse(args)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var ends [2]loadgen.Endpoint
+	for i, target := range []string{loadgen.TargetBaseline, loadgen.TargetSwarmgate} {
+		child, err := startServer(ctx, target, &l, "", "")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = child.Stop(10 * time.Second) }()
+		ends[i] = loadgen.Endpoint{Label: target, Addr: child.Addr, PID: child.PID}
+	}
+	c, err := loadgen.Compare(ctx, loadgen.CompareOptions{Baseline: ends[0], Target: ends[1], Load: l.options(), Pairs: *pairs})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "%s, %d pairs: req/s ratio median %.2f [%.2f-%.2f], %d of %d pairs >= %.2f, pooled %.2f; msg p99 ratio median %.2f (max %.2f), %d pairs <= %.2f; CPU ratio median %.2f\n",
+		c.Point, len(c.Pairs), c.RPS.Median, c.RPS.Q1, c.RPS.Q3, c.AtLeast(*minRPS), len(c.Pairs), *minRPS, c.PooledRPS,
+		c.P99.Median, c.P99.Max, c.P99AtMost(*maxP99), *maxP99, c.CPU.Median)
+	return writeJSON(*out, c)
+}
+
+// table prints the Markdown table of comparison files.
+func table(args []string) error {
+	fs := flag.NewFlagSet("table", flag.ExitOnError)
+	minRPS := fs.Float64("min-rps-ratio", 0.8, "throughput target")
+	maxP99 := fs.Float64("max-p99-ratio", 1.5, "message p99 target")
+	_ = fs.Parse(args)
+	var cs []*loadgen.Comparison
+	for _, p := range fs.Args() {
+		var c loadgen.Comparison
+		if err := readJSON(p, &c); err != nil {
+			return err
+		}
+		cs = append(cs, &c)
+	}
+	fmt.Print(loadgen.ComparisonTable(cs, *minRPS, *maxP99))
+	return nil
+}
+
+// readResults reads a run's result, or a comparison's median pair (both
+// of its slices).
+func readResults(path string) ([]*loadgen.Result, error) {
+	var c loadgen.Comparison
+	if err := readJSON(path, &c); err != nil {
+		return nil, err
+	}
+	if len(c.Pairs) > 0 {
+		m := c.MedianPair()
+		return []*loadgen.Result{m.Baseline, m.Target}, nil
+	}
+	var r loadgen.Result
+	if err := readJSON(path, &r); err != nil {
+		return nil, err
+	}
+	return []*loadgen.Result{&r}, nil
+}
+
+func writeJSON(path string, v any) error {
 	var w io.Writer = os.Stdout
-	if *out != "" {
-		f, err := os.Create(*out)
+	if path != "" {
+		f, err := os.Create(path)
 		if err != nil {
 			return err
 		}
@@ -124,7 +231,18 @@ func run(args []string) error {
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(v)
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // serve runs a target until stdin closes or a signal arrives, printing
@@ -188,15 +306,11 @@ func chart(args []string) error {
 	_ = fs.Parse(args)
 	var rs []*loadgen.Result
 	for _, p := range fs.Args() {
-		b, err := os.ReadFile(p)
+		got, err := readResults(p)
 		if err != nil {
 			return err
 		}
-		var r loadgen.Result
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		rs = append(rs, &r)
+		rs = append(rs, got...)
 	}
 	f, err := os.Create(*out)
 	if err != nil {
