@@ -4,7 +4,11 @@
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-if [ "${SWARMGATE_WITH_PROTOC:-0}" = 1 ]; then command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler); fi
+if [ "${SWARMGATE_WITH_PROTOC:-0}" = 1 ]; then
+	command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+	# The well-known types (google/protobuf/duration.proto, ...) protos/ imports.
+	[ -f /usr/include/google/protobuf/duration.proto ] || need+=(libprotobuf-dev)
+fi
 # Headless Chromium drives the admin status-page test; `make run` skips it.
 if [ "${SWARMGATE_NO_CHROMIUM:-0}" != 1 ]; then command -v chromium >/dev/null 2>&1 || need+=(chromium); fi
 [ ${#need[@]} -eq 0 ] && exit 0
