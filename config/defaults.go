@@ -16,7 +16,7 @@ func Defaults() Config {
 }
 
 // prefill sets the defaults of fields whose zero value is meaningful
-// (retry.num_retries: 0 is no retries, breaker.jitter, telemetry.sample_ratio,
+// (retry.num_retries: 0 is no retries, breaker.jitter, breaker.reset_grace, telemetry.sample_ratio,
 // accounting.ledger_buffer, retry.min_retry_concurrency): Parse calls it
 // before decoding, and applyDefaults never touches these fields again.
 // docs/config.md lists every default.
@@ -24,6 +24,7 @@ func (c *Config) prefill() {
 	c.Retry.NumRetries = 3
 	c.Retry.MinRetryConcurrency = 10
 	c.Breaker.Jitter = 0.2
+	c.Breaker.ResetGrace = Duration{250 * time.Millisecond}
 	c.Telemetry.SampleRatio = 1
 	c.Accounting.LedgerBuffer = 100000
 	// Booleans whose safe default is true.

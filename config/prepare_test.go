@@ -99,7 +99,7 @@ func TestPrepareSkipSecrets(t *testing.T) {
 func TestExplicitZeroes(t *testing.T) {
 	y := `
 retry: {num_retries: 0, min_retry_concurrency: 0}
-breaker: {jitter: 0}
+breaker: {jitter: 0, reset_grace: 0s}
 telemetry: {sample_ratio: 0}
 accounting: {ledger_buffer: 0}
 backends:
@@ -118,7 +118,7 @@ tenants: []
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Retry.NumRetries != 0 || c.Retry.MinRetryConcurrency != 0 || c.Breaker.Jitter != 0 || c.Telemetry.SampleRatio != 0 || c.Accounting.LedgerBuffer != 0 {
+	if c.Retry.NumRetries != 0 || c.Retry.MinRetryConcurrency != 0 || c.Breaker.Jitter != 0 || c.Breaker.ResetGrace.Duration != 0 || c.Telemetry.SampleRatio != 0 || c.Accounting.LedgerBuffer != 0 {
 		t.Fatalf("explicit zeroes replaced by defaults: %+v %+v %+v", c.Retry, c.Breaker, c.Telemetry)
 	}
 	if c.Backends[0].Keys[0].Weight != 0 || c.Backends[0].Keys[1].Weight != 1 || c.Models[0].Targets[0].Weight != 1 {
@@ -128,7 +128,7 @@ tenants: []
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Retry.NumRetries != 3 || d.Breaker.Jitter != 0.2 || d.Telemetry.SampleRatio != 1 || d.Accounting.LedgerBuffer != 100000 {
+	if d.Retry.NumRetries != 3 || d.Breaker.Jitter != 0.2 || d.Breaker.ResetGrace.Duration != 250*time.Millisecond || d.Telemetry.SampleRatio != 1 || d.Accounting.LedgerBuffer != 100000 {
 		t.Fatal("defaults of zero-meaningful fields missing")
 	}
 }

@@ -99,6 +99,10 @@ type BreakerPolicy struct {
 	// HonourRemaining opens a key before the provider's 429 when it reports
 	// x-ratelimit-remaining-requests/tokens of zero.
 	HonourRemaining bool `yaml:"honour_remaining" json:"honour_remaining"`
+	// ResetGrace is how long an attempt that ended without response headers
+	// waits for its request's client cancel before it counts as a reset: a
+	// client going away is not the key's failure. 0 counts every one at once.
+	ResetGrace Duration `yaml:"reset_grace" json:"reset_grace"`
 }
 
 // RetryPolicy is the Envoy route retry policy generated for every pool.

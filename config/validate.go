@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // names are used in Envoy cluster names, Redis keys and metric labels.
@@ -203,6 +204,9 @@ func (c *Config) validatePolicies(v *validator) {
 	}
 	if b.SyncInterval.Duration <= 0 {
 		v.add("breaker.sync_interval", "must be positive")
+	}
+	if b.ResetGrace.Duration < 0 || b.ResetGrace.Duration > 10*time.Second {
+		v.add("breaker.reset_grace", "must be between 0 and 10s, got %s", b.ResetGrace.Duration)
 	}
 	r := &c.Retry
 	if r.NumRetries < 0 || r.NumRetries > 10 {

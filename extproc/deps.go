@@ -73,9 +73,14 @@ type KeyPicker interface {
 	Available(backends []string) (ok bool, retryAfter time.Duration)
 	// ParseOutcome reads an attempt's status and rate-limit headers.
 	ParseOutcome(status int, header func(string) string) Outcome
-	// ResetOutcome is an attempt that ended with no response headers: the
-	// upstream reset the connection or could not be reached.
-	ResetOutcome() Outcome
+	// Unanswered feeds an attempt that ended with no response headers:
+	// the upstream reset the connection or could not be reached, or the
+	// client went away and Envoy cancelled the attempt. Only the first
+	// counts against the key; Cancelled tells them apart.
+	Unanswered(ctx context.Context, backend, keyID, requestID string)
+	// Cancelled records that a request's client went away before any
+	// response headers (its router-level stream ended without them).
+	Cancelled(requestID string)
 }
 
 // PickRequest describes one upstream attempt.

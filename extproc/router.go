@@ -115,6 +115,13 @@ func (s *Server) serveRouter(st extprocv3.ExternalProcessor_ProcessServer) error
 		if err != nil {
 			// The stream ended before the response's end_of_stream: client
 			// disconnect, upstream reset, or a local reply. Still account.
+			if r.admitted && r.status == 0 && !r.finished {
+				// No response headers at all: the client went away while
+				// the upstream had not answered (an upstream failure
+				// reaches this filter as Envoy's 503 or a retry's answer).
+				// Its attempt, ending unanswered too, is not the key's fault.
+				s.opts.Keys.Cancelled(r.requestID)
+			}
 			s.finish(r, true)
 			if streamEnded(err) {
 				return nil

@@ -62,10 +62,13 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 			// Envoy ends the attempt's stream without response headers
 			// when the upstream reset or refused the connection: that is an
 			// outcome for the key's breaker too (5xx/reset count), or a
-			// relay that resets everything would never be failed over.
+			// relay that resets everything would never be failed over. It
+			// ends it the same way when the client went away, which is not
+			// the key's failure: the key pool waits for the router-level
+			// stream's word on that (Cancelled) before it counts.
 			if u.keyID != "" && !u.reported {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				s.opts.Keys.Report(rctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ResetOutcome())
+				s.opts.Keys.Unanswered(rctx, u.backend.Name, u.keyID, u.requestID)
 				cancel()
 			}
 			if streamEnded(err) {

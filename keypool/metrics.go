@@ -12,6 +12,7 @@ type metrics struct {
 	trips         *prometheus.CounterVec
 	probes        *prometheus.CounterVec
 	leasesExpired *prometheus.CounterVec
+	unanswered    *prometheus.CounterVec
 	healthy       *prometheus.GaugeVec
 	syncErrors    *prometheus.CounterVec
 	syncDropped   prometheus.Counter
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leasesExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmgate_keypool_leases_expired_total", Help: "Leases freed by TTL because no outcome came.",
 		}, []string{"backend"}),
+		unanswered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmgate_keypool_unanswered_total",
+			Help: "Attempts that ended without response headers, by verdict: reset (counted against the key) or cancelled (the client went away).",
+		}, []string{"backend", "verdict"}),
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swarmgate_keypool_backend_healthy", Help: "1 when some key of the backend is not open.",
 		}, []string{"backend"}),
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.pickFailures, m.inFlight, m.state, m.trips, m.probes,
-			m.leasesExpired, m.healthy, m.syncErrors, m.syncDropped, m.lag)
+			m.leasesExpired, m.unanswered, m.healthy, m.syncErrors, m.syncDropped, m.lag)
 	}
 	return m
 }

@@ -406,6 +406,18 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	}
 }
 
+// markTried keeps the request's next attempts off k (here and, through
+// Redis, on other replicas) without counting anything against k.
+func (kp *KeyPool) markTried(k *keyState, req string) {
+	kp.mu.Lock()
+	kp.tried.add(req, k)
+	keyID := k.cfg.ID
+	kp.mu.Unlock()
+	if s := kp.owner.sync; s != nil {
+		s.addTried(req, keyID)
+	}
+}
+
 // adopt applies a transition learnt from another replica.
 func (kp *KeyPool) adopt(keyID string, rs remoteState) (applied bool) {
 	now := kp.owner.clock.Now()

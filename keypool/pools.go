@@ -61,6 +61,7 @@ type policy struct {
 	triedTTL     time.Duration
 	syncInterval time.Duration
 	readTimeout  time.Duration
+	resetGrace   time.Duration
 }
 
 // Pools holds one KeyPool per backend. All methods are safe for concurrent
@@ -77,6 +78,8 @@ type Pools struct {
 	cfgMu sync.Mutex // serialises SetConfig
 	pools atomic.Pointer[map[string]*KeyPool]
 	pol   atomic.Pointer[policy]
+
+	unanswered unanswered // attempts that ended without response headers
 
 	changes     chan struct{}
 	rearm       chan struct{} // a key opened: Run recomputes its timer
@@ -150,6 +153,7 @@ func (p *Pools) policyFor(cfg *config.Config) *policy {
 		triedTTL:     max(tried, time.Second),
 		syncInterval: cfg.Breaker.SyncInterval.D(),
 		readTimeout:  cfg.Redis.ReadTimeout.D(),
+		resetGrace:   cfg.Breaker.ResetGrace.D(),
 	}
 }
 

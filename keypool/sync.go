@@ -25,15 +25,17 @@ import (
 //
 // Writes go through a bounded queue drained by one goroutine: the data path
 // never waits for Redis to write. Only a retry's Pick reads Redis (the keys
-// the request already failed on), bounded by read_timeout and skipped while
-// Redis is known to be down.
+// the request already failed on), and the verdicts of unanswered attempts
+// (whose clients went away, unanswered.go) off the data path; both bounded
+// by read_timeout and skipped while Redis is known to be down.
 type syncer struct {
-	p           *Pools
-	rdb         redis.UniversalClient
-	replica     string
-	hashKey     string
-	channel     string
-	triedPrefix string // key prefix of per-request failed-key sets
+	p            *Pools
+	rdb          redis.UniversalClient
+	replica      string
+	hashKey      string
+	channel      string
+	triedPrefix  string // key prefix of per-request failed-key sets
+	cancelPrefix string // key prefix of requests whose client went away
 
 	queue chan syncOp
 
@@ -46,8 +48,9 @@ type syncer struct {
 
 type syncOp struct {
 	backend, key string
-	state        *remoteState // nil: a failed-key record for req
+	state        *remoteState // nil: a failed-key record for req, or its cancel
 	req          string
+	cancel       bool // req's client went away (Pools.Cancelled)
 }
 
 const syncQueue = 4096
@@ -55,11 +58,12 @@ const syncQueue = 4096
 func newSyncer(p *Pools, rdb redis.UniversalClient, prefix, replica string) *syncer {
 	s := &syncer{
 		p: p, rdb: rdb, replica: replica,
-		hashKey:     prefix + "keypool:breakers",
-		channel:     prefix + "keypool:events",
-		triedPrefix: prefix + "keypool:tried:",
-		queue:       make(chan syncOp, syncQueue),
-		pending:     map[string]syncOp{},
+		hashKey:      prefix + "keypool:breakers",
+		channel:      prefix + "keypool:events",
+		triedPrefix:  prefix + "keypool:tried:",
+		cancelPrefix: prefix + "keypool:cancel:",
+		queue:        make(chan syncOp, syncQueue),
+		pending:      map[string]syncOp{},
 	}
 	// Grace: the remote state counts as known until the first poll is due.
 	s.lastPollOK.Store(p.clock.Now().UnixNano())
@@ -82,6 +86,36 @@ func (s *syncer) addTried(req, key string) {
 	default:
 		s.p.metrics.syncDropped.Inc()
 	}
+}
+
+func (s *syncer) addCancel(req string) {
+	select {
+	case s.queue <- syncOp{req: req, cancel: true}:
+	default:
+		s.p.metrics.syncDropped.Inc()
+	}
+}
+
+// cancelled reports, for each request, whether some replica recorded its
+// client going away. Redis unreachable: nil (nothing known).
+func (s *syncer) cancelled(ctx context.Context, reqs []string) []bool {
+	if s.down.Load() {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(reqs))
+	for i, r := range reqs {
+		cmds[i] = pipe.Exists(ctx, s.cancelPrefix+r)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.fail("cancel_read", err)
+		return nil
+	}
+	out := make([]bool, len(reqs))
+	for i, c := range cmds {
+		out[i] = c.Val() > 0
+	}
+	return out
 }
 
 func (s *syncer) keepPending(ops []syncOp) {
@@ -196,6 +230,10 @@ func (s *syncer) write(ctx context.Context, ops []syncOp) {
 			v := encodeState(s.replica, op.backend, op.key, *op.state)
 			pipe.HSet(wctx, s.hashKey, op.key, v)
 			pipe.Publish(wctx, s.channel, v)
+			continue
+		}
+		if op.cancel {
+			pipe.Set(wctx, s.cancelPrefix+op.req, 1, cancelTTL(pol.resetGrace))
 			continue
 		}
 		k := s.triedPrefix + op.req

@@ -46,9 +46,11 @@ func (k keys) Report(ctx context.Context, backend, keyID, requestID string, out 
 
 func (k keys) Available(backends []string) (bool, time.Duration) { return k.p.Available(backends) }
 
-func (k keys) ResetOutcome() extproc.Outcome {
-	return keypool.Outcome{Reset: true, RemainingRequests: -1, RemainingTokens: -1}
+func (k keys) Unanswered(ctx context.Context, backend, keyID, requestID string) {
+	_ = k.p.Unanswered(ctx, backend, keyID, requestID) // unknown backend or key: a config reload removed it
 }
+
+func (k keys) Cancelled(requestID string) { k.p.Cancelled(requestID) }
 
 func (k keys) ParseOutcome(status int, header func(string) string) extproc.Outcome {
 	return keypool.ParseOutcome(status, header)

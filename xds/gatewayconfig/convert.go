@@ -47,6 +47,7 @@ func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 			Consecutive_429: int32(cfg.Breaker.Consecutive429), Consecutive_5Xx: int32(cfg.Breaker.Consecutive5xx),
 			Cooldown: d(cfg.Breaker.Cooldown), MaxCooldown: d(cfg.Breaker.MaxCooldown), Jitter: cfg.Breaker.Jitter,
 			SyncInterval: d(cfg.Breaker.SyncInterval), HonourRemaining: cfg.Breaker.HonourRemaining,
+			ResetGrace: d(cfg.Breaker.ResetGrace),
 		},
 		Retry: &pb.RetryPolicy{
 			NumRetries: int32(cfg.Retry.NumRetries), PerTryTimeout: d(cfg.Retry.PerTryTimeout),
@@ -153,7 +154,7 @@ func toRaw(gc *pb.GatewayConfig) *config.Config {
 	b := gc.GetBreaker()
 	c.Breaker = config.BreakerPolicy{Consecutive429: int(b.GetConsecutive_429()), Consecutive5xx: int(b.GetConsecutive_5Xx()),
 		Cooldown: cd(b.GetCooldown()), MaxCooldown: cd(b.GetMaxCooldown()), Jitter: b.GetJitter(),
-		SyncInterval: cd(b.GetSyncInterval()), HonourRemaining: b.GetHonourRemaining()}
+		SyncInterval: cd(b.GetSyncInterval()), HonourRemaining: b.GetHonourRemaining(), ResetGrace: cd(b.GetResetGrace())}
 	rt := gc.GetRetry()
 	c.Retry = config.RetryPolicy{NumRetries: int(rt.GetNumRetries()), PerTryTimeout: cd(rt.GetPerTryTimeout()),
 		BackoffBase: cd(rt.GetBackoffBase()), BackoffMax: cd(rt.GetBackoffMax()), BudgetPercent: rt.GetBudgetPercent(),

@@ -581,8 +581,11 @@ type BreakerPolicy struct {
 	Jitter          float64                `protobuf:"fixed64,5,opt,name=jitter,proto3" json:"jitter,omitempty"`
 	SyncInterval    *durationpb.Duration   `protobuf:"bytes,6,opt,name=sync_interval,json=syncInterval,proto3" json:"sync_interval,omitempty"`
 	HonourRemaining bool                   `protobuf:"varint,7,opt,name=honour_remaining,json=honourRemaining,proto3" json:"honour_remaining,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Zero (also when an older control plane omits it) counts an unanswered
+	// attempt as a reset at once.
+	ResetGrace    *durationpb.Duration `protobuf:"bytes,8,opt,name=reset_grace,json=resetGrace,proto3" json:"reset_grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BreakerPolicy) Reset() {
@@ -662,6 +665,13 @@ func (x *BreakerPolicy) GetHonourRemaining() bool {
 		return x.HonourRemaining
 	}
 	return false
+}
+
+func (x *BreakerPolicy) GetResetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.ResetGrace
+	}
+	return nil
 }
 
 type RetryPolicy struct {
@@ -1806,7 +1816,7 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\x0flong_when_tools\x18\x06 \x01(\bR\rlongWhenTools\x129\n" +
 	"\x19default_max_output_tokens\x18\a \x01(\x05R\x16defaultMaxOutputTokens\x12&\n" +
 	"\x0fbytes_per_token\x18\b \x01(\x01R\rbytesPerToken\x12#\n" +
-	"\rsticky_header\x18\t \x01(\tR\fstickyHeader\"\xd9\x02\n" +
+	"\rsticky_header\x18\t \x01(\tR\fstickyHeader\"\x95\x03\n" +
 	"\rBreakerPolicy\x12'\n" +
 	"\x0fconsecutive_429\x18\x01 \x01(\x05R\x0econsecutive429\x12'\n" +
 	"\x0fconsecutive_5xx\x18\x02 \x01(\x05R\x0econsecutive5xx\x125\n" +
@@ -1814,7 +1824,9 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\fmax_cooldown\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vmaxCooldown\x12\x16\n" +
 	"\x06jitter\x18\x05 \x01(\x01R\x06jitter\x12>\n" +
 	"\rsync_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fsyncInterval\x12)\n" +
-	"\x10honour_remaining\x18\a \x01(\bR\x0fhonourRemaining\"\xc6\x02\n" +
+	"\x10honour_remaining\x18\a \x01(\bR\x0fhonourRemaining\x12:\n" +
+	"\vreset_grace\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetGrace\"\xc6\x02\n" +
 	"\vRetryPolicy\x12\x1f\n" +
 	"\vnum_retries\x18\x01 \x01(\x05R\n" +
 	"numRetries\x12A\n" +
@@ -1977,27 +1989,28 @@ var file_swarmgate_v1_gateway_proto_depIdxs = []int32{
 	22, // 18: swarmgate.v1.BreakerPolicy.cooldown:type_name -> google.protobuf.Duration
 	22, // 19: swarmgate.v1.BreakerPolicy.max_cooldown:type_name -> google.protobuf.Duration
 	22, // 20: swarmgate.v1.BreakerPolicy.sync_interval:type_name -> google.protobuf.Duration
-	22, // 21: swarmgate.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	22, // 22: swarmgate.v1.RetryPolicy.backoff_base:type_name -> google.protobuf.Duration
-	22, // 23: swarmgate.v1.RetryPolicy.backoff_max:type_name -> google.protobuf.Duration
-	22, // 24: swarmgate.v1.Accounting.reservation_ttl:type_name -> google.protobuf.Duration
-	22, // 25: swarmgate.v1.Alerts.timeout:type_name -> google.protobuf.Duration
-	20, // 26: swarmgate.v1.Backend.headers:type_name -> swarmgate.v1.Backend.HeadersEntry
-	12, // 27: swarmgate.v1.Backend.keys:type_name -> swarmgate.v1.APIKey
-	22, // 28: swarmgate.v1.Backend.connect_timeout:type_name -> google.protobuf.Duration
-	22, // 29: swarmgate.v1.Model.timeout:type_name -> google.protobuf.Duration
-	14, // 30: swarmgate.v1.Model.targets:type_name -> swarmgate.v1.Target
-	15, // 31: swarmgate.v1.Target.price:type_name -> swarmgate.v1.Price
-	17, // 32: swarmgate.v1.Tenant.keys:type_name -> swarmgate.v1.VirtualKey
-	18, // 33: swarmgate.v1.Tenant.limits:type_name -> swarmgate.v1.Limits
-	21, // 34: swarmgate.v1.Tenant.model_limits:type_name -> swarmgate.v1.Tenant.ModelLimitsEntry
-	19, // 35: swarmgate.v1.Tenant.budget:type_name -> swarmgate.v1.Budget
-	18, // 36: swarmgate.v1.Tenant.ModelLimitsEntry.value:type_name -> swarmgate.v1.Limits
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	22, // 21: swarmgate.v1.BreakerPolicy.reset_grace:type_name -> google.protobuf.Duration
+	22, // 22: swarmgate.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	22, // 23: swarmgate.v1.RetryPolicy.backoff_base:type_name -> google.protobuf.Duration
+	22, // 24: swarmgate.v1.RetryPolicy.backoff_max:type_name -> google.protobuf.Duration
+	22, // 25: swarmgate.v1.Accounting.reservation_ttl:type_name -> google.protobuf.Duration
+	22, // 26: swarmgate.v1.Alerts.timeout:type_name -> google.protobuf.Duration
+	20, // 27: swarmgate.v1.Backend.headers:type_name -> swarmgate.v1.Backend.HeadersEntry
+	12, // 28: swarmgate.v1.Backend.keys:type_name -> swarmgate.v1.APIKey
+	22, // 29: swarmgate.v1.Backend.connect_timeout:type_name -> google.protobuf.Duration
+	22, // 30: swarmgate.v1.Model.timeout:type_name -> google.protobuf.Duration
+	14, // 31: swarmgate.v1.Model.targets:type_name -> swarmgate.v1.Target
+	15, // 32: swarmgate.v1.Target.price:type_name -> swarmgate.v1.Price
+	17, // 33: swarmgate.v1.Tenant.keys:type_name -> swarmgate.v1.VirtualKey
+	18, // 34: swarmgate.v1.Tenant.limits:type_name -> swarmgate.v1.Limits
+	21, // 35: swarmgate.v1.Tenant.model_limits:type_name -> swarmgate.v1.Tenant.ModelLimitsEntry
+	19, // 36: swarmgate.v1.Tenant.budget:type_name -> swarmgate.v1.Budget
+	18, // 37: swarmgate.v1.Tenant.ModelLimitsEntry.value:type_name -> swarmgate.v1.Limits
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_swarmgate_v1_gateway_proto_init() }

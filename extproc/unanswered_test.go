@@ -1,0 +1,112 @@
+package extproc_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/keypool"
+)
+
+// An attempt's stream that ends without response headers is an upstream
+// reset or refusal, or the client going away (Envoy cancels the attempt
+// with the request). Envoy closes the attempt's stream the same way in
+// both; only in the second does the router-level stream end without
+// response headers too. The key pool must count only the first.
+func TestUnansweredAttempts(t *testing.T) {
+	tests := []struct {
+		name       string
+		clientGone bool
+		wantOpen   bool
+		verdict    string
+	}{
+		{"client gone before the upstream answered", true, false, "cancelled"},
+		{"upstream reset, Envoy answers 503", false, true, "reset"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Breaker.Consecutive5xx = 2
+			cfg.Breaker.ResetGrace = config.Duration{Duration: 50 * time.Millisecond}
+			reg := prometheus.NewRegistry()
+			pools, err := keypool.New(cfg, keypool.Options{Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, cfg, func(o *extproc.Options) { o.Keys = wire.Keys(pools) })
+			const requests = 4 // two keys on "big", two unanswered attempts each
+			for i := range requests {
+				id := fmt.Sprint("swarm-", i)
+				rt, cancelRouter := h.stream(t, contract.RoleRouter)
+				roundTrip(t, rt, reqHeaders(false, chatHeaders(keyBeta, "x-request-id", id)...))
+				if resp := roundTrip(t, rt, reqBody(`{"model":"agent","messages":[{"role":"user","content":"plan"}]}`)); resp.GetRequestBody() == nil {
+					t.Fatalf("not admitted: %v", resp)
+				}
+				up, cancelAttempt := h.stream(t, contract.RoleUpstream)
+				// No session stickiness: the attempts spread over both keys.
+				resp := roundTrip(t, up, upstreamReq(t, "big", "", 1, true, internalHeaders("x-request-id", id, contract.HeaderSticky, "")...))
+				if setOf(t, resp.GetRequestHeaders().GetResponse().GetHeaderMutation())["authorization"] == "" {
+					t.Fatal("attempt left without a key")
+				}
+				cancelAttempt() // the attempt ends: no response headers
+				if tc.clientGone {
+					cancelRouter() // and so does the request
+					continue
+				}
+				roundTrip(t, rt, respHeaders(false, ":status", "503", "content-type", "text/plain"))
+				roundTrip(t, rt, respBody([]byte("upstream connect error or disconnect/reset before headers"), true))
+				cancelRouter()
+			}
+			waitCounter(t, reg, "swarmgate_keypool_unanswered_total", map[string]string{"backend": "big", "verdict": tc.verdict}, requests)
+			open := 0
+			for _, k := range pools.Snapshot() {
+				if k.Backend == "big" && k.State == "open" {
+					open++
+				}
+			}
+			if tc.wantOpen != (open == 2) || !tc.wantOpen && open != 0 {
+				t.Errorf("%d of 2 keys open, want open %v", open, tc.wantOpen)
+			}
+		})
+	}
+}
+
+// waitCounter waits (bounded) until the counter with the labels reaches want.
+func waitCounter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := 0.0
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+		metric:
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+						continue metric
+					}
+				}
+				got += m.GetCounter().GetValue()
+			}
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
