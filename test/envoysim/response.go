@@ -58,6 +58,19 @@ func (r *singleChunkReader) Read(p []byte) (int, error) {
 // respond runs the router-level filter's response phases and writes the
 // response downstream, chunk by chunk as the upstream delivers it.
 func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstream *http.Response) {
+	if ctx.Err() != nil {
+		// The client went away before any response: Envoy resets the stream
+		// (response code detail downstream_remote_disconnect,
+		// https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_conn_man/response_code_details)
+		// and destroys its filter chain, so no filter sees a response phase,
+		// not even of the local reply the router would have sent; the
+		// router-level ext_proc stream is closed without end_of_stream.
+		x.rec.Aborted = true
+		if x.router != nil {
+			x.router.close(true)
+		}
+		return
+	}
 	run := x.router
 	if run != nil && run.off {
 		run = nil

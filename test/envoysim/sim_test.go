@@ -315,3 +315,67 @@ func TestMessageTimeoutAndFailureModeAllow(t *testing.T) {
 		}
 	}
 }
+
+// A client that goes away before the upstream answered resets its stream:
+// Envoy destroys the filter chain, so the router-level ext_proc stream is
+// closed without any response phase (no local 503 passes through it), and
+// the attempt is cancelled.
+func TestClientGoneBeforeResponse(t *testing.T) {
+	p := &testProc{}
+	addr := startProc(t, p)
+	arrived := make(chan struct{}, 1)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http notices a closed connection only once the body is read
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // answers nothing until the attempt is cancelled
+	}))
+	t.Cleanup(slow.Close)
+	s := newSim(t, addr, []Endpoint{{Address: strings.TrimPrefix(slow.URL, "http://"), Metadata: map[string]map[string]string{"sg": {"backend": "slow"}}}},
+		&RetryPolicy{NumRetries: 2, RetryOn: []string{"5xx", "reset"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/x", strings.NewReader("payload"))
+	req.Header.Set("x-want", "a")
+	req.Header.Set("x-request-id", "gone-1")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the attempt never reached the upstream")
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled request got a response")
+	}
+	var rec Record
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, ok := s.RecordFor("gone-1")
+		if ok && r.Aborted {
+			rec = r
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no aborted record: %+v", r)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.mu.Lock()
+	seen := strings.Join(p.seen, " ")
+	p.mu.Unlock()
+	if strings.Contains(seen, "router:response_") {
+		t.Errorf("the router-level filter saw a response phase of a request whose client was gone: %s", seen)
+	}
+	if len(rec.Attempts) != 1 {
+		t.Errorf("attempts %+v: a request whose client is gone is not retried", rec.Attempts)
+	}
+}
