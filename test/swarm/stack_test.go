@@ -12,6 +12,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -59,8 +60,9 @@ type stack struct {
 	redis  *redistest.Server
 	cfg    *config.Config
 	relays map[string]*mockupstream.Server
-	pools  []*keypool.Pools // one per ext_proc replica
-	addrs  []string         // ext_proc replicas' gRPC addresses
+	pools  []*keypool.Pools       // one per ext_proc replica
+	regs   []*prometheus.Registry // each replica's key-pool metrics
+	addrs  []string               // ext_proc replicas' gRPC addresses
 	sim    *envoysim.Sim
 	eds    *edsFeed
 	health *tappedHealth
@@ -133,7 +135,8 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for i := range max(sp.replicas, 1) {
-		pools, err := keypool.New(cfg, keypool.Options{Redis: s.redis.Client(), ReplicaID: fmt.Sprintf("r%d", i)})
+		reg := prometheus.NewRegistry()
+		pools, err := keypool.New(cfg, keypool.Options{Redis: s.redis.Client(), ReplicaID: fmt.Sprintf("r%d", i), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,6 +155,7 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 		go func() { _ = gs.Serve(lis) }()
 		t.Cleanup(gs.Stop)
 		s.pools = append(s.pools, pools)
+		s.regs = append(s.regs, reg)
 		s.addrs = append(s.addrs, lis.Addr().String())
 	}
 

@@ -1,0 +1,121 @@
+package swarm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/swarmgate/swarmgate/mockupstream"
+)
+
+// Agents that give up on their calls (a planner cancelling its workers,
+// client timeouts, a deploy draining) end both ext_proc streams of every
+// such request without response headers; the router-level stream runs on
+// replica 0 and the attempts on replicas 1 and 2, so each cancel reaches
+// the attempt's replica through Redis. That is not the keys' failure:
+// however many agents cancel at once, the relay's keys stay closed,
+// nothing fails over, and the next requests go through on priority 0. A
+// few such cancels used to open every key of the relay (each counted as a
+// reset), refusing all traffic for the cooldown.
+func TestSwarmCancelsDoNotOpenKeys(t *testing.T) {
+	s := startStack(t, faultSpec(30*time.Second))
+	ctx := testCtx(t, 60*time.Second)
+	requireAllOK(t, "warm-up", load(ctx, s, "warm", 4, 2))
+	a := s.relay("relay-a")
+	a.SetDefaultBehavior(mockupstream.Behavior{Latency: 20 * time.Second}) // the model is slow: agents give up first
+
+	const agents, each = 24, 3
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	for w := range agents {
+		wg.Go(func() {
+			c := sdkClient(s.sim.URL(), agentKey, s.http)
+			for i := range each {
+				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				_, err := c.Chat.Completions.New(cctx, openai.ChatCompletionNewParams{Model: model,
+					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Plan the next step.")}},
+					option.WithHeader("x-request-id", fmt.Sprintf("gone-%d-%d", w, i)))
+				cancel()
+				if err == nil {
+					answered.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := answered.Load(); n != 0 {
+		t.Fatalf("%d calls answered within 300ms although relay-a takes 20s: relay-a was failed over to relay-b", n)
+	}
+	attempts := 0
+	for w := range agents {
+		for i := range each {
+			rec, _ := s.sim.RecordFor(fmt.Sprintf("gone-%d-%d", w, i))
+			attempts += len(rec.Attempts)
+		}
+	}
+	// A call cancelled before its attempt left (slow -race runs) has none.
+	if attempts < agents*each/2 || attempts > agents*each {
+		t.Fatalf("%d upstream attempts for %d cancelled calls: most should have reached relay-a, once", attempts, agents*each)
+	}
+	// Every attempt gets its verdict on the replica that ran it.
+	var reset, cancelled float64
+	waitUntil(t, "a verdict for every cancelled attempt", 10*time.Second, func() bool {
+		reset, cancelled = 0, 0
+		for _, reg := range s.regs[1:] {
+			reset += counterValue(t, reg, "swarmgate_keypool_unanswered_total", "verdict", "reset")
+			cancelled += counterValue(t, reg, "swarmgate_keypool_unanswered_total", "verdict", "cancelled")
+		}
+		return int(reset+cancelled) >= attempts
+	})
+	t.Logf("%d cancelled calls, %d attempts: %v verdicts cancelled, %v reset", agents*each, attempts, cancelled, reset)
+	if reset != 0 {
+		t.Errorf("%v attempts of cancelled calls counted as resets against their keys", reset)
+	}
+	for i, p := range s.pools {
+		for k := range 2 {
+			if st := keyState(p, "relay-a", relayKeyID("relay-a", k)); st != "closed" {
+				t.Errorf("replica %d: %s is %s after the agents cancelled", i, relayKeyID("relay-a", k), st)
+			}
+		}
+	}
+
+	a.SetDefaultBehavior(mockupstream.Behavior{})
+	rs := load(ctx, s, "after", 10, 2)
+	requireAllOK(t, "after the cancels", rs)
+	for i := range rs {
+		rec, _ := s.sim.RecordFor(fmt.Sprintf("after-%d", i))
+		if len(rec.Attempts) != 1 || rec.Attempts[0].Priority != 0 {
+			t.Errorf("after-%d: attempts %+v, want one on relay-a (priority 0)", i, rec.Attempts)
+		}
+	}
+}
+
+// counterValue sums a counter's series whose label has the value.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
