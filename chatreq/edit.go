@@ -1,5 +1,7 @@
 package chatreq
 
+import "slices"
+
 // Body edits: splice the new bytes into one new buffer, leaving every other
 // byte of the client's body as it was (key order, spacing, number spelling),
 // which a decode/re-marshal would not.
@@ -58,11 +60,16 @@ func locate(body []byte) (topLevel, error) {
 // splice returns body with body[start:end] replaced by the pieces, in one
 // allocation.
 func splice(body []byte, start, end int, pieces ...string) []byte {
+	return spliceTo(nil, body, start, end, pieces...)
+}
+
+// spliceTo is splice appending to dst, which grows at most once.
+func spliceTo(dst, body []byte, start, end int, pieces ...string) []byte {
 	n := len(body) - (end - start)
 	for _, p := range pieces {
 		n += len(p)
 	}
-	out := make([]byte, 0, n)
+	out := slices.Grow(dst, n)
 	out = append(out, body[:start]...)
 	for _, p := range pieces {
 		out = append(out, p...)
@@ -126,39 +133,59 @@ func SetIncludeUsage(body []byte) ([]byte, error) {
 
 // WithIncludeUsage is SetIncludeUsage for the body r was scanned from,
 // without scanning it again: Scan recorded where the edit goes. body must be
-// exactly the bytes Scan accepted.
+// exactly the bytes Scan accepted. An unchanged body is returned itself.
 func (r *Request) WithIncludeUsage(body []byte) []byte {
+	if out, same := r.includeUsage(nil, body); !same {
+		return out
+	}
+	return body
+}
+
+// AppendIncludeUsage appends WithIncludeUsage(body) to dst: a caller that
+// sends the edited body and then forgets it (ext_proc answers are encoded
+// before Send returns) can reuse one buffer instead of a new copy per body.
+func (r *Request) AppendIncludeUsage(dst, body []byte) []byte {
+	if out, same := r.includeUsage(dst, body); !same {
+		return out
+	}
+	return append(dst, body...)
+}
+
+// includeUsage appends the edited body to dst, or reports that body asks
+// for usage already (same; nothing appended).
+func (r *Request) includeUsage(dst, body []byte) (out []byte, same bool) {
 	a := &r.at
 	if a.lastEnd == 0 || a.lastEnd > len(body) {
 		// Not from Scan (a literal Request): fall back to the full edit.
-		if out, err := SetIncludeUsage(body); err == nil {
-			return out
+		out, err := SetIncludeUsage(body)
+		if err != nil || (len(out) > 0 && len(body) > 0 && &out[0] == &body[0]) {
+			return dst, true
 		}
-		return body
+		return append(dst, out...), false
 	}
 	if !a.hasStreamOp {
 		sep := ","
 		if a.members == 0 {
 			sep = ""
 		}
-		return splice(body, a.lastEnd, a.lastEnd, sep, `"stream_options":{`+includeUsageTrue+`}`)
+		return spliceTo(dst, body, a.lastEnd, a.lastEnd, sep, `"stream_options":{`+includeUsageTrue+`}`), false
 	}
 	v := a.streamOpts
 	if body[v.start] == 'n' {
-		return splice(body, v.start, v.end, `{`+includeUsageTrue+`}`)
+		return spliceTo(dst, body, v.start, v.end, `{`+includeUsageTrue+`}`), false
 	}
 	if !a.hasIU {
 		sep := ","
 		if a.soMembers == 0 {
 			sep = ""
 		}
-		return splice(body, v.start+1, v.start+1, includeUsageTrue+sep)
+		return spliceTo(dst, body, v.start+1, v.start+1, includeUsageTrue+sep), false
 	}
 	iu := a.includeUsage
 	if string(body[iu.start:iu.end]) == "true" {
-		return body
+		return dst, true
 	}
-	return splice(body, iu.start, iu.end, "true")
+	return spliceTo(dst, body, iu.start, iu.end, "true"), false
 }
 
 // SetModel replaces the top-level "model" value with model, JSON-escaped.

@@ -101,3 +101,28 @@ func TestSetModel(t *testing.T) {
 		t.Errorf("duplicate model: err = %v", err)
 	}
 }
+
+func TestAppendIncludeUsageReusesBuffer(t *testing.T) {
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	r, err := Scan(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`
+	buf := r.AppendIncludeUsage(nil, body)
+	if string(buf) != want {
+		t.Fatalf("got %s", buf)
+	}
+	if a := testing.AllocsPerRun(20, func() { buf = r.AppendIncludeUsage(buf[:0], body) }); a != 0 {
+		t.Errorf("%v allocations with a buffer large enough, want 0", a)
+	}
+	if string(buf) != want {
+		t.Fatalf("reused: got %s", buf)
+	}
+	// Already true: the body itself is appended, unchanged.
+	on := []byte(`{"model":"m","stream_options":{"include_usage":true}}`)
+	ro, _ := Scan(on)
+	if got := ro.AppendIncludeUsage([]byte("x"), on); string(got) != "x"+string(on) {
+		t.Errorf("unchanged body: got %s", got)
+	}
+}

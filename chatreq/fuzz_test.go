@@ -83,6 +83,10 @@ func FuzzSetIncludeUsage(f *testing.F) {
 			if w := r.WithIncludeUsage(body); !bytes.Equal(w, out) {
 				t.Fatalf("WithIncludeUsage(%q) = %q, SetIncludeUsage %q", body, w, out)
 			}
+			prefix := []byte("kept:")
+			if w := r.AppendIncludeUsage(prefix, body); !bytes.Equal(w, append(prefix, out...)) {
+				t.Fatalf("AppendIncludeUsage(%q, %q) = %q, want the prefix and %q", prefix, body, w, out)
+			}
 		}
 		if err != nil {
 			return

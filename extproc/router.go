@@ -60,6 +60,7 @@ type routerStream struct {
 	reservation  Reservation
 	reserved     bool
 	reqBody      []byte // accumulated when Envoy splits a body
+	spliced      []byte // the body with include_usage, sent back; reused
 	admitted     bool
 	finished     bool
 	status       int
@@ -83,9 +84,9 @@ type routerStream struct {
 }
 
 func (r *routerStream) reset() {
-	buf, jb := r.reqBody[:0], r.jsonBuf[:0]
+	buf, jb, sp := r.reqBody[:0], r.jsonBuf[:0], r.spliced[:0]
 	bk := r.backends[:0]
-	*r = routerStream{reqBody: buf, jsonBuf: jb, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta}
+	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta}
 }
 
 // answer is the stream's reusable answer (see answer).
@@ -106,6 +107,9 @@ func (s *Server) serveRouter(st extprocv3.ExternalProcessor_ProcessServer) error
 		}
 		if cap(r.jsonBuf) > 1<<20 {
 			r.jsonBuf = nil
+		}
+		if cap(r.spliced) > 1<<20 {
+			r.spliced = nil
 		}
 		s.routers.Put(r)
 	}()
@@ -439,7 +443,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		a.set(contract.HeaderReservation, r.reservation.ID)
 	}
 	if r.stream && !r.clientUsage {
-		nb := cr.WithIncludeUsage(body) // positions from the Scan above: no second pass
+		// Positions from the Scan above: no second pass. The answer is
+		// encoded before Send returns, so the stream's buffer is reused.
+		r.spliced = cr.AppendIncludeUsage(r.spliced[:0], body)
+		nb := r.spliced
 		r.hideUsage = true
 		// BUFFERED with headers SENT: the processor must keep
 		// content-length right (processing_mode.proto, BodySendMode).
