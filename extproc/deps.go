@@ -46,6 +46,8 @@ type UsageStream interface {
 	// DeliveredContentBytes is the size of the content streamed so far (for
 	// billing a cut stream by what was delivered).
 	DeliveredContentBytes() int64
+	// Reset makes it ready for a new stream, keeping its buffers.
+	Reset()
 }
 
 // ChunkFilter rewrites SSE chunks. Write returns the bytes to forward for
@@ -54,6 +56,8 @@ type UsageStream interface {
 type ChunkFilter interface {
 	Write(chunk []byte) []byte
 	Flush() []byte
+	// Reset makes it ready for a new stream, keeping its buffers.
+	Reset()
 }
 
 // Decoder decompresses a stream piecewise. Decode returns the bytes decoded

@@ -77,9 +77,21 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			r.kind = bodyOther // cannot read usage from it
 		}
 		if r.kind == bodySSE {
-			r.parser = s.opts.Usage.NewStream()
+			// The pooled stream's parser and filter, reset: their buffers
+			// serve request after request.
+			if r.ownParser == nil {
+				r.ownParser = s.opts.Usage.NewStream()
+			} else {
+				r.ownParser.Reset()
+			}
+			r.parser = r.ownParser
 			if r.hideUsage && !r.gzip {
-				r.filter = s.opts.Usage.NewFilter()
+				if r.ownFilter == nil {
+					r.ownFilter = s.opts.Usage.NewFilter()
+				} else {
+					r.ownFilter.Reset()
+				}
+				r.filter = r.ownFilter
 			}
 		}
 	}

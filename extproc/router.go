@@ -76,17 +76,20 @@ type routerStream struct {
 	decoder      Decoder
 	usage        Usage
 	haveUsage    bool
-	reply        *bodyReply // kept across pooled uses
-	ans          *answer    // kept across pooled uses
-	meta         *tokenMeta // kept across pooled uses
-	start        time.Time  // request headers seen
-	firstChunk   time.Time  // first response body bytes (TTFT of streams)
+	reply        *bodyReply  // kept across pooled uses
+	ans          *answer     // kept across pooled uses
+	meta         *tokenMeta  // kept across pooled uses
+	ownParser    UsageStream // kept across pooled uses; parser when SSE
+	ownFilter    ChunkFilter // kept across pooled uses; filter when hiding usage
+	start        time.Time   // request headers seen
+	firstChunk   time.Time   // first response body bytes (TTFT of streams)
 }
 
 func (r *routerStream) reset() {
 	buf, jb, sp := r.reqBody[:0], r.jsonBuf[:0], r.spliced[:0]
 	bk := r.backends[:0]
-	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta}
+	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta,
+		ownParser: r.ownParser, ownFilter: r.ownFilter}
 }
 
 // answer is the stream's reusable answer (see answer).

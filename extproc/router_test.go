@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/swarmgate/swarmgate/accounting/usage"
 	"github.com/swarmgate/swarmgate/chatreq"
+	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -405,5 +408,73 @@ func TestResponseSSEUnterminatedUsageEvent(t *testing.T) {
 	roundTrip(t, st, respBody([]byte(`data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`), true))
 	if e := h.cap.waitEntry(t); e.Usage.TotalTokens != 10 || e.Estimated {
 		t.Errorf("entry %+v: want the provider's usage (10 tokens)", e)
+	}
+}
+
+// Router streams are pooled with their SSE parser and filter: what one
+// request leaves in them (usage already seen, part of an event held back)
+// must not reach the next request on the same pooled state.
+func TestSSEStateDoesNotCarryOver(t *testing.T) {
+	// One P: sync.Pool hands a stream back to the next Get on the same P
+	// (its private slot), so each request reuses the previous one's state.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	sse := fixture(t, "openai_chat_include_usage.sse")
+	usageAt := strings.Index(string(sse), `data: {"id":"chatcmpl-usage"`)
+	if usageAt < 0 {
+		usageAt = strings.LastIndex(string(sse[:strings.Index(string(sse), `"usage":{"prompt_tokens"`)]), "data: ")
+	}
+	afterUsage := usageAt + strings.Index(string(sse[usageAt:]), "\n\n") + 2
+	var f usage.StreamFilter
+	want := append(append([]byte(nil), f.Write(sse)...), f.Flush()...) // a fresh filter's output
+	h := newHarness(t, testConfig(t))
+	body := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`
+	// send streams sse[:n] (all of it with end_of_stream when n < 0) and
+	// returns the bytes forwarded, the last answer and the ledger entry.
+	send := func(n int) ([]byte, *extprocv3.ProcessingResponse, extproc.Entry) {
+		t.Helper()
+		st, cancel := admit(t, h, body)
+		defer cancel()
+		roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+		part := sse
+		if n >= 0 {
+			part = sse[:n]
+		}
+		var out []byte
+		var r *extprocv3.ProcessingResponse
+		for i := 0; i < len(part); i += 97 {
+			end := min(i+97, len(part))
+			r = roundTrip(t, st, respBody(part[i:end], false))
+			if m := r.GetResponseBody().GetResponse().GetBodyMutation(); m != nil {
+				out = append(out, m.GetBody()...)
+			} else {
+				out = append(out, part[i:end]...)
+			}
+		}
+		if n < 0 {
+			r = roundTrip(t, st, respBody(nil, true))
+			out = append(out, r.GetResponseBody().GetResponse().GetBodyMutation().GetBody()...)
+		}
+		cancel() // a cut stream: the client is gone
+		return out, r, h.cap.waitEntry(t)
+	}
+	for round := range 4 {
+		// Cut after the usage event: usage reported, billed as such.
+		if _, _, e := send(afterUsage); !e.Disconnected || e.Estimated || e.Usage.TotalTokens != 29 {
+			t.Fatalf("round %d: cut after usage: entry %+v", round, e)
+		}
+		// Cut before it: nothing reported for this request.
+		if _, _, e := send(usageAt); !e.Disconnected || !e.Estimated {
+			t.Fatalf("round %d: cut before usage billed the previous request's usage: %+v", round, e)
+		}
+		// Cut inside it: the filter holds part of the event back.
+		send(usageAt + 40)
+		out, r, e := send(-1)
+		if !bytes.Equal(out, want) {
+			t.Fatalf("round %d: forwarded stream differs from a fresh filter's:\n got %q\nwant %q", round, out, want)
+		}
+		md := r.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+		if md[contract.MetaPromptTokens].GetNumberValue() != 19 || e.Usage.TotalTokens != 29 || e.Disconnected || e.Estimated {
+			t.Fatalf("round %d: metadata %v entry %+v", round, md, e)
+		}
 	}
 }

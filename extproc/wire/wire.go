@@ -88,6 +88,7 @@ func (s *stream) Usage() (extproc.Usage, bool) {
 	return conv(u), ok
 }
 func (s *stream) DeliveredContentBytes() int64 { return s.p.DeliveredContentBytes() }
+func (s *stream) Reset()                       { s.p.Reset() }
 
 type gz struct {
 	g   *usage.GzipStream
