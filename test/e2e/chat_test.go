@@ -241,10 +241,22 @@ func TestRetryAfter429UsesAnotherKey(t *testing.T) {
 }
 
 // With relay-a down (EDS health), the pool fails over to relay-b, whose
-// model name, base path and auth style differ.
+// model name, base path and auth style differ. The pool mixes the two: only
+// the attempt on relay-b asks Envoy for the body (mode_override, with
+// allow_mode_override on the upstream filter); the one on relay-a sends
+// none to ext_proc.
 func TestFailoverRenamesModelUpstream(t *testing.T) {
 	g := startGateway(t)
 	ctx := testCtx(t)
+	if _, err := g.chat(keyTeam).New(ctx, chatParams("gpt-4o-mini")); err != nil {
+		t.Fatal(err)
+	}
+	if recs := g.relayA.Requests(); len(recs) != 1 || recs[0].Model != "gpt-4o-mini" {
+		t.Fatalf("relay-a saw %+v", recs)
+	}
+	if n := g.upstreamMessages(t, "request_body"); n != 0 {
+		t.Errorf("an attempt on relay-a (no renaming) sent its body to the upstream ext_proc %v times", n)
+	}
 	g.sim.SetHealthy(contract.PoolCluster("gpt-4o-mini"), g.relayA.Addr().String(), false)
 	resp, err := g.chat(keyTeam).New(ctx, chatParams("gpt-4o-mini"))
 	if err != nil {
@@ -257,6 +269,9 @@ func TestFailoverRenamesModelUpstream(t *testing.T) {
 	if len(recs) != 1 || recs[0].Model != "openai/gpt-4o-mini" || recs[0].Path != "/openai/v1/chat/completions" || recs[0].KeyID != "relay-b-1" ||
 		recs[0].Headers.Get("x-relay-tag") != "b" {
 		t.Fatalf("relay-b saw %+v", recs)
+	}
+	if n := g.upstreamMessages(t, "request_body"); n != 1 {
+		t.Errorf("upstream ext_proc saw %v request bodies, want the renamed attempt's one", n)
 	}
 	waitFor(t, "ledger row for relay-b", func() bool {
 		r, err := g.ledger.Query(ctx, "team", month())

@@ -44,15 +44,16 @@ var upstreamKeys = map[string]string{
 }
 
 type gateway struct {
-	sim      *envoysim.Sim
-	refusals *admin.RefusalLog
-	metrics  *prometheus.Registry // the router-level server's
-	relayA   *mockupstream.Server
-	relayB   *mockupstream.Server
-	ledger   *ledger.Ledger
-	cfg      *config.Config
-	routerEP *extproc.Server
-	upEP     *extproc.Server
+	sim       *envoysim.Sim
+	refusals  *admin.RefusalLog
+	metrics   *prometheus.Registry   // the router-level server's
+	upMetrics []*prometheus.Registry // the two upstream-level servers'
+	relayA    *mockupstream.Server
+	relayB    *mockupstream.Server
+	ledger    *ledger.Ledger
+	cfg       *config.Config
+	routerEP  *extproc.Server
+	upEP      *extproc.Server
 }
 
 func gatewayYAML(relayA, relayB string, redisAddr string) string {
@@ -189,8 +190,9 @@ func startGateway(t *testing.T) *gateway {
 	var routerAddr, upAddr, upAddr2 string
 	g.refusals, g.metrics = admin.NewRefusalLog(0), prometheus.NewRegistry()
 	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.metrics, g.refusals)
-	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, prometheus.NewRegistry(), g.refusals)
-	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger, prometheus.NewRegistry(), g.refusals)
+	g.upMetrics = []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.upMetrics[0], g.refusals)
+	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger, g.upMetrics[1], g.refusals)
 
 	res, err := translator.Translate(cfg)
 	if err != nil {
@@ -273,7 +275,25 @@ func (g *gateway) models(key string) *openai.ModelService {
 // the series whose labels include want.
 func (g *gateway) counter(t *testing.T, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := g.metrics.Gather()
+	return sumSeries(t, g.metrics, name, want)
+}
+
+// upstreamMessages counts the messages of one phase the upstream-level
+// servers handled (the sample count of their phase histograms).
+func (g *gateway) upstreamMessages(t *testing.T, phase string) float64 {
+	t.Helper()
+	n := 0.0
+	for _, reg := range g.upMetrics {
+		n += sumSeries(t, reg, telemetry.MetricPhaseDuration, map[string]string{"filter": "upstream", "phase": phase})
+	}
+	return n
+}
+
+// sumSeries sums a counter's values, or a histogram's sample counts, over
+// the series of reg whose labels include want.
+func sumSeries(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +309,7 @@ func (g *gateway) counter(t *testing.T, name string, want map[string]string) flo
 					continue series
 				}
 			}
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

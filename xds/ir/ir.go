@@ -44,11 +44,8 @@ type Pool struct {
 	Cluster    string
 	MinContext int // 0: unrestricted
 
-	Timeout     time.Duration // ordinary requests
-	LongTimeout time.Duration // x-swarmgate-long: 1
-	// BufferBody: some target expects a different model name than the alias,
-	// so the upstream ext_proc must rewrite the body per attempt.
-	BufferBody     bool
+	Timeout        time.Duration // ordinary requests
+	LongTimeout    time.Duration // x-swarmgate-long: 1
 	ConnectTimeout time.Duration
 	// Circuit-breaker thresholds: sums over the pool's backends (each backend
 	// is a different host of this cluster, so the cluster as a whole may use
@@ -193,9 +190,6 @@ func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {
 			Weight:        clampU32(int64(t.Weight)),
 			Priority:      uint32(prio),
 		})
-		if t.Model != m.Name {
-			p.BufferBody = true
-		}
 		p.ConnectTimeout = max(p.ConnectTimeout, b.ConnectTimeout.D())
 		p.MaxConnections = addU32(p.MaxConnections, b.MaxConnections)
 		p.MaxPendingRequests = addU32(p.MaxPendingRequests, b.MaxPendingRequests)

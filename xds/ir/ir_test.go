@@ -57,8 +57,6 @@ func TestBuild(t *testing.T) {
 		{"long_running model: both routes long", long.Timeout, 500 * time.Second},
 		{"priorities made dense (0,5 -> 0,1)", [3]uint32{m.Targets[0].Priority, m.Targets[1].Priority, m.Targets[2].Priority}, [3]uint32{0, 1, 1}},
 		{"targets sorted by priority then backend", [3]string{m.Targets[0].Backend, m.Targets[1].Backend, m.Targets[2].Backend}, [3]string{"a", "b", "c"}},
-		{"a different upstream model needs the body", m.BufferBody, true},
-		{"same model name: headers only", long.BufferBody, false},
 		{"max_connections summed", m.MaxConnections, uint32(10 + 5 + 1024)},
 		{"max_requests summed", m.MaxRequests, uint32(30 + 7 + 4096)},
 		{"per-host connections: largest backend", m.MaxConnectionsPerHost, uint32(1024)},

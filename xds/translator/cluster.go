@@ -63,7 +63,7 @@ func upstreamHTTP(g *ir.Gateway, p *ir.Pool) *httpv3.HttpProtocolOptions {
 			},
 		},
 		HttpFilters: []*hcmv3.HttpFilter{
-			{Name: FilterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(UpstreamExtProc(g, p.BufferBody))}},
+			{Name: FilterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(UpstreamExtProc(g))}},
 			{Name: FilterCodec, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&codecv3.UpstreamCodec{})}},
 		},
 	}

@@ -65,17 +65,19 @@ func RouterExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 // path and model name, breaker feedback from the attempt's response headers.
 // ImmediateResponse and clear_route_cache are ignored there.
 // https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/ext_proc_filter
-func UpstreamExtProc(g *ir.Gateway, bufferBody bool) *extprocv3.ExternalProcessor {
-	body := extprocv3.ProcessingMode_NONE
-	if bufferBody {
-		body = extprocv3.ProcessingMode_BUFFERED
-	}
+//
+// The request body is not sent by default: an attempt whose endpoint
+// renames the model asks for it with a mode_override in its headers answer,
+// which Envoy honours only with allow_mode_override (ext_proc.proto). So the
+// other attempts of a pool that mixes renaming and non-renaming targets do
+// not carry the whole body to ext_proc and back.
+func UpstreamExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
 		GrpcService:      envoyGRPC(contract.ClusterExtProc, contract.RoleUpstream),
 		FailureModeAllow: g.ExtProcFailOpen,
 		ProcessingMode: &extprocv3.ProcessingMode{
 			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
-			RequestBodyMode:     body,
+			RequestBodyMode:     extprocv3.ProcessingMode_NONE,
 			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
 			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
 			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
@@ -91,6 +93,7 @@ func UpstreamExtProc(g *ir.Gateway, bufferBody bool) *extprocv3.ExternalProcesso
 			DisallowIsError: wrapperspb.Bool(false),
 		},
 		RequestAttributes: []string{contract.AttrUpstreamHostMetadata, contract.AttrAttemptCount},
+		AllowModeOverride: true,
 	}
 }
 
