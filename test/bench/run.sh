@@ -37,7 +37,7 @@ done
 # Capacity at a fixed arrival rate both servers sustain: the servers' CPU
 # per request compared at the same load, with no saturation feedback
 # between the two processes sharing the machine's cores.
-compare json-rate4000 --kind json --streams 1000 --rate 4000
+compare json-rate2500 --kind json --streams 1000 --rate 2500
 # 1,000 streams paced like token streaming (100 ms between SSE chunks):
 # below saturation, so latency is the servers' own, not queueing.
 PAIRS=$(((PAIRS + 1) / 2)) compare sse-1000-paced --kind sse --streams 1000 --chunk-interval 100ms
