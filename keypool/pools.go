@@ -266,18 +266,28 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 // it; elsewhere the slot expires with the lease TTL. Do not also call
 // Lease.Done for the same attempt.
 func (p *Pools) Report(ctx context.Context, backend, keyID, requestID string, o Outcome) error {
+	kp, k, err := p.key(backend, keyID)
+	if err != nil {
+		return err
+	}
+	kp.observe(k, requestID, o, true, false)
+	return nil
+}
+
+// key finds a key by backend and id, as config now has them (a reload may
+// have removed either since the attempt began).
+func (p *Pools) key(backend, keyID string) (*KeyPool, *keyState, error) {
 	kp := p.pool(backend)
 	if kp == nil {
-		return fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
+		return nil, nil, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
 	}
 	kp.mu.Lock()
 	k := kp.byID[keyID]
 	kp.mu.Unlock()
 	if k == nil {
-		return fmt.Errorf("%w: backend %q has no key %q", ErrNoKey, backend, keyID)
+		return nil, nil, fmt.Errorf("%w: backend %q has no key %q", ErrNoKey, backend, keyID)
 	}
-	kp.observe(k, requestID, o, true, false)
-	return nil
+	return kp, k, nil
 }
 
 // signal wakes the Changes consumer without blocking; signals coalesce.

@@ -2,7 +2,6 @@ package keypool
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -62,15 +61,9 @@ func cancelTTL(grace time.Duration) time.Duration { return max(10*time.Second, 4
 // request; whether it counts as a reset against the key is decided after
 // breaker.reset_grace (see Cancelled). Like Report, it works on any replica.
 func (p *Pools) Unanswered(ctx context.Context, backend, keyID, requestID string) error {
-	kp := p.pool(backend)
-	if kp == nil {
-		return fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
-	}
-	kp.mu.Lock()
-	k := kp.byID[keyID]
-	kp.mu.Unlock()
-	if k == nil {
-		return fmt.Errorf("%w: backend %q has no key %q", ErrNoKey, backend, keyID)
+	kp, k, err := p.key(backend, keyID)
+	if err != nil {
+		return err
 	}
 	grace := p.pol.Load().resetGrace
 	if grace <= 0 || requestID == "" {
@@ -166,14 +159,7 @@ func (p *Pools) settleUnanswered() {
 			continue
 		}
 		p.metrics.unanswered.WithLabelValues(v.backend, verdictReset).Inc()
-		kp := p.pool(v.backend)
-		if kp == nil {
-			continue // removed by a reload meanwhile
-		}
-		kp.mu.Lock()
-		k := kp.byID[v.keyID]
-		kp.mu.Unlock()
-		if k != nil {
+		if kp, k, err := p.key(v.backend, v.keyID); err == nil { // else removed by a reload meanwhile
 			kp.observe(k, v.req, resetOutcome, false, false)
 		}
 	}
