@@ -11,6 +11,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/metricstest"
 	"github.com/swarmgate/swarmgate/keypool"
 )
 
@@ -82,24 +83,9 @@ func waitCounter(t *testing.T, reg *prometheus.Registry, name string, labels map
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := 0.0
-		mfs, err := reg.Gather()
+		got, err := metricstest.Sum(reg, name, labels)
 		if err != nil {
 			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-		metric:
-			for _, m := range mf.GetMetric() {
-				for _, lp := range m.GetLabel() {
-					if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-						continue metric
-					}
-				}
-				got += m.GetCounter().GetValue()
-			}
 		}
 		if got == want {
 			return

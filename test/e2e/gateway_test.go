@@ -24,6 +24,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/metricstest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/keypool"
 	"github.com/swarmgate/swarmgate/mockupstream"
@@ -289,28 +290,12 @@ func (g *gateway) upstreamMessages(t *testing.T, phase string) float64 {
 	return n
 }
 
-// sumSeries sums a counter's values, or a histogram's sample counts, over
-// the series of reg whose labels include want.
+// sumSeries is metricstest.Sum, failing the test on a gather error.
 func sumSeries(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	n, err := metricstest.Sum(reg, name, want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
-					continue series
-				}
-			}
-			sum += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
+	return n
 }

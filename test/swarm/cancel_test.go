@@ -10,8 +10,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/swarmgate/swarmgate/internal/metricstest"
 	"github.com/swarmgate/swarmgate/mockupstream"
 )
 
@@ -69,8 +69,13 @@ func TestSwarmCancelsDoNotOpenKeys(t *testing.T) {
 	waitUntil(t, "a verdict for every cancelled attempt", 10*time.Second, func() bool {
 		reset, cancelled = 0, 0
 		for _, reg := range s.regs[1:] {
-			reset += counterValue(t, reg, "swarmgate_keypool_unanswered_total", "verdict", "reset")
-			cancelled += counterValue(t, reg, "swarmgate_keypool_unanswered_total", "verdict", "cancelled")
+			r, err1 := metricstest.Sum(reg, "swarmgate_keypool_unanswered_total", map[string]string{"verdict": "reset"})
+			c, err2 := metricstest.Sum(reg, "swarmgate_keypool_unanswered_total", map[string]string{"verdict": "cancelled"})
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			reset += r
+			cancelled += c
 		}
 		return int(reset+cancelled) >= attempts
 	})
@@ -95,27 +100,4 @@ func TestSwarmCancelsDoNotOpenKeys(t *testing.T) {
 			t.Errorf("after-%d: attempts %+v, want one on relay-a (priority 0)", i, rec.Attempts)
 		}
 	}
-}
-
-// counterValue sums a counter's series whose label has the value.
-func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }
