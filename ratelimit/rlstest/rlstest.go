@@ -134,7 +134,11 @@ func StartService(t testing.TB, cfg *config.Config, opts service.Options) *Runni
 			t.Errorf("stopping rate-limit service: %v", err)
 		}
 	})
-	return &Running{Service: svc, Addr: svc.Addr().String(), stop: stop}
+	addr := svc.Addr()
+	if addr == nil {
+		t.Fatal("rate-limit service loaded its config but reports no listening address")
+	}
+	return &Running{Service: svc, Addr: addr.String(), stop: stop}
 }
 
 // Dial returns a client connection to addr, closed when the test ends.

@@ -129,7 +129,8 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // before that every call is answered Unavailable.
 func (s *Service) ConfigLoaded() <-chan struct{} { return s.configLoaded }
 
-// Addr is the listening address, nil before Ready.
+// Addr is the listening address: set once Run listens, before Ready or
+// ConfigLoaded close; nil before that.
 func (s *Service) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -148,6 +149,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("ratelimit service: listen %s: %w", s.cfg.Listen.RateLimit, err)
 	}
 	defer ln.Close()
+	// Set before anything can close configLoaded: a caller woken by it
+	// reads Addr (the first config may arrive before Serve starts).
+	s.mu.Lock()
+	s.addr = ln.Addr()
+	s.mu.Unlock()
 
 	rdb := s.opts.Redis
 	if rdb == nil {
@@ -211,9 +217,6 @@ func (s *Service) Run(ctx context.Context) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	s.mu.Lock()
-	s.addr = ln.Addr()
-	s.mu.Unlock()
 	close(s.ready)
 	s.log.Info("ratelimit service listening", "addr", ln.Addr().String(), "xds", s.cfg.Envoy.XDSAddress)
 
