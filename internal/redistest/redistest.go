@@ -6,6 +6,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -24,6 +25,7 @@ type Server struct {
 	Addr string
 	t    testing.TB
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 	dir  string
 	port int
 	args []string // before the standard options: a config file, --sentinel, cluster flags
@@ -46,35 +48,73 @@ func StartWith(t testing.TB, args ...string) *Server {
 		t.Fatalf("redis-server not found on PATH: run `make deps` (apt-get install redis-server): %v", err)
 	}
 	s := &Server{t: t, dir: t.TempDir(), args: args}
-	s.port = freePort(t)
-	s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
-	s.start(bin)
 	t.Cleanup(s.Stop)
-	return s
+	// A free port can be taken by another test process between freePort
+	// closing it and redis-server binding it (go test runs packages in
+	// parallel): then pick another.
+	for attempt := 1; ; attempt++ {
+		s.port = freePort(t)
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+		err := s.launch(bin)
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
 }
+
+// errPortTaken: redis-server exited because its port was in use.
+var errPortTaken = errors.New("redistest: port taken")
 
 func (s *Server) start(bin string) {
 	s.t.Helper()
+	if err := s.launch(bin); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// launch starts redis-server on s.port and waits until it answers PING, or
+// until it exits (errPortTaken when its port was in use) or 10 s pass.
+func (s *Server) launch(bin string) error {
+	logPath := filepath.Join(s.dir, "redis.log")
+	_ = os.Remove(logPath) // a failed attempt's log must not be read again
 	s.cmd = exec.Command(bin, append(append([]string(nil), s.args...),
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis.log"))...)
+		"--logfile", logPath)...)
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting redis-server: %v", err)
+		return fmt.Errorf("starting redis-server: %w", err)
 	}
+	done := make(chan struct{})
+	s.done = done
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(s.cmd)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	// Ready means this process answers: another test's server may hold the
+	// port (then ours exited), so the pid is checked, and each try is short
+	// so that an exit is noticed at once.
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	defer c.Close()
+	pid := strconv.Itoa(s.cmd.Process.Pid)
 	for {
-		if err := c.Ping(ctx).Err(); err == nil {
-			return
+		if v, err := infoField(ctx, c, "process_id"); err == nil && v == pid {
+			return nil
 		}
 		select {
+		case <-done:
+			s.cmd = nil
+			log, _ := os.ReadFile(logPath)
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("%w: redis-server on %s: %s", errPortTaken, s.Addr, log)
+			}
+			return fmt.Errorf("redis-server on %s exited before it was ready: %s", s.Addr, log)
 		case <-ctx.Done():
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redis-server on %s did not become ready: %s", s.Addr, log)
+			log, _ := os.ReadFile(logPath)
+			return fmt.Errorf("redis-server on %s did not become ready: %s", s.Addr, log)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -86,7 +126,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
@@ -109,6 +149,11 @@ func (s *Server) Client() *redis.Client {
 func (s *Server) Info(ctx context.Context, field string) (string, error) {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
+	return infoField(ctx, c, field)
+}
+
+// infoField reads one field of INFO through c.
+func infoField(ctx context.Context, c *redis.Client, field string) (string, error) {
 	out, err := c.Info(ctx).Result()
 	if err != nil {
 		return "", fmt.Errorf("redis info: %w", err)
