@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // testEnv holds the environment the testdata configs reference.
@@ -42,7 +43,7 @@ func TestExampleConfig(t *testing.T) {
 	if o, ok := c.LookupKey("vk-example-research"); !ok || o.Key.ID != "research-agents" {
 		t.Fatal("env: virtual key not indexed")
 	}
-	if c.Retry.NumRetries != 4 || c.Breaker.Jitter != 0.25 || c.Request.MaxBodyBytes != 16<<20 || c.Redis.Password.Value() != "redis-pass-example" {
+	if c.Retry.NumRetries != 4 || c.Breaker.Jitter != 0.25 || c.Breaker.ResetGrace.Duration != 500*time.Millisecond || c.Request.MaxBodyBytes != 16<<20 || c.Redis.Password.Value() != "redis-pass-example" {
 		t.Fatalf("policies %+v %+v", c.Retry, c.Breaker)
 	}
 	m, _ := c.Model("o4-mini")
