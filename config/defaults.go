@@ -16,7 +16,7 @@ func Defaults() Config {
 }
 
 // prefill sets the defaults of fields whose zero value is meaningful
-// (retry.num_retries: 0 is no retries, breaker.jitter, breaker.reset_grace, telemetry.sample_ratio,
+// (retry.num_retries: 0 is no retries, breaker.jitter, breaker.reset_grace, breaker.health_hold, telemetry.sample_ratio,
 // accounting.ledger_buffer, retry.min_retry_concurrency): Parse calls it
 // before decoding, and applyDefaults never touches these fields again.
 // docs/config.md lists every default.
@@ -25,6 +25,7 @@ func (c *Config) prefill() {
 	c.Retry.MinRetryConcurrency = 10
 	c.Breaker.Jitter = 0.2
 	c.Breaker.ResetGrace = Duration{250 * time.Millisecond}
+	c.Breaker.HealthHold = Duration{time.Second}
 	c.Telemetry.SampleRatio = 1
 	c.Accounting.LedgerBuffer = 100000
 	// Booleans whose safe default is true.
@@ -91,6 +92,8 @@ func (c *Config) applyDefaults() {
 	defDur(&c.Breaker.Cooldown, 30*time.Second)
 	defDur(&c.Breaker.MaxCooldown, 5*time.Minute)
 	defDur(&c.Breaker.SyncInterval, 500*time.Millisecond)
+	defDur(&c.Breaker.AuthCooldown, 30*time.Minute)
+	defDur(&c.Breaker.HealthFlapWindow, 2*time.Minute)
 
 	defDur(&c.Retry.BackoffBase, 250*time.Millisecond)
 	defDur(&c.Retry.BackoffMax, 5*time.Second)

@@ -15,6 +15,8 @@ type index struct {
 	models   map[string]*Model
 	tenants  map[string]*Tenant
 	keys     map[[sha256.Size]byte]KeyOwner // virtual-key SHA-256 -> owner
+	identity []byte                         // see IdentityKey
+	static   map[string]bool                // see StaticHeader
 }
 
 // KeyOwner is the tenant and virtual key a presented key hash belongs to.
@@ -35,12 +37,17 @@ func (c *Config) buildIndex() {
 		tenants:  make(map[string]*Tenant, len(c.Tenants)),
 		keys:     make(map[[sha256.Size]byte]KeyOwner),
 	}
+	c.index.static = map[string]bool{}
 	for i := range c.Backends {
 		c.index.backends[c.Backends[i].Name] = &c.Backends[i]
+		for h := range c.Backends[i].Headers {
+			c.index.static[strings.ToLower(h)] = true
+		}
 	}
 	for i := range c.Models {
 		c.index.models[c.Models[i].Name] = &c.Models[i]
 	}
+	c.index.identity = c.identityKey()
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		c.index.tenants[t.Name] = t
@@ -165,3 +172,42 @@ func (b *Backend) IsIP() bool { return net.ParseIP(b.url.host) != nil }
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// IdentityKey is the key material request identities are signed with
+// (identity.signing_key, or derived from every provider key when unset).
+// Two replicas loaded from the same config agree on it.
+func (c *Config) IdentityKey() []byte { return c.index.identity }
+
+func (c *Config) identityKey() []byte {
+	h := sha256.New()
+	if v := c.Identity.SigningKey.Value(); v != "" {
+		h.Write([]byte("configured\x00"))
+		h.Write([]byte(v))
+		return h.Sum(nil)
+	}
+	// Derived: secret to anyone who does not hold the provider keys, and
+	// those are exactly what it protects.
+	h.Write([]byte("derived\x00"))
+	for i := range c.Backends {
+		for _, k := range c.Backends[i].Keys {
+			h.Write([]byte(c.Backends[i].Name + "\x00" + k.ID + "\x00" + k.Secret.Value() + "\x00"))
+		}
+	}
+	return h.Sum(nil)
+}
+
+// StaticHeader reports whether some backend sets the (lower-case) header
+// name as a static header. An upstream attempt removes those its own
+// backend does not set: the header map it works on may carry another
+// backend's from an earlier attempt.
+func (c *Config) StaticHeader(lower string) bool { return c.index.static[lower] }
+
+// SetsHeader reports whether the backend sets the (lower-case) header.
+func (b *Backend) SetsHeader(lower string) bool {
+	for h := range b.Headers {
+		if strings.EqualFold(h, lower) {
+			return true
+		}
+	}
+	return false
+}

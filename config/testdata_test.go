@@ -16,6 +16,7 @@ var testEnv = map[string]string{
 	"SWARMGATE_REDIS_PASSWORD": "redis-pass-example", "OPENAI_KEY_1": "sk-example-openai-1",
 	"OPENAI_KEY_2": "sk-example-openai-2", "RELAY_EU_KEY_1": "relay-eu-example-1",
 	"RELAY_EU_KEY_2": "relay-eu-example-2", "RESEARCH_VIRTUAL_KEY": "vk-example-research",
+	"SWARMGATE_SIGNING_KEY": "signing-example",
 }
 
 func lookupTestEnv(k string) (string, bool) { v, ok := testEnv[k]; return v, ok }
@@ -108,5 +109,43 @@ func TestInvalidConfigs(t *testing.T) {
 				t.Fatalf("want %s:%d: %s: %s...; got:\n%v", f, wantLine, wantPath, wantMsg, err)
 			}
 		})
+	}
+}
+
+func TestIdentityKey(t *testing.T) {
+	load := func(env map[string]string, mutate func(*Config)) []byte {
+		t.Helper()
+		c, err := Load("testdata/example.yaml", Options{LookupEnv: func(k string) (string, bool) {
+			if v, ok := env[k]; ok {
+				return v, true
+			}
+			return lookupTestEnv(k)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mutate != nil {
+			mutate(c)
+			if err := c.Prepare(Options{LookupEnv: lookupTestEnv}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.IdentityKey()
+	}
+	base := load(nil, nil)
+	if len(base) == 0 || string(base) != string(load(nil, nil)) {
+		t.Fatal("two loads of one config must agree on the identity key")
+	}
+	if string(base) == string(load(map[string]string{"SWARMGATE_SIGNING_KEY": "other"}, nil)) {
+		t.Fatal("a different signing_key must give a different identity key")
+	}
+	unset := func(c *Config) { c.Identity.SigningKey = Secret{} }
+	derived := load(nil, unset)
+	if string(derived) == string(base) || len(derived) == 0 {
+		t.Fatal("without signing_key the key is derived, not the configured one")
+	}
+	rotated := load(map[string]string{"OPENAI_KEY_1": "sk-rotated"}, unset)
+	if string(rotated) == string(derived) {
+		t.Fatal("the derived key must depend on the provider keys")
 	}
 }

@@ -15,6 +15,7 @@ type Config struct {
 	Accounting   Accounting    `yaml:"accounting" json:"accounting"`
 	Alerts       Alerts        `yaml:"alerts" json:"alerts"`
 	Telemetry    Telemetry     `yaml:"telemetry" json:"telemetry"`
+	Identity     Identity      `yaml:"identity" json:"identity"`
 	Backends     []Backend     `yaml:"backends" json:"backends"`
 	Models       []Model       `yaml:"models" json:"models"`
 	Tenants      []Tenant      `yaml:"tenants" json:"tenants"`
@@ -103,6 +104,25 @@ type BreakerPolicy struct {
 	// waits for its request's client cancel before it counts as a reset: a
 	// client going away is not the key's failure. 0 counts every one at once.
 	ResetGrace Duration `yaml:"reset_grace" json:"reset_grace"`
+	// AuthCooldown is how long a key the provider refused with 401 or 403
+	// stays out of rotation: a revoked key is not back in a minute.
+	AuthCooldown Duration `yaml:"auth_cooldown" json:"auth_cooldown"`
+	// HealthHold is the shortest time a backend whose keys were all open is
+	// reported unhealthy to Envoy; it doubles with each flip inside
+	// HealthFlapWindow (capped at MaxCooldown), so a flaky key cannot make
+	// the control plane push EDS every second.
+	HealthHold       Duration `yaml:"health_hold" json:"health_hold"`
+	HealthFlapWindow Duration `yaml:"health_flap_window" json:"health_flap_window"`
+}
+
+// Identity is how the router-level ext_proc vouches for the requests it
+// admitted to the per-attempt upstream filter, which may run on another
+// replica: it signs the admission facts it passes on in dynamic metadata.
+type Identity struct {
+	// SigningKey is shared by every ext_proc replica (env:NAME or
+	// file:PATH). When unset, the key is derived from the provider keys of
+	// the config, which every replica holds and no client knows.
+	SigningKey Secret `yaml:"signing_key" json:"signing_key"`
 }
 
 // RetryPolicy is the Envoy route retry policy generated for every pool.

@@ -208,6 +208,16 @@ func (c *Config) validatePolicies(v *validator) {
 	if b.ResetGrace.Duration < 0 || b.ResetGrace.Duration > 10*time.Second {
 		v.add("breaker.reset_grace", "must be between 0 and 10s, got %s", b.ResetGrace.Duration)
 	}
+	if b.AuthCooldown.Duration < 0 {
+		v.add("breaker.auth_cooldown", "must be positive")
+	}
+	if b.HealthHold.Duration < 0 {
+		v.add("breaker.health_hold", "must not be negative")
+	}
+	if b.HealthFlapWindow.Duration < 0 {
+		v.add("breaker.health_flap_window", "must not be negative")
+	}
+	v.secret("identity.signing_key", &c.Identity.SigningKey, false)
 	r := &c.Retry
 	if r.NumRetries < 0 || r.NumRetries > 10 {
 		v.add("retry.num_retries", "must be between 0 and 10, got %d", r.NumRetries)

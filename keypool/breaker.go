@@ -33,7 +33,8 @@ type Reason string
 const (
 	ReasonNone        Reason = ""
 	ReasonRateLimited Reason = "429"   // Consecutive429 rate-limit answers
-	ReasonFailures    Reason = "5xx"   // Consecutive5xx server errors, resets or 401s
+	ReasonFailures    Reason = "5xx"   // Consecutive5xx server errors or resets
+	ReasonAuth        Reason = "auth"  // one 401/403: revoked, mistyped or no access
 	ReasonQuota       Reason = "quota" // remaining-* of 0, or one 429 with Retry-After
 )
 
@@ -44,6 +45,7 @@ type breakerPolicy struct {
 	jitter                float64
 	honourRemaining       bool
 	probeTTL              time.Duration // a probe without an answer frees its slot after this
+	authCooldown          time.Duration
 }
 
 func newBreakerPolicy(b config.BreakerPolicy, probeTTL time.Duration) breakerPolicy {
@@ -51,6 +53,7 @@ func newBreakerPolicy(b config.BreakerPolicy, probeTTL time.Duration) breakerPol
 		n429: max(b.Consecutive429, 1), n5xx: max(b.Consecutive5xx, 1),
 		cooldown: b.Cooldown.D(), maxCooldown: max(b.MaxCooldown.D(), b.Cooldown.D()),
 		jitter: b.Jitter, honourRemaining: b.HonourRemaining, probeTTL: probeTTL,
+		authCooldown: max(b.AuthCooldown.D(), b.Cooldown.D()),
 	}
 }
 
@@ -159,6 +162,19 @@ func (b *Breaker) observe(now time.Time, o Outcome, p *breakerPolicy, jitter flo
 			changed = b.quota(now, now.Add(o.RetryAfter))
 		case st == Open && o.RetryAfter > 0 && now.Add(o.RetryAfter).After(b.until):
 			b.until, b.changed, changed = now.Add(o.RetryAfter), now, true
+		}
+	case classAuth:
+		// One refusal is enough: the provider says the credential is bad.
+		// The open period is long and does not double; a probe after it
+		// finds out whether the key was restored.
+		if st != Open || b.reason != ReasonAuth {
+			b.trips++
+			d := max(p.authCooldown, o.RetryAfter)
+			d += time.Duration(jitter * p.jitter * float64(d))
+			b.open, b.reason, b.until = true, ReasonAuth, now.Add(d)
+			b.fails429, b.fails5xx, b.probeOut = 0, 0, false
+			b.changed = now
+			changed = true
 		}
 	case classFailure:
 		b.fails5xx++

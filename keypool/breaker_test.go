@@ -6,7 +6,8 @@ import (
 )
 
 func TestBreakerTransitions(t *testing.T) {
-	pol := breakerPolicy{n429: 3, n5xx: 2, cooldown: 10 * time.Second, maxCooldown: time.Minute, probeTTL: time.Minute, honourRemaining: true}
+	pol := breakerPolicy{n429: 3, n5xx: 2, cooldown: 10 * time.Second, maxCooldown: time.Minute, probeTTL: time.Minute, honourRemaining: true,
+		authCooldown: time.Hour}
 	t0 := time.Unix(1000, 0)
 	type step struct {
 		at    time.Duration // since t0
@@ -27,8 +28,16 @@ func TestBreakerTransitions(t *testing.T) {
 		{"5xx and resets count together", []step{
 			{0, status(502), Closed, 0}, {0, Outcome{Reset: true}, Open, 10 * time.Second},
 		}},
-		{"401 counts as a key failure", []step{
-			{0, status(401), Closed, 0}, {0, status(401), Open, 10 * time.Second},
+		{"one 401 takes the key out for the auth cooldown", []step{
+			{0, status(401), Open, time.Hour}, {time.Hour, Outcome{}, HalfOpen, 0},
+			{time.Hour, status(401), Open, 2 * time.Hour},
+		}},
+		{"403 likewise, and a probe that works closes", []step{
+			{0, status(403), Open, time.Hour}, {time.Hour, status(200), Closed, 0},
+		}},
+		{"a 401 while open for 429s extends to the auth cooldown", []step{
+			{0, status(429), Closed, 0}, {0, status(429), Closed, 0}, {0, status(429), Open, 10 * time.Second},
+			{time.Second, status(401), Open, time.Second + time.Hour},
 		}},
 		{"400 is the caller's fault", []step{
 			{0, status(400), Closed, 0}, {0, status(400), Closed, 0}, {0, status(404), Closed, 0},

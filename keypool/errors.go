@@ -14,6 +14,9 @@ var ErrNoKey = errors.New("keypool: no usable key")
 type ExhaustedError struct {
 	Backend    string
 	RetryAfter time.Duration // soonest a key could serve again (≥ 1s when unknown)
+	// Failing: every key is open because it failed (5xx, resets, refused
+	// credentials), not because it is rate limited or busy.
+	Failing bool
 }
 
 func (e *ExhaustedError) Error() string {

@@ -60,7 +60,9 @@ func breakerYAML(cooldown, maxCooldown, sync time.Duration, jitter float64, hono
 	if jitter == 0 {
 		j = "0.000001" // 0 means "default" in config
 	}
-	return fmt.Sprintf("breaker: {consecutive_429: 3, consecutive_5xx: 2, cooldown: %s, max_cooldown: %s, sync_interval: %s, jitter: %s, honour_remaining: %t}\n",
+	// health_hold 0: tests of the breaker loop see every health flip at
+	// once; TestHealthDamping covers the hold.
+	return fmt.Sprintf("breaker: {consecutive_429: 3, consecutive_5xx: 2, cooldown: %s, max_cooldown: %s, sync_interval: %s, jitter: %s, honour_remaining: %t, health_hold: 0s}\n",
 		cooldown, maxCooldown, sync, j, honour)
 }
 

@@ -29,14 +29,17 @@ func (p *Pools) Changes() <-chan struct{} { return p.changes }
 // BackendHealth reports, per backend, whether some key is not open. A
 // backend whose keys are all open is unhealthy until the soonest open
 // period ends: then its keys are half-open and it is reported healthy again
-// so EDS sends the traffic a probe needs.
+// so EDS sends the traffic a probe needs. Going unhealthy is reported at
+// once; coming back is held down (healthDamper), so a flaky key cannot
+// make the control plane push EDS to the fleet every second.
 func (p *Pools) BackendHealth() map[string]bool {
 	now := p.clock.Now()
 	pools := *p.pools.Load()
 	out := make(map[string]bool, len(pools))
 	for name, kp := range pools {
 		kp.mu.Lock()
-		out[name] = kp.healthyLocked(now)
+		kp.refreshLocked(now)
+		out[name] = kp.healthy
 		kp.mu.Unlock()
 	}
 	return out
@@ -130,4 +133,54 @@ func (p *Pools) Run(ctx context.Context) error {
 			t.Stop()
 		}
 	}
+}
+
+// healthPolicy is breaker.health_hold and health_flap_window.
+type healthPolicy struct {
+	hold, maxHold, window time.Duration
+}
+
+// healthDamper is the hysteresis between a backend's raw health (some key
+// not open) and what the control plane pushes to Envoy. A backend goes
+// unhealthy at once (fail over fast); it is reported healthy again only
+// after a hold that starts at health_hold and doubles with each time it
+// went unhealthy within health_flap_window, capped at max_cooldown.
+// Guarded by the KeyPool's mutex.
+type healthDamper struct {
+	down      bool      // reported unhealthy
+	downSince time.Time // when it went down
+	hold      time.Duration
+	flips     []time.Time // times it went down, within the window
+}
+
+// report folds the raw health observed at now into the reported one.
+func (d *healthDamper) report(now time.Time, raw bool, p *healthPolicy) bool {
+	switch {
+	case !d.down && !raw:
+		d.down, d.downSince = true, now
+		kept := d.flips[:0]
+		for _, t := range d.flips {
+			if now.Sub(t) < p.window {
+				kept = append(kept, t)
+			}
+		}
+		d.flips = append(kept, now)
+		d.hold = p.hold
+		for i := 1; i < len(d.flips) && d.hold < p.maxHold; i++ {
+			d.hold *= 2
+		}
+		d.hold = min(d.hold, p.maxHold)
+	case d.down && raw && !now.Before(d.downSince.Add(d.hold)):
+		d.down = false
+	}
+	return !d.down
+}
+
+// releaseAt is when a held-down backend may be reported healthy again
+// (zero when it is not held down).
+func (d *healthDamper) releaseAt() time.Time {
+	if !d.down {
+		return time.Time{}
+	}
+	return d.downSince.Add(d.hold)
 }

@@ -111,3 +111,81 @@ func TestChangesCoalesces(t *testing.T) {
 		t.Fatalf("%d pending signals, want 1 (coalesced)", n)
 	}
 }
+
+func TestHealthDampingTable(t *testing.T) {
+	p := healthPolicy{hold: time.Second, maxHold: 8 * time.Second, window: time.Minute}
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		at   time.Duration
+		raw  bool
+		want bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"down at once, back after the hold", []step{
+			{0, true, true}, {time.Second, false, false}, {1500 * time.Millisecond, true, false}, {2 * time.Second, true, true},
+		}},
+		{"each flip in the window doubles the hold", []step{
+			{0, false, false}, {time.Second, true, true}, // hold 1s
+			{2 * time.Second, false, false}, {3 * time.Second, true, false}, {4 * time.Second, true, true}, // hold 2s
+			{5 * time.Second, false, false}, {8 * time.Second, true, false}, {9 * time.Second, true, true}, // hold 4s
+		}},
+		{"the hold is capped", []step{
+			{0, false, false}, {1 * time.Second, true, true},
+			{2 * time.Second, false, false}, {4 * time.Second, true, true},
+			{5 * time.Second, false, false}, {9 * time.Second, true, true},
+			{10 * time.Second, false, false}, {18 * time.Second, true, true},
+			{19 * time.Second, false, false}, {26 * time.Second, true, false}, {27 * time.Second, true, true}, // 8s, not 16s
+		}},
+		{"flips older than the window are forgotten", []step{
+			{0, false, false}, {time.Second, true, true},
+			{2 * time.Minute, false, false}, {2*time.Minute + time.Second, true, true},
+		}},
+		{"still unhealthy after the hold stays down", []step{
+			{0, false, false}, {5 * time.Second, false, false}, {6 * time.Second, true, true},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var d healthDamper
+			for i, s := range tc.steps {
+				if got := d.report(t0.Add(s.at), s.raw, &p); got != s.want {
+					t.Fatalf("step %d (+%s raw %v): reported %v, want %v", i, s.at, s.raw, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestHealthDampingFlakyKey(t *testing.T) {
+	// A one-key backend whose key trips, half-opens, recovers and trips
+	// again every cooldown: without the hold, every cooldown is two EDS
+	// pushes; with it, the pushes thin out as the hold doubles.
+	const cooldown = time.Second
+	clk := newFakeClock()
+	cfg := testConfig(t, "breaker: {consecutive_429: 1, consecutive_5xx: 1, cooldown: 1s, max_cooldown: 30s, sync_interval: 1s, jitter: 0, health_hold: 1s, health_flap_window: 2m}\n",
+		map[string][]key{"flaky": {{id: "k"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	flips, last := 0, true
+	for range 44 { // 44 s, one trip and one recovery per second
+		_ = p.Report(t.Context(), "flaky", "k", "", status(500))
+		if h := p.BackendHealth()["flaky"]; h != last {
+			flips, last = flips+1, h
+		}
+		clk.Advance(cooldown)
+		if l, err := p.Pick(t.Context(), "flaky", PickRequest{Attempt: 1}); err == nil {
+			l.Done(status(200))
+		}
+		if h := p.BackendHealth()["flaky"]; h != last {
+			flips, last = flips+1, h
+		}
+	}
+	// Undamped this is 88 flips; the doubling hold (1, 2, 4, 8, 16 s)
+	// leaves about a dozen.
+	if flips > 14 {
+		t.Fatalf("%d health flips in 44 s", flips)
+	}
+	t.Logf("%d health flips in 44 s of a key failing every second", flips)
+}

@@ -13,6 +13,7 @@ type metrics struct {
 	probes        *prometheus.CounterVec
 	leasesExpired *prometheus.CounterVec
 	unanswered    *prometheus.CounterVec
+	authFailures  *prometheus.CounterVec
 	healthy       *prometheus.GaugeVec
 	syncErrors    *prometheus.CounterVec
 	syncDropped   prometheus.Counter
@@ -56,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "swarmgate_keypool_unanswered_total",
 			Help: "Attempts that ended without response headers, by verdict: reset (counted against the key) or cancelled (the client went away).",
 		}, []string{"backend", "verdict"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmgate_keypool_auth_failures_total",
+			Help: "Attempts the provider refused with 401 or 403 (a revoked or mistyped key, or one without access): alert on any increase.",
+		}, []string{"backend", "key", "status"}),
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swarmgate_keypool_backend_healthy", Help: "1 when some key of the backend is not open.",
 		}, []string{"backend"}),
@@ -73,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.pickFailures, m.inFlight, m.state, m.trips, m.probes,
-			m.leasesExpired, m.unanswered, m.healthy, m.syncErrors, m.syncDropped, m.lag)
+			m.leasesExpired, m.unanswered, m.authFailures, m.healthy, m.syncErrors, m.syncDropped, m.lag)
 	}
 	return m
 }
@@ -95,7 +100,10 @@ func (m *metrics) forget(backend, key string) {
 	m.state.DeleteLabelValues(backend, key)
 	m.probes.DeleteLabelValues(backend, key, "ok")
 	m.probes.DeleteLabelValues(backend, key, "fail")
-	for _, r := range []Reason{ReasonRateLimited, ReasonFailures, ReasonQuota} {
+	for _, s := range []string{"401", "403"} {
+		m.authFailures.DeleteLabelValues(backend, key, s)
+	}
+	for _, r := range []Reason{ReasonRateLimited, ReasonFailures, ReasonQuota, ReasonAuth} {
 		m.trips.DeleteLabelValues(backend, key, string(r))
 	}
 }

@@ -34,7 +34,8 @@ const (
 	classNone        outcomeClass = iota // nothing observed
 	classSuccess                         // the key works
 	classRateLimited                     // 429
-	classFailure                         // 5xx, reset, 401
+	classFailure                         // 5xx, reset
+	classAuth                            // 401, 403: the provider refused the key
 )
 
 func (o Outcome) class() outcomeClass {
@@ -45,9 +46,11 @@ func (o Outcome) class() outcomeClass {
 		return classNone
 	case o.Status == http.StatusTooManyRequests:
 		return classRateLimited
-	case o.Status >= 500, o.Status == http.StatusUnauthorized:
-		// 401 means the key itself is bad (revoked, mistyped): count it
-		// with server errors so the key is taken out after Consecutive5xx.
+	case o.Status == http.StatusUnauthorized, o.Status == http.StatusForbidden:
+		// The key itself is bad (revoked, mistyped, no access to the
+		// model): it is not coming back in a minute.
+		return classAuth
+	case o.Status >= 500:
 		return classFailure
 	default:
 		// 2xx, 3xx and client errors other than 401/429: the key answered.
@@ -59,7 +62,7 @@ func (o Outcome) class() outcomeClass {
 // same request from retrying on this key.
 func (o Outcome) Failed() bool {
 	c := o.class()
-	return c == classRateLimited || c == classFailure
+	return c == classRateLimited || c == classFailure || c == classAuth
 }
 
 // ParseOutcome reads the status and the provider's rate-limit headers of an

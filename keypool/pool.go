@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,7 +53,8 @@ type KeyPool struct {
 	leases  leaseTable
 	tried   triedTable
 	rng     *rand.Rand
-	healthy bool
+	healthy bool // as reported to the control plane (damped)
+	damper  healthDamper
 }
 
 func newKeyPool(owner *Pools, b *config.Backend) *KeyPool {
@@ -177,9 +179,10 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	}
 	if k == nil {
 		ra := kp.retryAfterLocked(in, req)
+		failing := kp.failingLocked(now)
 		kp.mu.Unlock()
 		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
-		return Lease{}, &ExhaustedError{Backend: kp.name, RetryAfter: ra}
+		return Lease{}, &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: failing}
 	}
 	in.overflow = in.overflow && !k.br.allow(now)
 	probe := false
@@ -297,9 +300,26 @@ func (kp *KeyPool) healthyLocked(now time.Time) bool {
 	return false
 }
 
+// failingLocked reports whether every key of the backend is open because
+// it failed (5xx, resets, refused credentials) rather than because it is
+// rate limited, out of quota or busy. Caller holds kp.mu.
+func (kp *KeyPool) failingLocked(now time.Time) bool {
+	n := 0
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 {
+			continue
+		}
+		if k.br.State(now) != Open || (k.br.reason != ReasonFailures && k.br.reason != ReasonAuth) {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // soonestLocked is the earliest end of an open period (zero if none).
 func (kp *KeyPool) soonestLocked(now time.Time) time.Time {
-	var t time.Time
+	t := kp.damper.releaseAt() // a held-down backend comes back then
 	for _, k := range kp.keys {
 		if k.cfg.Weight > 0 && k.br.State(now) == Open && (t.IsZero() || k.br.until.Before(t)) {
 			t = k.br.until
@@ -316,7 +336,7 @@ func (kp *KeyPool) refreshLocked(now time.Time) bool {
 		k.br.normalize(now)
 		k.m.state.Set(float64(k.br.State(now)))
 	}
-	h := kp.healthyLocked(now)
+	h := kp.damper.report(now, kp.healthyLocked(now), &kp.owner.pol.Load().health)
 	flipped := h != kp.healthy
 	kp.healthy = h
 	return flipped
@@ -381,6 +401,11 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 		} else {
 			k.m.probeFail.Inc()
 		}
+	}
+	if cls == classAuth {
+		p.metrics.authFailures.WithLabelValues(kp.name, keyID, strconv.Itoa(o.Status)).Inc()
+		p.log.Error("keypool: the provider refused a key; it is out of rotation until its auth cooldown ends", "backend", kp.name,
+			"key", keyID, "status", o.Status, "until", rs.Until.Format(time.RFC3339))
 	}
 	if changed {
 		k.m.state.Set(float64(st))

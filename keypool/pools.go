@@ -62,6 +62,7 @@ type policy struct {
 	syncInterval time.Duration
 	readTimeout  time.Duration
 	resetGrace   time.Duration
+	health       healthPolicy
 }
 
 // Pools holds one KeyPool per backend. All methods are safe for concurrent
@@ -154,6 +155,8 @@ func (p *Pools) policyFor(cfg *config.Config) *policy {
 		syncInterval: cfg.Breaker.SyncInterval.D(),
 		readTimeout:  cfg.Redis.ReadTimeout.D(),
 		resetGrace:   cfg.Breaker.ResetGrace.D(),
+		health: healthPolicy{hold: min(cfg.Breaker.HealthHold.D(), cfg.Breaker.MaxCooldown.D()),
+			maxHold: cfg.Breaker.MaxCooldown.D(), window: cfg.Breaker.HealthFlapWindow.D()},
 	}
 }
 
