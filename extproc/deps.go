@@ -193,3 +193,16 @@ type RefusalLog interface {
 
 // ErrNoKey is what a KeyPicker returns when every key is open.
 var ErrNoKey = errors.New("no usable upstream key")
+
+// NoKeyError is a Pick failure that says when to try again. Failing is set
+// when every key failed (5xx, resets, refused credentials) rather than
+// being rate limited or busy.
+type NoKeyError struct {
+	RetryAfter time.Duration
+	Failing    bool
+}
+
+func (e *NoKeyError) Error() string { return ErrNoKey.Error() }
+
+// Is makes errors.Is(err, ErrNoKey) true.
+func (e *NoKeyError) Is(target error) bool { return target == ErrNoKey }

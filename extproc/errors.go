@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -8,6 +9,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
 // apiError is a refusal in OpenAI's error shape:
@@ -93,4 +96,35 @@ func setHeader(k, v string) *corev3.HeaderValueOption {
 		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
+}
+
+// errNotAdmitted answers an upstream attempt that carries no valid signed
+// admission: it gets no key, and the client a clear error.
+func errNotAdmitted() *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "gateway_not_admitted",
+		message: "The gateway could not admit this request (its authentication stage was unavailable); retry later."}
+}
+
+// errNoKey answers an attempt whose backend has no usable key: 429 with
+// Retry-After when the keys are rate limited or busy (capacity comes back),
+// 503 when they are failing.
+func errNoKey(model string, err error) *apiError {
+	e := &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_keys_exhausted",
+		message: "Every upstream key for `" + model + "` is rate limited or busy; retry after the indicated time."}
+	retry := time.Second
+	var nk *NoKeyError
+	if errors.As(err, &nk) {
+		retry = max(nk.RetryAfter, time.Second)
+		if nk.Failing {
+			e.status, e.typ = http.StatusServiceUnavailable, "server_error"
+			e.message = "Every upstream key for `" + model + "` is failing; retry later."
+		}
+	}
+	return e.withRetryAfter(retry)
+}
+
+// localError is the ImmediateResponse of an upstream attempt: marked so the
+// router-level filter knows it is already in the client's shape.
+func localError(e *apiError) *extprocv3.ProcessingResponse {
+	return e.withHeader(contract.HeaderLocal, e.code).response()
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	disconnects   prometheus.Counter
 	picks         *prometheus.CounterVec // by backend, key
 	pickFailures  *prometheus.CounterVec // by backend
+	unadmitted    prometheus.Counter
 	accountingErr *prometheus.CounterVec // by step
 
 	// Children resolved once per label set (config names only, so
@@ -64,14 +65,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_key_picks_total",
 			Help: "Upstream keys chosen per attempt."}, []string{"backend", "key"}),
 		pickFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_key_pick_failures_total",
-			Help: "Attempts sent without a key because none was usable."}, []string{"backend"}),
+			Help: "Attempts answered locally (429/503, Retry-After) because no key of their backend was usable."}, []string{"backend"}),
+		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "swarmgate_extproc_unadmitted_attempts_total",
+			Help: "Upstream attempts refused a key because they carried no valid signed admission (router-level filter failed open, or not Envoy)."}),
 		accountingErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_accounting_errors_total",
 			Help: "Failed accounting steps (reserve, settle, budget, ledger)."}, []string{"step"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.accountingErr} {
+	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.unadmitted, m.accountingErr} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

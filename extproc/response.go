@@ -15,7 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/telemetry"
 )
 
-var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey, contract.HeaderRetry}
+var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey, contract.HeaderLocal}
 
 // bodyReply is a per-stream response-body answer, reused for every chunk:
 // gRPC marshals a message inside Send, before the next chunk is handled, so
@@ -46,6 +46,8 @@ func (b *bodyReply) replaceChunk(out []byte) {
 
 func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	var ctype, cenc string
+	local, limited := false, false
+	reset := 0
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		switch kv.GetKey() {
 		case ":status":
@@ -58,6 +60,20 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			r.backend = headerValue(kv)
 		case contract.HeaderUpstreamKey:
 			r.upstreamKey = headerValue(kv)
+		case contract.HeaderLocal:
+			local = true
+		case "x-envoy-ratelimited":
+			limited = true
+		case "x-ratelimit-reset":
+			reset, _ = strconv.Atoi(headerValue(kv))
+		}
+	}
+	if r.admitted && !local {
+		if e := s.replaceAnswer(r, limited, reset); e != nil {
+			// The answer is not one to pass on: account the request as not
+			// served and send the client an error in its own shape.
+			s.finish(r, false)
+			return e.response()
 		}
 	}
 	switch {
@@ -99,15 +115,6 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	resp, _ := a.start(answerResponseHeaders)
 	for _, h := range removeAttemptHeaders {
 		a.remove(h)
-	}
-	if r.admitted && r.status == http.StatusServiceUnavailable && r.backend == "" {
-		// Envoy's own 503 (no healthy upstream: the request was in flight
-		// when its pool's last key opened and EDS marked the backends down).
-		// Later requests get admission's 503 with Retry-After; give this one
-		// the same hint so clients back off uniformly.
-		if ok, ra := s.opts.Keys.Available(r.backends); !ok && ra > 0 {
-			a.setInt("retry-after", int(max(ra.Round(time.Second), time.Second)/time.Second))
-		}
 	}
 	if h.GetEndOfStream() {
 		s.finish(r, false)
@@ -345,4 +352,40 @@ func (s *Server) delivered(r *routerStream) Usage {
 		u.CompletionTokens = int64(float64(r.parser.DeliveredContentBytes())/bpt + 0.999)
 	}
 	return u
+}
+
+// replaceAnswer decides whether a response must not reach the client as it
+// is, and returns the error to send instead (nil: pass it on).
+//   - A provider's 401/403 is about our pooled key, not the client's virtual
+//     key (which admission accepted). Envoy retried it on other keys; if it
+//     still arrives, SDKs would treat "invalid_api_key" as fatal.
+//   - The rate-limit filter's 429 has no body and no Retry-After (Envoy
+//     sends x-ratelimit-reset only): SDKs back off on Retry-After.
+//   - An Envoy local reply (no healthy upstream: the whole pool is down,
+//     and pool clusters never panic-route; an overflow; a timeout) has no
+//     backend tag: it gets the OpenAI shape and a Retry-After.
+func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiError {
+	switch {
+	case r.backend == "" && limited && r.status == http.StatusTooManyRequests:
+		e := &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded",
+			message: "Rate limit reached for `" + r.alias + "` on tenant `" + r.owner.Tenant.Name + "`; retry after the indicated time."}
+		return e.withRetryAfter(time.Duration(max(reset, 1))*time.Second).withHeader("x-ratelimit-reset", strconv.Itoa(max(reset, 1)))
+	case r.backend != "" && (r.status == http.StatusUnauthorized || r.status == http.StatusForbidden):
+		e := &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_credentials_rejected",
+			message: "The provider refused the gateway's upstream credentials for `" + r.alias + "`; the key is out of rotation. Retry later."}
+		_, ra := s.opts.Keys.Available(r.backends)
+		return e.withRetryAfter(max(ra, time.Second))
+	case r.backend == "" && r.status >= 500:
+		ok, ra := s.opts.Keys.Available(r.backends)
+		if ok {
+			ra = time.Second
+		}
+		msg := "No upstream for `" + r.alias + "` could take the request (every relay is down or failing); retry later."
+		code := "upstream_unavailable"
+		if r.status == http.StatusGatewayTimeout {
+			msg, code = "The upstream for `"+r.alias+"` did not answer in time.", "upstream_timeout"
+		}
+		return (&apiError{status: r.status, typ: "server_error", code: code, message: msg}).withRetryAfter(max(ra, time.Second))
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/identity"
 	"github.com/swarmgate/swarmgate/telemetry"
 )
 
@@ -46,7 +47,11 @@ type routerStream struct {
 	owner                   config.KeyOwner
 	path                    string
 
+	// requestID is the gateway's identity for this request, minted at
+	// admission; clientID is the x-request-id it arrived with (a label).
 	requestID string
+	clientID  string
+	rawPath   string // :path as the client sent it, query included
 	sticky    string
 	model     *config.Model
 	alias     string
@@ -76,20 +81,21 @@ type routerStream struct {
 	decoder      Decoder
 	usage        Usage
 	haveUsage    bool
-	reply        *bodyReply  // kept across pooled uses
-	ans          *answer     // kept across pooled uses
-	meta         *tokenMeta  // kept across pooled uses
-	ownParser    UsageStream // kept across pooled uses; parser when SSE
-	ownFilter    ChunkFilter // kept across pooled uses; filter when hiding usage
-	start        time.Time   // request headers seen
-	firstChunk   time.Time   // first response body bytes (TTFT of streams)
+	reply        *bodyReply   // kept across pooled uses
+	ans          *answer      // kept across pooled uses
+	meta         *tokenMeta   // kept across pooled uses
+	reqMeta      *requestMeta // kept across pooled uses
+	ownParser    UsageStream  // kept across pooled uses; parser when SSE
+	ownFilter    ChunkFilter  // kept across pooled uses; filter when hiding usage
+	start        time.Time    // request headers seen
+	firstChunk   time.Time    // first response body bytes (TTFT of streams)
 }
 
 func (r *routerStream) reset() {
 	buf, jb, sp := r.reqBody[:0], r.jsonBuf[:0], r.spliced[:0]
 	bk := r.backends[:0]
 	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta,
-		ownParser: r.ownParser, ownFilter: r.ownFilter}
+		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter}
 }
 
 // answer is the stream's reusable answer (see answer).
@@ -179,8 +185,8 @@ func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingRespo
 	}
 	s.opts.Metrics.ObserveRequest(telemetry.Completion{Labels: telemetry.Labels{Tenant: tenant, Model: model}, Status: e.status,
 		Latency: time.Since(r.start)})
-	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: r.requestID, Tenant: tenant, VirtualKeyID: key, Model: r.alias,
-		Status: e.status, Latency: time.Since(r.start), Reason: e.code})
+	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: r.requestID, ClientRequestID: r.clientID, Tenant: tenant, VirtualKeyID: key,
+		Model: r.alias, Status: e.status, Latency: time.Since(r.start), Reason: e.code})
 	r.finished = !r.reserved // nothing to settle unless reserved
 	return e.response()
 }
@@ -215,7 +221,7 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 		case k == ":method":
 			method = headerValue(kv)
 		case k == ":path":
-			r.path = headerValue(kv)
+			r.rawPath = headerValue(kv)
 		case k == "authorization":
 			auth = headerValue(kv)
 			a.remove(k)
@@ -225,19 +231,20 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 		case k == "content-length":
 			contentLength = headerValue(kv)
 		case k == contract.HeaderRequestID:
-			r.requestID = headerValue(kv)
+			r.clientID = label(headerValue(kv))
 		case k == "traceparent":
 			r.traceparent = headerValue(kv)
 		case k == "tracestate":
 			r.tracestate = headerValue(kv)
 		case k == stickyName && stickyName != "":
-			r.sticky = headerValue(kv)
+			r.sticky = label(headerValue(kv))
 		case isInternal(k):
 			// Strip every client-supplied internal header first: none of
 			// them may be spoofed.
 			a.remove(k)
 		}
 	}
+	r.path = r.rawPath
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
 		r.path = r.path[:i]
 	}
@@ -382,10 +389,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 					r.cfg.Accounting.Currency + "."}).withRetryAfter(bs.RetryAfter))
 		}
 	}
-	newID := r.requestID == ""
-	if newID {
-		r.requestID = "sg-" + strconv.FormatInt(s.opts.Now().UnixNano(), 36)
-	}
+	// The gateway's own identity keys the reservation, the ledger, the
+	// settle and the key pool's per-request records: a client's reused
+	// x-request-id must not make two requests one.
+	r.requestID = identity.NewRequestID()
 	if reserving {
 		res, err := s.opts.Reserver.Reserve(ctx, ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
 			Model: alias, PromptTokens: r.estTokens, MaxOutputTokens: r.maxOut, Price: dearest(model, r.backends)})
@@ -426,25 +433,17 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	a := r.answer()
 	resp, cresp := a.start(answerRequestBody)
+	// Headers carry only what the route match needs (clear_route_cache
+	// acts only with a header mutation in the same answer:
+	// processor_state.cc clearRouteCache, Envoy 1.38). Everything later
+	// stages read travels as dynamic metadata, because the upstream
+	// filters of every attempt share and mutate one header map.
 	cresp.ClearRouteCache = true
 	a.set(contract.HeaderPool, pool)
-	a.set(contract.HeaderTenant, tenant.Name)
-	a.set(contract.HeaderKeyID, r.owner.Key.ID)
-	a.set(contract.HeaderModel, alias)
-	a.setInt(contract.HeaderEstTokens, r.estTokens)
-	a.setInt(contract.HeaderMaxTokens, r.maxOut)
-	if newID { // Envoy's own x-request-id is left as it is
-		a.set(contract.HeaderRequestID, r.requestID)
-	}
 	if long {
 		a.set(contract.HeaderLong, "1")
 	}
-	if sticky != "" {
-		a.set(contract.HeaderSticky, stickyValue(sticky))
-	}
-	if r.reserved && r.reservation.ID != "" {
-		a.set(contract.HeaderReservation, r.reservation.ID)
-	}
+	bodyBytes := len(body)
 	if r.stream && !r.clientUsage {
 		// Positions from the Scan above: no second pass. The answer is
 		// encoded before Send returns, so the stream's buffer is reused.
@@ -458,7 +457,16 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		// upstream not to compress it.
 		a.remove("accept-encoding")
 		a.setBody(nb)
+		bodyBytes = len(nb)
 	}
+	if r.reqMeta == nil {
+		r.reqMeta = &requestMeta{}
+	}
+	resp.DynamicMetadata = r.reqMeta.fill(s.signer(r.cfg), admitted{
+		requestID: r.requestID, tenant: tenant.Name, virtualKey: r.owner.Key.ID, model: alias,
+		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath,
+		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: r.reservation.ID,
+	})
 	return resp
 }
 

@@ -183,9 +183,22 @@ func TestRouterAdmitsAndWritesRoutingHeaders(t *testing.T) {
 				t.Fatalf("not admitted: %v", resp)
 			}
 			set := setOf(t, cr.GetHeaderMutation())
-			if !cr.GetClearRouteCache() || set[contract.HeaderPool] != tc.pool || set[contract.HeaderTenant] != "alpha" ||
-				set[contract.HeaderKeyID] != "alpha-1" || set[contract.HeaderSticky] != "s-1" || set[contract.HeaderEstTokens] == "" {
+			if !cr.GetClearRouteCache() || set[contract.HeaderPool] != tc.pool {
 				t.Errorf("routing headers %v clear=%v", set, cr.GetClearRouteCache())
+			}
+			for k := range set {
+				if strings.HasPrefix(k, contract.HeaderPrefix) && k != contract.HeaderPool && k != contract.HeaderLong {
+					t.Errorf("%s set as a header: only what the route matches on travels in headers", k)
+				}
+			}
+			// What later stages read is dynamic metadata: the upstream
+			// filters share and strip the request header map.
+			md := resp.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+			if md[contract.MetaTenant].GetStringValue() != "alpha" || md[contract.MetaVirtualKey].GetStringValue() != "alpha-1" ||
+				!strings.Contains(tc.body, `"`+md[contract.MetaModel].GetStringValue()+`"`) || md[contract.MetaSticky].GetStringValue() != "s-1" ||
+				md[contract.MetaEstTokens].GetNumberValue() <= 0 || md[contract.MetaPath].GetStringValue() != "/v1/chat/completions" ||
+				!strings.HasPrefix(md[contract.MetaRequestID].GetStringValue(), "sg-") || len(md[contract.MetaSignature].GetStringValue()) != 32 {
+				t.Errorf("admission metadata %v", md)
 			}
 			if (set[contract.HeaderLong] == "1") != tc.long {
 				t.Errorf("long=%q want %v", set[contract.HeaderLong], tc.long)
@@ -198,6 +211,11 @@ func TestRouterAdmitsAndWritesRoutingHeaders(t *testing.T) {
 				if !strings.Contains(string(nb), `"stream_options":{"include_usage":true}`) || set["content-length"] != strconv.Itoa(len(nb)) {
 					t.Errorf("injected body %q content-length %q", nb, set["content-length"])
 				}
+				if md[contract.MetaBodyBytes].GetNumberValue() != float64(len(nb)) {
+					t.Errorf("body_bytes %v, want the injected body's %d", md[contract.MetaBodyBytes], len(nb))
+				}
+			} else if md[contract.MetaBodyBytes].GetNumberValue() != float64(len(tc.body)) {
+				t.Errorf("body_bytes %v, want %d", md[contract.MetaBodyBytes], len(tc.body))
 			}
 		})
 	}
@@ -216,7 +234,7 @@ func TestReservationRefused(t *testing.T) {
 	if ir.GetStatus().GetCode() != 429 || set["retry-after"] != "2" || set["x-ratelimit-remaining-tokens"] != "10" || set["x-ratelimit-limit-tokens"] != "1000" {
 		t.Fatalf("%v %v", ir.GetStatus(), set)
 	}
-	if r := h.cap.reserved[0]; r.Tenant != "alpha" || r.Model != "chat" || int64(r.PromptTokens) != estimate(t, body) || r.MaxOutputTokens != 50 || r.RequestID != "req-1" {
+	if r := h.cap.reserved[0]; r.Tenant != "alpha" || r.Model != "chat" || int64(r.PromptTokens) != estimate(t, body) || r.MaxOutputTokens != 50 || !strings.HasPrefix(r.RequestID, "sg-") {
 		t.Errorf("reserve request %+v", r)
 	}
 }
@@ -257,10 +275,10 @@ func TestResponseUsageJSON(t *testing.T) {
 		t.Errorf("top-up %v", md[contract.MetaTokensTopUp])
 	}
 	e := h.cap.waitEntry(t)
-	if e.Usage.PromptTokens != 1117 || e.Backend != "big" || e.UpstreamKeyID != "big-2" || e.Estimated || e.Tenant != "alpha" || e.RequestID != "req-1" {
+	if e.Usage.PromptTokens != 1117 || e.Backend != "big" || e.UpstreamKeyID != "big-2" || e.Estimated || e.Tenant != "alpha" || !strings.HasPrefix(e.RequestID, "sg-") {
 		t.Errorf("entry %+v", e)
 	}
-	if h.cap.settled["res-req-1"] != 1163 {
+	if h.cap.settled["res-"+e.RequestID] != 1163 {
 		t.Errorf("settled %v", h.cap.settled)
 	}
 }
@@ -351,7 +369,7 @@ func TestResponseErrorStatusReleases(t *testing.T) {
 	}
 	// No provider served it: the hold is released, nothing is billed.
 	h.cap.waitEntry(t)
-	if !h.cap.released["res-req-1"] || len(h.cap.entries) != 0 {
+	if len(h.cap.released) != 1 || len(h.cap.entries) != 0 {
 		t.Errorf("released %v entries %v", h.cap.released, h.cap.entries)
 	}
 }

@@ -76,6 +76,8 @@ type Server struct {
 	// there is one text per endpoint, and prototext parsing it on every
 	// attempt was the largest single cost of the upstream filter.
 	hosts hostCache
+	// signerCache is the request-identity signer of the newest config seen.
+	signerCache atomic.Pointer[signerFor]
 }
 
 // New builds a server.

@@ -46,12 +46,14 @@ func TestUnansweredAttempts(t *testing.T) {
 				id := fmt.Sprint("swarm-", i)
 				rt, cancelRouter := h.stream(t, contract.RoleRouter)
 				roundTrip(t, rt, reqHeaders(false, chatHeaders(keyBeta, "x-request-id", id)...))
-				if resp := roundTrip(t, rt, reqBody(`{"model":"agent","messages":[{"role":"user","content":"plan"}]}`)); resp.GetRequestBody() == nil {
-					t.Fatalf("not admitted: %v", resp)
+				admitted := roundTrip(t, rt, reqBody(`{"model":"agent","messages":[{"role":"user","content":"plan"}]}`))
+				if admitted.GetRequestBody() == nil {
+					t.Fatalf("not admitted: %v", admitted)
 				}
+				md := admitted.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue()
 				up, cancelAttempt := h.stream(t, contract.RoleUpstream)
 				// No session stickiness: the attempts spread over both keys.
-				resp := roundTrip(t, up, upstreamReq(t, "big", "", 1, true, internalHeaders("x-request-id", id, contract.HeaderSticky, "")...))
+				resp := roundTrip(t, up, upstreamReq(t, "big", "", 1, true, md, routedHeaders("x-request-id", id)...))
 				if setOf(t, resp.GetRequestHeaders().GetResponse().GetHeaderMutation())["authorization"] == "" {
 					t.Fatal("attempt left without a key")
 				}

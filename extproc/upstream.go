@@ -21,8 +21,8 @@ import (
 const attrFilterName = "envoy.filters.http.ext_proc"
 
 // upstreamStream is one attempt. Nothing here outlives the stream: all
-// inputs come from headers and attributes, so the router-level stream of
-// the same request may run on another replica.
+// inputs come from the forwarded admission metadata and attributes, so the
+// router-level stream of the same request may run on another replica.
 type upstreamStream struct {
 	cfg           *config.Config
 	backend       *config.Backend
@@ -32,7 +32,6 @@ type upstreamStream struct {
 	alias         string
 	rewrite       bool
 	reported      bool // the attempt's response headers were reported
-	noKey         bool // the attempt left without a credential
 	ans           *answer
 }
 
@@ -149,70 +148,74 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	}
 	backendName, upstreamModel := s.hostMetadata(attrs)
 	attempt := attemptCount(attrs)
-	var path, sticky string
-	est := 0
+	b, known := u.cfg.Backend(backendName)
 	a := u.ans
 	resp, _ := a.start(answerRequestHeaders)
+	// Every attempt works on the router's one request header map, which
+	// may already carry an earlier attempt's credential, static headers and
+	// :path for another backend (source/common/router/upstream_request.cc,
+	// UpstreamRequest::acceptHeadersFromRouter, Envoy 1.38). So each
+	// attempt removes whatever it does not set itself and sets everything
+	// from the admission facts, never from what is in the map.
+	var hasLength bool
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		k := kv.GetKey()
 		switch {
-		case k == ":path":
-			path = headerValue(kv)
-		case k == contract.HeaderRequestID:
-			u.requestID = headerValue(kv)
 		case k == "authorization" || k == "x-api-key" || k == "api-key":
 			a.remove(k)
 		case isInternal(k):
-			switch k {
-			case contract.HeaderSticky:
-				sticky = headerValue(kv)
-			case contract.HeaderEstTokens:
-				est, _ = strconv.Atoi(headerValue(kv))
-			case contract.HeaderModel:
-				u.alias = headerValue(kv)
-			}
-			// No internal header leaves Envoy.
-			a.remove(k)
+			a.remove(k) // no internal header leaves Envoy
+		case k == "content-length":
+			hasLength = true
+		case u.cfg.StaticHeader(k) && (!known || !b.SetsHeader(k)):
+			a.remove(k) // another backend's static header
 		}
 	}
-	b, ok := u.cfg.Backend(backendName)
+	ad, ok := readAdmitted(req.GetMetadataContext().GetFilterMetadata()[contract.MetadataNamespace], s.signer(u.cfg), s.opts.Now())
 	if !ok {
+		// No signed admission: the router-level filter did not admit this
+		// request (it failed open, or the stream is not Envoy's). No key.
+		s.metrics.unadmitted.Inc()
+		s.log.Warn("upstream attempt without a valid admission identity; no key given", "backend", backendName, "attempt", attempt)
+		return localError(errNotAdmitted())
+	}
+	u.requestID, u.alias = ad.requestID, ad.model
+	if !known {
 		s.log.Warn("upstream attempt without a known backend in host metadata", "backend", backendName, "request_id", u.requestID)
-		return resp
+		return localError(errNotAdmitted())
 	}
 	u.backend = b
-	lease, err := s.opts.Keys.Pick(ctx, b.Name, PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: sticky, EstTokens: est})
+	lease, err := s.opts.Keys.Pick(ctx, b.Name, PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens})
 	if err != nil {
-		// An upstream filter cannot answer locally (ImmediateResponse is
-		// ignored there): the attempt goes out without a credential, the
-		// provider refuses it, and contract.HeaderRetry on that response
-		// makes Envoy retry it. Admission checked Available beforehand.
+		// No attempt leaves without a credential: from Envoy 1.36 an
+		// upstream filter's local reply goes to the client, not retried
+		// (UpstreamFilterManager::sendLocalReply, upstream_request.cc).
 		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
-		u.noKey = true
-		s.log.Warn("no upstream key", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
-	} else {
-		u.keyID = lease.KeyID
-		s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
-		switch b.Auth {
-		case config.AuthXAPIKey:
-			a.set("x-api-key", lease.Secret)
-		case config.AuthAPIKey:
-			a.set("api-key", lease.Secret)
-		default:
-			a.setBearer(lease.Secret)
-		}
+		s.log.Warn("no upstream key for the attempt", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
+		return localError(errNoKey(u.alias, err))
+	}
+	u.keyID = lease.KeyID
+	s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
+	switch b.Auth {
+	case config.AuthXAPIKey:
+		a.set("x-api-key", lease.Secret)
+	case config.AuthAPIKey:
+		a.set("api-key", lease.Secret)
+	default:
+		a.setBearer(lease.Secret)
 	}
 	for k, v := range b.Headers {
 		a.set(k, v)
 	}
-	if path != "" {
-		if up := b.UpstreamPath(path); up != path {
-			a.set(":path", up)
-		}
-	}
+	a.set(":path", b.UpstreamPath(ad.path))
 	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
 		u.upstreamModel, u.rewrite = upstreamModel, true
 		resp.ModeOverride = bodyOverride
+	} else if hasLength && ad.bodyBytes > 0 {
+		// An earlier attempt that renamed the model set content-length for
+		// its own body; bodies are per attempt (the router copies its retry
+		// buffer, router.cc Filter::doRetry), the map is not.
+		a.setInt("content-length", ad.bodyBytes)
 	}
 	return resp
 }
@@ -257,11 +260,6 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		u.reported = true
 	}
 	a.set(contract.HeaderBackend, u.backend.Name)
-	if u.noKey {
-		// The provider refused a credential-less attempt: make Envoy retry
-		// it (retriable_headers) rather than pass the 401 to the client.
-		a.set(contract.HeaderRetry, "no-key")
-	}
 	if u.keyID != "" {
 		a.set(contract.HeaderUpstreamKey, u.keyID)
 	}

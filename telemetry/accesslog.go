@@ -17,19 +17,22 @@ const AccessLogMessage = "request"
 // over all of its upstream attempts. It never holds a credential: KeyID and
 // VirtualKeyID are the ids from the config.
 type RequestLog struct {
-	RequestID    string // Envoy's x-request-id
-	Tenant       string
-	VirtualKeyID string // caller's virtual key id
-	Model        string // public model alias asked for
-	Backend      string // backend of the last attempt
-	KeyID        string // upstream API key id of the last attempt
-	Attempts     int
-	Status       int // HTTP status sent to the client; 0: none
-	Stream       bool
-	Tokens       Tokens
-	Cost         float64
-	Latency      time.Duration
-	TTFT         time.Duration // streams only
+	RequestID string // the gateway's own request identity
+	// ClientRequestID is the x-request-id the request arrived with: a
+	// correlation label only (a client may choose or reuse it).
+	ClientRequestID string
+	Tenant          string
+	VirtualKeyID    string // caller's virtual key id
+	Model           string // public model alias asked for
+	Backend         string // backend of the last attempt
+	KeyID           string // upstream API key id of the last attempt
+	Attempts        int
+	Status          int // HTTP status sent to the client; 0: none
+	Stream          bool
+	Tokens          Tokens
+	Cost            float64
+	Latency         time.Duration
+	TTFT            time.Duration // streams only
 	// Reason says why a request was refused or failed ("budget exhausted",
 	// "all keys open"); empty on success.
 	Reason string
@@ -62,6 +65,7 @@ func logRequest(logger *slog.Logger, r RequestLog, extra []slog.Attr) {
 	attrs := make([]slog.Attr, 0, 18+len(extra))
 	attrs = append(attrs,
 		slog.String("request_id", r.RequestID),
+		slog.String("client_request_id", r.ClientRequestID),
 		slog.String("tenant", r.Tenant),
 		slog.String("virtual_key_id", r.VirtualKeyID),
 		slog.String("model", r.Model),

@@ -29,6 +29,10 @@ func (k keys) Pick(ctx context.Context, backend string, req extproc.PickRequest)
 		// credential-less 401 is not.
 		BestEffort: true})
 	if err != nil {
+		var ex *keypool.ExhaustedError
+		if errors.As(err, &ex) {
+			return extproc.Lease{}, &extproc.NoKeyError{RetryAfter: ex.RetryAfter, Failing: ex.Failing}
+		}
 		if errors.Is(err, keypool.ErrNoKey) {
 			return extproc.Lease{}, errors.Join(extproc.ErrNoKey, err)
 		}

@@ -11,34 +11,33 @@ import (
 	"strings"
 )
 
-// Internal request headers. ext_proc strips every client-supplied header with
-// HeaderPrefix before it sets its own, so none of them can be spoofed; the
-// upstream filter removes them before the request leaves Envoy.
+// Internal request headers. Envoy's upstream filters run on the router's own
+// request header map (source/common/router/upstream_request.cc,
+// UpstreamRequest::acceptHeadersFromRouter, v1.38.0): whatever one stage sets
+// or removes is what every later attempt and the rate-limit filter at stream
+// end see. So headers carry only what the route match needs; everything a
+// later stage reads travels as dynamic metadata (MetadataNamespace) instead.
+// ext_proc strips every client-supplied header with HeaderPrefix before it
+// sets its own, so none of them can be spoofed, and the upstream filter
+// removes them on every attempt before the request leaves Envoy.
 const (
-	HeaderPrefix    = "x-swarmgate-"
-	HeaderTenant    = "x-swarmgate-tenant"     // tenant name (rate-limit descriptor)
-	HeaderKeyID     = "x-swarmgate-key-id"     // virtual key id of the caller
-	HeaderModel     = "x-swarmgate-model"      // public model alias (descriptor)
-	HeaderPool      = "x-swarmgate-pool"       // cluster the route must pick
-	HeaderEstTokens = "x-swarmgate-est-tokens" // prompt-token estimate (hits_addend at request time)
-	HeaderLong      = "x-swarmgate-long"       // "1": long job, longer route timeout
-	HeaderSticky    = "x-swarmgate-sticky"     // stickiness key for upstream key choice
-	HeaderMaxTokens = "x-swarmgate-max-tokens" // output tokens reserved for this request
-	// HeaderReservation carries the reservation id from admission to settle.
-	HeaderReservation = "x-swarmgate-reservation"
+	HeaderPrefix = "x-swarmgate-"
+	HeaderPool   = "x-swarmgate-pool" // cluster the route must pick
+	HeaderLong   = "x-swarmgate-long" // "1": long job, longer route timeout
 	// HeaderBackend and HeaderUpstreamKey are response headers the upstream
 	// ext_proc adds on each attempt's response (backend name and upstream key
 	// id, never the key) so the router-level filter can account the attempt
 	// that answered; the router-level filter removes them before the client.
+	// A response header map belongs to one attempt, so these are safe.
 	HeaderBackend     = "x-swarmgate-backend"
 	HeaderUpstreamKey = "x-swarmgate-upstream-key"
-	// HeaderRetry is set by the upstream ext_proc on the response of an
-	// attempt it had to send without a key. The route's retry policy lists
-	// it in retriable_headers, so Envoy retries the attempt (another key or
-	// priority) instead of handing the client the provider's 401.
-	HeaderRetry = "x-swarmgate-retry"
-	// HeaderRequestID is Envoy's request id (x-request-id), shared by both
-	// ext_proc calls of one request and all its attempts.
+	// HeaderLocal marks a local reply the upstream ext_proc made (no key for
+	// the attempt): the router-level filter knows it is already in the
+	// client's error shape, accounts it and removes the marker.
+	HeaderLocal = "x-swarmgate-local"
+	// HeaderRequestID is Envoy's request id (x-request-id). It is only a
+	// correlation label: a client can choose it, so nothing is keyed on it;
+	// the gateway's own identity is MetaRequestID.
 	HeaderRequestID = "x-request-id"
 )
 
@@ -52,6 +51,28 @@ const MetadataNamespace = "swarmgate"
 const (
 	EndpointBackend       = "backend"        // backend name
 	EndpointUpstreamModel = "upstream_model" // model name the backend expects
+)
+
+// Request metadata: what the router-level ext_proc admits a request with. It
+// is returned as dynamic metadata with the request-body answer (kept by Envoy
+// for receiving_namespaces), forwarded to the upstream ext_proc of every
+// attempt (metadata_options.forwarding_namespaces, as metadata_context) and
+// read by the rate-limit filter's metadata actions and hits_addend, at
+// request time and at stream done. MetaSignature authenticates the rest, so a
+// stream that did not come through admission gets no upstream key.
+const (
+	MetaRequestID   = "rid"        // gateway-minted request identity
+	MetaTenant      = "tenant"     // tenant name (rate-limit descriptor)
+	MetaVirtualKey  = "vkey"       // virtual key id of the caller
+	MetaModel       = "model"      // public model alias (descriptor)
+	MetaEstTokens   = "est_tokens" // prompt-token estimate (hits_addend at request time)
+	MetaMaxTokens   = "max_tokens" // output tokens reserved for this request
+	MetaSticky      = "sticky"     // stickiness key for upstream key choice
+	MetaPath        = "path"       // the client's :path, from which each attempt builds its own
+	MetaBodyBytes   = "body_bytes" // length of the body the router-level filter passed on
+	MetaIssued      = "iat"        // unix seconds the identity was minted
+	MetaSignature   = "sig"        // HMAC-SHA256 over the fields above (identity.Sign)
+	MetaReservation = "reservation"
 )
 
 // Dynamic metadata keys the router-level ext_proc emits on the response.

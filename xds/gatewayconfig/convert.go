@@ -21,9 +21,10 @@ const ResourceName = "gateway"
 // only and virtual keys as hashes; no credential value is ever in the result.
 func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 	c := &pb.GatewayConfig{
-		Name:   ResourceName,
-		Source: cfg.Source,
-		Listen: &pb.Listen{Xds: cfg.Listen.XDS, Extproc: cfg.Listen.ExtProc, Ratelimit: cfg.Listen.RateLimit, Admin: cfg.Listen.Admin},
+		Name:     ResourceName,
+		Source:   cfg.Source,
+		Identity: &pb.Identity{SigningKeyRef: cfg.Identity.SigningKey.Ref()},
+		Listen:   &pb.Listen{Xds: cfg.Listen.XDS, Extproc: cfg.Listen.ExtProc, Ratelimit: cfg.Listen.RateLimit, Admin: cfg.Listen.Admin},
 		Envoy: &pb.Envoy{
 			ListenerAddress: cfg.Envoy.ListenerAddress, ListenerPort: cfg.Envoy.ListenerPort,
 			XdsAddress: cfg.Envoy.XDSAddress, ExtprocAddress: cfg.Envoy.ExtProcAddress,
@@ -47,7 +48,8 @@ func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 			Consecutive_429: int32(cfg.Breaker.Consecutive429), Consecutive_5Xx: int32(cfg.Breaker.Consecutive5xx),
 			Cooldown: d(cfg.Breaker.Cooldown), MaxCooldown: d(cfg.Breaker.MaxCooldown), Jitter: cfg.Breaker.Jitter,
 			SyncInterval: d(cfg.Breaker.SyncInterval), HonourRemaining: cfg.Breaker.HonourRemaining,
-			ResetGrace: d(cfg.Breaker.ResetGrace),
+			ResetGrace: d(cfg.Breaker.ResetGrace), AuthCooldown: d(cfg.Breaker.AuthCooldown),
+			HealthHold: d(cfg.Breaker.HealthHold), HealthFlapWindow: d(cfg.Breaker.HealthFlapWindow),
 		},
 		Retry: &pb.RetryPolicy{
 			NumRetries: int32(cfg.Retry.NumRetries), PerTryTimeout: d(cfg.Retry.PerTryTimeout),
@@ -154,7 +156,9 @@ func toRaw(gc *pb.GatewayConfig) *config.Config {
 	b := gc.GetBreaker()
 	c.Breaker = config.BreakerPolicy{Consecutive429: int(b.GetConsecutive_429()), Consecutive5xx: int(b.GetConsecutive_5Xx()),
 		Cooldown: cd(b.GetCooldown()), MaxCooldown: cd(b.GetMaxCooldown()), Jitter: b.GetJitter(),
-		SyncInterval: cd(b.GetSyncInterval()), HonourRemaining: b.GetHonourRemaining(), ResetGrace: cd(b.GetResetGrace())}
+		SyncInterval: cd(b.GetSyncInterval()), HonourRemaining: b.GetHonourRemaining(), ResetGrace: cd(b.GetResetGrace()),
+		AuthCooldown: cd(b.GetAuthCooldown()), HealthHold: cd(b.GetHealthHold()), HealthFlapWindow: cd(b.GetHealthFlapWindow())}
+	c.Identity = config.Identity{SigningKey: ref(gc.GetIdentity().GetSigningKeyRef())}
 	rt := gc.GetRetry()
 	c.Retry = config.RetryPolicy{NumRetries: int(rt.GetNumRetries()), PerTryTimeout: cd(rt.GetPerTryTimeout()),
 		BackoffBase: cd(rt.GetBackoffBase()), BackoffMax: cd(rt.GetBackoffMax()), BudgetPercent: rt.GetBudgetPercent(),

@@ -35,6 +35,15 @@ func PoolCluster(g *ir.Gateway, p *ir.Pool) *clusterv3.Cluster {
 		// with locality-weighted load balancing.
 		// https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/locality_weight
 		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{
+			// Never panic-route: with the default threshold (50 %) a
+			// priority whose hosts are mostly UNHEALTHY sends traffic to
+			// all of them anyway (load_balancer_impl.cc,
+			// recalculatePerPriorityPanic, Envoy 1.38), and an endpoint is
+			// pushed UNHEALTHY exactly when it has no usable key. With 0, a
+			// pool with no healthy host gets Envoy's "no healthy upstream"
+			// 503, which the router-level ext_proc turns into an
+			// OpenAI-shaped 503 with Retry-After.
+			HealthyPanicThreshold: &typev3.Percent{Value: 0},
 			LocalityConfigSpecifier: &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 				LocalityWeightedLbConfig: &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
 			},

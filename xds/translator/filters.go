@@ -10,6 +10,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
@@ -94,6 +95,16 @@ func UpstreamExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 		},
 		RequestAttributes: []string{contract.AttrUpstreamHostMetadata, contract.AttrAttemptCount},
 		AllowModeOverride: true,
+		// The admission facts the router-level filter returned as dynamic
+		// metadata reach every attempt as metadata_context. The upstream
+		// filter manager's stream info is the downstream request's
+		// (UpstreamFilterManager::streamInfo, upstream_request.cc; read in
+		// ext_proc.cc Filter::addDynamicMetadata, Envoy 1.38).
+		MetadataOptions: &extprocv3.MetadataOptions{
+			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
+				Untyped: []string{contract.MetadataNamespace},
+			},
+		},
 	}
 }
 
@@ -126,10 +137,14 @@ func RateLimitFilter(g *ir.Gateway) *ratelimitv3.RateLimit {
 // Format strings for hits_addend: one substitution whose result is a
 // non-negative integer. The prompt estimate is charged when the request
 // arrives; the top-up (completion tokens plus any prompt tokens above the
-// estimate, emitted by ext_proc as dynamic metadata) when the stream is done.
+// estimate) when the stream is done. Both come from the router-level
+// ext_proc's dynamic metadata, never from request headers: the upstream
+// filters share and strip the request header map before the rate-limit
+// filter rebuilds its stream-done descriptors from it (ratelimit.cc
+// onDestroy, Envoy 1.38).
 // https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-msg-config-route-v3-ratelimit-hitsaddend
 const (
-	HitsEstimate = "%REQ(" + contract.HeaderEstTokens + ")%"
+	HitsEstimate = "%DYNAMIC_METADATA(" + contract.MetadataNamespace + ":" + contract.MetaEstTokens + ")%"
 	HitsTopUp    = "%DYNAMIC_METADATA(" + contract.MetadataNamespace + ":" + contract.MetaTokensTopUp + ")%"
 )
 
@@ -139,11 +154,12 @@ const (
 //	and with token limits [tenant, limit=tpm] [tenant, model, limit=tpm],
 //	each twice: estimate at request time, top-up at stream done.
 //
-// A descriptor whose header is missing (no tenant: unauthenticated, already
-// refused by ext_proc) is not sent.
+// Tenant and model come from the admission metadata (metadata actions,
+// source DYNAMIC): a descriptor whose entry is missing (no tenant: not
+// admitted, already refused by ext_proc) is not sent.
 func RateLimitActions(tokens bool) []*routev3.RateLimit {
-	tenant := header(contract.HeaderTenant, contract.DescTenant)
-	model := header(contract.HeaderModel, contract.DescModel)
+	tenant := metadata(contract.MetaTenant, contract.DescTenant)
+	model := metadata(contract.MetaModel, contract.DescModel)
 	out := []*routev3.RateLimit{
 		{Actions: actions(tenant, limit(contract.LimitRPM))},
 		{Actions: actions(tenant, limit(contract.LimitRPD))},
@@ -165,9 +181,14 @@ func RateLimitActions(tokens bool) []*routev3.RateLimit {
 
 func actions(a ...*routev3.RateLimit_Action) []*routev3.RateLimit_Action { return a }
 
-func header(name, key string) *routev3.RateLimit_Action {
-	return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_RequestHeaders_{
-		RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: name, DescriptorKey: key},
+func metadata(key, descriptorKey string) *routev3.RateLimit_Action {
+	return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_Metadata{
+		Metadata: &routev3.RateLimit_Action_MetaData{
+			DescriptorKey: descriptorKey,
+			MetadataKey: &metadatav3.MetadataKey{Key: contract.MetadataNamespace,
+				Path: []*metadatav3.MetadataKey_PathSegment{{Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: key}}}},
+			Source: routev3.RateLimit_Action_MetaData_DYNAMIC,
+		},
 	}}
 }
 

@@ -15,12 +15,18 @@ import (
 )
 
 // RetryOn is the retry condition of every pool route: 429 (a rate-limited
-// key; the upstream ext_proc picks another key on the next attempt), 5xx,
-// resets and connection failures.
+// key; the upstream ext_proc picks another key on the next attempt), 401
+// and 403 (a pooled key the provider refused: revoked or without access;
+// the client's own key was checked at admission), 5xx, resets and
+// connection failures.
 // https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter#x-envoy-retry-on
-// retriable-headers: the upstream ext_proc marks an attempt it had to send
-// without a key (contract.HeaderRetry), so that one is retried too.
-const RetryOn = "5xx,reset,connect-failure,retriable-status-codes,retriable-headers"
+// An upstream ext_proc local reply (no usable key) is never retried
+// (UpstreamFilterManager::sendLocalReply, Envoy >= 1.36), so no attempt
+// has to leave without a credential to be retried.
+const RetryOn = "5xx,reset,connect-failure,retriable-status-codes"
+
+// RetriableStatusCodes are retried besides 5xx.
+var RetriableStatusCodes = []uint32{401, 403, 429}
 
 // NoPoolBody is the 404 answer to a request ext_proc did not route (no pool
 // header): a clean OpenAI-shaped error instead of a hang or an empty reply.
@@ -33,9 +39,11 @@ func RouteConfiguration(g *ir.Gateway) *routev3.RouteConfiguration {
 	vh := &routev3.VirtualHost{
 		Name:    VirtualHostName,
 		Domains: []string{"*"},
-		// Applies while ext_proc buffers the body, when the catch-all route
-		// is the one cached: the limit must be on the virtual host.
-		PerRequestBufferLimitBytes: u32(g.MaxBodyBytes), //nolint:staticcheck // request_body_buffer_limit needs Envoy > 1.35
+		// Raises the stream's buffer limit while ext_proc buffers the body
+		// (only raises: ConnectionManagerImpl::ActiveStream::refreshBufferLimit,
+		// conn_manager_impl.cc, Envoy 1.38), when the catch-all route is the
+		// one cached: so it must be on the virtual host.
+		RequestBodyBufferLimit: wrapperspb.UInt64(uint64(g.MaxBodyBytes)),
 	}
 	for i := range g.Pools {
 		p := &g.Pools[i]
@@ -100,9 +108,7 @@ func retryPolicy(g *ir.Gateway) *routev3.RetryPolicy {
 	r := &routev3.RetryPolicy{
 		RetryOn:              RetryOn,
 		NumRetries:           u32(uint32(max(g.Retry.NumRetries, 0))),
-		RetriableStatusCodes: []uint32{429},
-		RetriableHeaders: []*routev3.HeaderMatcher{{Name: contract.HeaderRetry,
-			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}},
+		RetriableStatusCodes: RetriableStatusCodes,
 		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
 			Name:       "envoy.retry_host_predicates.previous_hosts",
 			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{})},

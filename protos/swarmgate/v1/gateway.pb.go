@@ -48,7 +48,8 @@ type GatewayConfig struct {
 	Source string `protobuf:"bytes,14,opt,name=source,proto3" json:"source,omitempty"`
 	// The xDS resource name, "gateway" (go-control-plane names resources by
 	// their name field).
-	Name          string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	Name          string    `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	Identity      *Identity `protobuf:"bytes,16,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +187,13 @@ func (x *GatewayConfig) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GatewayConfig) GetIdentity() *Identity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
 }
 
 type Listen struct {
@@ -583,9 +591,12 @@ type BreakerPolicy struct {
 	HonourRemaining bool                   `protobuf:"varint,7,opt,name=honour_remaining,json=honourRemaining,proto3" json:"honour_remaining,omitempty"`
 	// Zero (also when an older control plane omits it) counts an unanswered
 	// attempt as a reset at once.
-	ResetGrace    *durationpb.Duration `protobuf:"bytes,8,opt,name=reset_grace,json=resetGrace,proto3" json:"reset_grace,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ResetGrace       *durationpb.Duration `protobuf:"bytes,8,opt,name=reset_grace,json=resetGrace,proto3" json:"reset_grace,omitempty"`
+	AuthCooldown     *durationpb.Duration `protobuf:"bytes,9,opt,name=auth_cooldown,json=authCooldown,proto3" json:"auth_cooldown,omitempty"`
+	HealthHold       *durationpb.Duration `protobuf:"bytes,10,opt,name=health_hold,json=healthHold,proto3" json:"health_hold,omitempty"`
+	HealthFlapWindow *durationpb.Duration `protobuf:"bytes,11,opt,name=health_flap_window,json=healthFlapWindow,proto3" json:"health_flap_window,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *BreakerPolicy) Reset() {
@@ -674,6 +685,72 @@ func (x *BreakerPolicy) GetResetGrace() *durationpb.Duration {
 	return nil
 }
 
+func (x *BreakerPolicy) GetAuthCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.AuthCooldown
+	}
+	return nil
+}
+
+func (x *BreakerPolicy) GetHealthHold() *durationpb.Duration {
+	if x != nil {
+		return x.HealthHold
+	}
+	return nil
+}
+
+func (x *BreakerPolicy) GetHealthFlapWindow() *durationpb.Duration {
+	if x != nil {
+		return x.HealthFlapWindow
+	}
+	return nil
+}
+
+// Identity is config.Identity; the signing key travels as its reference.
+type Identity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SigningKeyRef string                 `protobuf:"bytes,1,opt,name=signing_key_ref,json=signingKeyRef,proto3" json:"signing_key_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Identity) Reset() {
+	*x = Identity{}
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Identity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Identity) ProtoMessage() {}
+
+func (x *Identity) ProtoReflect() protoreflect.Message {
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Identity.ProtoReflect.Descriptor instead.
+func (*Identity) Descriptor() ([]byte, []int) {
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Identity) GetSigningKeyRef() string {
+	if x != nil {
+		return x.SigningKeyRef
+	}
+	return ""
+}
+
 type RetryPolicy struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	NumRetries          int32                  `protobuf:"varint,1,opt,name=num_retries,json=numRetries,proto3" json:"num_retries,omitempty"`
@@ -688,7 +765,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[6]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +777,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[6]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +790,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RetryPolicy) GetNumRetries() int32 {
@@ -772,7 +849,7 @@ type FailureModes struct {
 
 func (x *FailureModes) Reset() {
 	*x = FailureModes{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[7]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +861,7 @@ func (x *FailureModes) String() string {
 func (*FailureModes) ProtoMessage() {}
 
 func (x *FailureModes) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[7]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +874,7 @@ func (x *FailureModes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailureModes.ProtoReflect.Descriptor instead.
 func (*FailureModes) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FailureModes) GetExtproc() string {
@@ -849,7 +926,7 @@ type Accounting struct {
 
 func (x *Accounting) Reset() {
 	*x = Accounting{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[8]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +938,7 @@ func (x *Accounting) String() string {
 func (*Accounting) ProtoMessage() {}
 
 func (x *Accounting) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[8]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +951,7 @@ func (x *Accounting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accounting.ProtoReflect.Descriptor instead.
 func (*Accounting) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Accounting) GetLedgerBuffer() int32 {
@@ -929,7 +1006,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[9]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1018,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[9]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1031,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Alerts) GetWebhookUrl() string {
@@ -983,7 +1060,7 @@ type Telemetry struct {
 
 func (x *Telemetry) Reset() {
 	*x = Telemetry{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[10]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1072,7 @@ func (x *Telemetry) String() string {
 func (*Telemetry) ProtoMessage() {}
 
 func (x *Telemetry) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[10]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1085,7 @@ func (x *Telemetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Telemetry.ProtoReflect.Descriptor instead.
 func (*Telemetry) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Telemetry) GetOtlpEndpoint() string {
@@ -1060,7 +1137,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[11]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1149,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[11]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1162,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Backend) GetName() string {
@@ -1193,7 +1270,7 @@ type APIKey struct {
 
 func (x *APIKey) Reset() {
 	*x = APIKey{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[12]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1282,7 @@ func (x *APIKey) String() string {
 func (*APIKey) ProtoMessage() {}
 
 func (x *APIKey) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[12]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1295,7 @@ func (x *APIKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
 func (*APIKey) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *APIKey) GetId() string {
@@ -1275,7 +1352,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[13]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1364,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[13]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1377,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Model) GetName() string {
@@ -1345,7 +1422,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[14]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1434,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[14]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1447,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Target) GetBackend() string {
@@ -1427,7 +1504,7 @@ type Price struct {
 
 func (x *Price) Reset() {
 	*x = Price{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[15]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1516,7 @@ func (x *Price) String() string {
 func (*Price) ProtoMessage() {}
 
 func (x *Price) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[15]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1529,7 @@ func (x *Price) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Price.ProtoReflect.Descriptor instead.
 func (*Price) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Price) GetInputPerMtok() float64 {
@@ -1498,7 +1575,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[16]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1587,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[16]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1600,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{16}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Tenant) GetName() string {
@@ -1586,7 +1663,7 @@ type VirtualKey struct {
 
 func (x *VirtualKey) Reset() {
 	*x = VirtualKey{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[17]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1675,7 @@ func (x *VirtualKey) String() string {
 func (*VirtualKey) ProtoMessage() {}
 
 func (x *VirtualKey) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[17]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1688,7 @@ func (x *VirtualKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualKey.ProtoReflect.Descriptor instead.
 func (*VirtualKey) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{17}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VirtualKey) GetId() string {
@@ -1646,7 +1723,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[18]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1735,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[18]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1748,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{18}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Limits) GetRpm() int32 {
@@ -1706,7 +1783,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[19]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1795,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_swarmgate_v1_gateway_proto_msgTypes[19]
+	mi := &file_swarmgate_v1_gateway_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1808,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{19}
+	return file_swarmgate_v1_gateway_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Budget) GetMonthly() float64 {
@@ -1759,7 +1836,7 @@ var File_swarmgate_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x1aswarmgate/v1/gateway.proto\x12\fswarmgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\xce\x05\n" +
+	"\x1aswarmgate/v1/gateway.proto\x12\fswarmgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x82\x06\n" +
 	"\rGatewayConfig\x12,\n" +
 	"\x06listen\x18\x01 \x01(\v2\x14.swarmgate.v1.ListenR\x06listen\x12)\n" +
 	"\x05envoy\x18\x02 \x01(\v2\x13.swarmgate.v1.EnvoyR\x05envoy\x12)\n" +
@@ -1778,7 +1855,8 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\x06models\x18\f \x03(\v2\x13.swarmgate.v1.ModelR\x06models\x12.\n" +
 	"\atenants\x18\r \x03(\v2\x14.swarmgate.v1.TenantR\atenants\x12\x16\n" +
 	"\x06source\x18\x0e \x01(\tR\x06source\x12\x12\n" +
-	"\x04name\x18\x0f \x01(\tR\x04name\"h\n" +
+	"\x04name\x18\x0f \x01(\tR\x04name\x122\n" +
+	"\bidentity\x18\x10 \x01(\v2\x16.swarmgate.v1.IdentityR\bidentity\"h\n" +
 	"\x06Listen\x12\x10\n" +
 	"\x03xds\x18\x01 \x01(\tR\x03xds\x12\x18\n" +
 	"\aextproc\x18\x02 \x01(\tR\aextproc\x12\x1c\n" +
@@ -1816,7 +1894,7 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\x0flong_when_tools\x18\x06 \x01(\bR\rlongWhenTools\x129\n" +
 	"\x19default_max_output_tokens\x18\a \x01(\x05R\x16defaultMaxOutputTokens\x12&\n" +
 	"\x0fbytes_per_token\x18\b \x01(\x01R\rbytesPerToken\x12#\n" +
-	"\rsticky_header\x18\t \x01(\tR\fstickyHeader\"\x95\x03\n" +
+	"\rsticky_header\x18\t \x01(\tR\fstickyHeader\"\xda\x04\n" +
 	"\rBreakerPolicy\x12'\n" +
 	"\x0fconsecutive_429\x18\x01 \x01(\x05R\x0econsecutive429\x12'\n" +
 	"\x0fconsecutive_5xx\x18\x02 \x01(\x05R\x0econsecutive5xx\x125\n" +
@@ -1826,7 +1904,14 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\rsync_interval\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fsyncInterval\x12)\n" +
 	"\x10honour_remaining\x18\a \x01(\bR\x0fhonourRemaining\x12:\n" +
 	"\vreset_grace\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resetGrace\"\xc6\x02\n" +
+	"resetGrace\x12>\n" +
+	"\rauth_cooldown\x18\t \x01(\v2\x19.google.protobuf.DurationR\fauthCooldown\x12:\n" +
+	"\vhealth_hold\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"healthHold\x12G\n" +
+	"\x12health_flap_window\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10healthFlapWindow\"2\n" +
+	"\bIdentity\x12&\n" +
+	"\x0fsigning_key_ref\x18\x01 \x01(\tR\rsigningKeyRef\"\xc6\x02\n" +
 	"\vRetryPolicy\x12\x1f\n" +
 	"\vnum_retries\x18\x01 \x01(\x05R\n" +
 	"numRetries\x12A\n" +
@@ -1941,7 +2026,7 @@ func file_swarmgate_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_swarmgate_v1_gateway_proto_rawDescData
 }
 
-var file_swarmgate_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_swarmgate_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_swarmgate_v1_gateway_proto_goTypes = []any{
 	(*GatewayConfig)(nil),       // 0: swarmgate.v1.GatewayConfig
 	(*Listen)(nil),              // 1: swarmgate.v1.Listen
@@ -1949,23 +2034,24 @@ var file_swarmgate_v1_gateway_proto_goTypes = []any{
 	(*Redis)(nil),               // 3: swarmgate.v1.Redis
 	(*RequestPolicy)(nil),       // 4: swarmgate.v1.RequestPolicy
 	(*BreakerPolicy)(nil),       // 5: swarmgate.v1.BreakerPolicy
-	(*RetryPolicy)(nil),         // 6: swarmgate.v1.RetryPolicy
-	(*FailureModes)(nil),        // 7: swarmgate.v1.FailureModes
-	(*Accounting)(nil),          // 8: swarmgate.v1.Accounting
-	(*Alerts)(nil),              // 9: swarmgate.v1.Alerts
-	(*Telemetry)(nil),           // 10: swarmgate.v1.Telemetry
-	(*Backend)(nil),             // 11: swarmgate.v1.Backend
-	(*APIKey)(nil),              // 12: swarmgate.v1.APIKey
-	(*Model)(nil),               // 13: swarmgate.v1.Model
-	(*Target)(nil),              // 14: swarmgate.v1.Target
-	(*Price)(nil),               // 15: swarmgate.v1.Price
-	(*Tenant)(nil),              // 16: swarmgate.v1.Tenant
-	(*VirtualKey)(nil),          // 17: swarmgate.v1.VirtualKey
-	(*Limits)(nil),              // 18: swarmgate.v1.Limits
-	(*Budget)(nil),              // 19: swarmgate.v1.Budget
-	nil,                         // 20: swarmgate.v1.Backend.HeadersEntry
-	nil,                         // 21: swarmgate.v1.Tenant.ModelLimitsEntry
-	(*durationpb.Duration)(nil), // 22: google.protobuf.Duration
+	(*Identity)(nil),            // 6: swarmgate.v1.Identity
+	(*RetryPolicy)(nil),         // 7: swarmgate.v1.RetryPolicy
+	(*FailureModes)(nil),        // 8: swarmgate.v1.FailureModes
+	(*Accounting)(nil),          // 9: swarmgate.v1.Accounting
+	(*Alerts)(nil),              // 10: swarmgate.v1.Alerts
+	(*Telemetry)(nil),           // 11: swarmgate.v1.Telemetry
+	(*Backend)(nil),             // 12: swarmgate.v1.Backend
+	(*APIKey)(nil),              // 13: swarmgate.v1.APIKey
+	(*Model)(nil),               // 14: swarmgate.v1.Model
+	(*Target)(nil),              // 15: swarmgate.v1.Target
+	(*Price)(nil),               // 16: swarmgate.v1.Price
+	(*Tenant)(nil),              // 17: swarmgate.v1.Tenant
+	(*VirtualKey)(nil),          // 18: swarmgate.v1.VirtualKey
+	(*Limits)(nil),              // 19: swarmgate.v1.Limits
+	(*Budget)(nil),              // 20: swarmgate.v1.Budget
+	nil,                         // 21: swarmgate.v1.Backend.HeadersEntry
+	nil,                         // 22: swarmgate.v1.Tenant.ModelLimitsEntry
+	(*durationpb.Duration)(nil), // 23: google.protobuf.Duration
 }
 var file_swarmgate_v1_gateway_proto_depIdxs = []int32{
 	1,  // 0: swarmgate.v1.GatewayConfig.listen:type_name -> swarmgate.v1.Listen
@@ -1973,44 +2059,48 @@ var file_swarmgate_v1_gateway_proto_depIdxs = []int32{
 	3,  // 2: swarmgate.v1.GatewayConfig.redis:type_name -> swarmgate.v1.Redis
 	4,  // 3: swarmgate.v1.GatewayConfig.request:type_name -> swarmgate.v1.RequestPolicy
 	5,  // 4: swarmgate.v1.GatewayConfig.breaker:type_name -> swarmgate.v1.BreakerPolicy
-	6,  // 5: swarmgate.v1.GatewayConfig.retry:type_name -> swarmgate.v1.RetryPolicy
-	7,  // 6: swarmgate.v1.GatewayConfig.failure_modes:type_name -> swarmgate.v1.FailureModes
-	8,  // 7: swarmgate.v1.GatewayConfig.accounting:type_name -> swarmgate.v1.Accounting
-	9,  // 8: swarmgate.v1.GatewayConfig.alerts:type_name -> swarmgate.v1.Alerts
-	10, // 9: swarmgate.v1.GatewayConfig.telemetry:type_name -> swarmgate.v1.Telemetry
-	11, // 10: swarmgate.v1.GatewayConfig.backends:type_name -> swarmgate.v1.Backend
-	13, // 11: swarmgate.v1.GatewayConfig.models:type_name -> swarmgate.v1.Model
-	16, // 12: swarmgate.v1.GatewayConfig.tenants:type_name -> swarmgate.v1.Tenant
-	22, // 13: swarmgate.v1.Redis.dial_timeout:type_name -> google.protobuf.Duration
-	22, // 14: swarmgate.v1.Redis.read_timeout:type_name -> google.protobuf.Duration
-	22, // 15: swarmgate.v1.RequestPolicy.message_timeout:type_name -> google.protobuf.Duration
-	22, // 16: swarmgate.v1.RequestPolicy.timeout:type_name -> google.protobuf.Duration
-	22, // 17: swarmgate.v1.RequestPolicy.long_timeout:type_name -> google.protobuf.Duration
-	22, // 18: swarmgate.v1.BreakerPolicy.cooldown:type_name -> google.protobuf.Duration
-	22, // 19: swarmgate.v1.BreakerPolicy.max_cooldown:type_name -> google.protobuf.Duration
-	22, // 20: swarmgate.v1.BreakerPolicy.sync_interval:type_name -> google.protobuf.Duration
-	22, // 21: swarmgate.v1.BreakerPolicy.reset_grace:type_name -> google.protobuf.Duration
-	22, // 22: swarmgate.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
-	22, // 23: swarmgate.v1.RetryPolicy.backoff_base:type_name -> google.protobuf.Duration
-	22, // 24: swarmgate.v1.RetryPolicy.backoff_max:type_name -> google.protobuf.Duration
-	22, // 25: swarmgate.v1.Accounting.reservation_ttl:type_name -> google.protobuf.Duration
-	22, // 26: swarmgate.v1.Alerts.timeout:type_name -> google.protobuf.Duration
-	20, // 27: swarmgate.v1.Backend.headers:type_name -> swarmgate.v1.Backend.HeadersEntry
-	12, // 28: swarmgate.v1.Backend.keys:type_name -> swarmgate.v1.APIKey
-	22, // 29: swarmgate.v1.Backend.connect_timeout:type_name -> google.protobuf.Duration
-	22, // 30: swarmgate.v1.Model.timeout:type_name -> google.protobuf.Duration
-	14, // 31: swarmgate.v1.Model.targets:type_name -> swarmgate.v1.Target
-	15, // 32: swarmgate.v1.Target.price:type_name -> swarmgate.v1.Price
-	17, // 33: swarmgate.v1.Tenant.keys:type_name -> swarmgate.v1.VirtualKey
-	18, // 34: swarmgate.v1.Tenant.limits:type_name -> swarmgate.v1.Limits
-	21, // 35: swarmgate.v1.Tenant.model_limits:type_name -> swarmgate.v1.Tenant.ModelLimitsEntry
-	19, // 36: swarmgate.v1.Tenant.budget:type_name -> swarmgate.v1.Budget
-	18, // 37: swarmgate.v1.Tenant.ModelLimitsEntry.value:type_name -> swarmgate.v1.Limits
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	7,  // 5: swarmgate.v1.GatewayConfig.retry:type_name -> swarmgate.v1.RetryPolicy
+	8,  // 6: swarmgate.v1.GatewayConfig.failure_modes:type_name -> swarmgate.v1.FailureModes
+	9,  // 7: swarmgate.v1.GatewayConfig.accounting:type_name -> swarmgate.v1.Accounting
+	10, // 8: swarmgate.v1.GatewayConfig.alerts:type_name -> swarmgate.v1.Alerts
+	11, // 9: swarmgate.v1.GatewayConfig.telemetry:type_name -> swarmgate.v1.Telemetry
+	12, // 10: swarmgate.v1.GatewayConfig.backends:type_name -> swarmgate.v1.Backend
+	14, // 11: swarmgate.v1.GatewayConfig.models:type_name -> swarmgate.v1.Model
+	17, // 12: swarmgate.v1.GatewayConfig.tenants:type_name -> swarmgate.v1.Tenant
+	6,  // 13: swarmgate.v1.GatewayConfig.identity:type_name -> swarmgate.v1.Identity
+	23, // 14: swarmgate.v1.Redis.dial_timeout:type_name -> google.protobuf.Duration
+	23, // 15: swarmgate.v1.Redis.read_timeout:type_name -> google.protobuf.Duration
+	23, // 16: swarmgate.v1.RequestPolicy.message_timeout:type_name -> google.protobuf.Duration
+	23, // 17: swarmgate.v1.RequestPolicy.timeout:type_name -> google.protobuf.Duration
+	23, // 18: swarmgate.v1.RequestPolicy.long_timeout:type_name -> google.protobuf.Duration
+	23, // 19: swarmgate.v1.BreakerPolicy.cooldown:type_name -> google.protobuf.Duration
+	23, // 20: swarmgate.v1.BreakerPolicy.max_cooldown:type_name -> google.protobuf.Duration
+	23, // 21: swarmgate.v1.BreakerPolicy.sync_interval:type_name -> google.protobuf.Duration
+	23, // 22: swarmgate.v1.BreakerPolicy.reset_grace:type_name -> google.protobuf.Duration
+	23, // 23: swarmgate.v1.BreakerPolicy.auth_cooldown:type_name -> google.protobuf.Duration
+	23, // 24: swarmgate.v1.BreakerPolicy.health_hold:type_name -> google.protobuf.Duration
+	23, // 25: swarmgate.v1.BreakerPolicy.health_flap_window:type_name -> google.protobuf.Duration
+	23, // 26: swarmgate.v1.RetryPolicy.per_try_timeout:type_name -> google.protobuf.Duration
+	23, // 27: swarmgate.v1.RetryPolicy.backoff_base:type_name -> google.protobuf.Duration
+	23, // 28: swarmgate.v1.RetryPolicy.backoff_max:type_name -> google.protobuf.Duration
+	23, // 29: swarmgate.v1.Accounting.reservation_ttl:type_name -> google.protobuf.Duration
+	23, // 30: swarmgate.v1.Alerts.timeout:type_name -> google.protobuf.Duration
+	21, // 31: swarmgate.v1.Backend.headers:type_name -> swarmgate.v1.Backend.HeadersEntry
+	13, // 32: swarmgate.v1.Backend.keys:type_name -> swarmgate.v1.APIKey
+	23, // 33: swarmgate.v1.Backend.connect_timeout:type_name -> google.protobuf.Duration
+	23, // 34: swarmgate.v1.Model.timeout:type_name -> google.protobuf.Duration
+	15, // 35: swarmgate.v1.Model.targets:type_name -> swarmgate.v1.Target
+	16, // 36: swarmgate.v1.Target.price:type_name -> swarmgate.v1.Price
+	18, // 37: swarmgate.v1.Tenant.keys:type_name -> swarmgate.v1.VirtualKey
+	19, // 38: swarmgate.v1.Tenant.limits:type_name -> swarmgate.v1.Limits
+	22, // 39: swarmgate.v1.Tenant.model_limits:type_name -> swarmgate.v1.Tenant.ModelLimitsEntry
+	20, // 40: swarmgate.v1.Tenant.budget:type_name -> swarmgate.v1.Budget
+	19, // 41: swarmgate.v1.Tenant.ModelLimitsEntry.value:type_name -> swarmgate.v1.Limits
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_swarmgate_v1_gateway_proto_init() }
@@ -2024,7 +2114,7 @@ func file_swarmgate_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_swarmgate_v1_gateway_proto_rawDesc), len(file_swarmgate_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

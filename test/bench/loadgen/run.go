@@ -20,11 +20,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -537,6 +539,13 @@ func (w *worker) exchange(s *sample, start time.Time) error {
 	}
 	if hasSet(resp.GetRequestBody().GetResponse().GetHeaderMutation(), contract.HeaderPool) {
 		s.work.Routed++
+	}
+	// As Envoy does: the dynamic metadata the router-level filter returned
+	// (receiving_namespaces) reaches the attempt's upstream filter as
+	// metadata_context (forwarding_namespaces).
+	m.upHeaders.MetadataContext = nil
+	if ns := resp.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue(); ns != nil {
+		m.upHeaders.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{contract.MetadataNamespace: ns}}
 	}
 
 	if err := w.attempt(s); err != nil {
