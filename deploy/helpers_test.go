@@ -53,8 +53,8 @@ func parseEnvoyValue(t *testing.T, what string, v any, m proto.Message) {
 // envoyproxy/envoy:distroless-v1.40.0.
 var envoyImage = regexp.MustCompile(`^envoyproxy/envoy:(?:distroless-)?v(\d+)\.(\d+)\.(\d+)$`)
 
-// checkEnvoyImage requires a pinned official Envoy of at least 1.35
-// (filter-level rate_limits with hits_addend; see ARCHITECTURE.md).
+// checkEnvoyImage requires a pinned official Envoy of at least 1.38, the
+// minimum the data path relies on (docs/envoy-behaviour.md).
 func checkEnvoyImage(t *testing.T, where, image string) {
 	t.Helper()
 	m := envoyImage.FindStringSubmatch(image)
@@ -64,8 +64,8 @@ func checkEnvoyImage(t *testing.T, where, image string) {
 	}
 	major, _ := strconv.Atoi(m[1])
 	minor, _ := strconv.Atoi(m[2])
-	if major < 1 || (major == 1 && minor < 35) {
-		t.Errorf("%s: Envoy %s.%s is older than 1.35", where, m[1], m[2])
+	if major < 1 || (major == 1 && minor < 38) {
+		t.Errorf("%s: Envoy %s.%s is older than 1.38", where, m[1], m[2])
 	}
 }
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make run`: the gateway on its embedded default config, on one machine.
 # Starts (if needed) a local redis-server and the two mock relays the default
-# config points at, then runs `swarmgate serve` in the foreground.
+# config points at, then runs `swarmgate serve`; with an Envoy on PATH (or
+# ENVOY_BIN) it starts that too and prints a request that works against it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=bin/swarmgate
-state=.run
+bin=${SWARMGATE_BIN:-bin/swarmgate}
+state=${SWARMGATE_RUN_DIR:-.run}
 mkdir -p "$state"
 
 redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; }
@@ -32,11 +33,39 @@ for relay in relay-a relay-b; do
   pids+=($!)
 done
 
+# An Envoy on PATH (or ENVOY_BIN) is started too, bootstrapped from the
+# control plane; without one, say how to point an Envoy at it.
+envoy_bin=${ENVOY_BIN:-$(command -v envoy || true)}
+curl_hint() {
+  cat <<MSG
+Then call it:        curl -s localhost:10000/v1/chat/completions -H 'Authorization: Bearer sk-swarmgate-demo' \\
+                       -H 'Content-Type: application/json' \\
+                       -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
+MSG
+}
 cat <<MSG
 swarmgate: control plane on 127.0.0.1:18000 (ADS), ext_proc 127.0.0.1:18001, rate limits 127.0.0.1:18002,
 admin and status page http://127.0.0.1:19000/
-Point Envoy at it:   $bin bootstrap --node-id envoy-1 > envoy.yaml && envoy -c envoy.yaml
-Then call it:        curl -s localhost:10000/v1/chat/completions -H 'Authorization: Bearer sk-swarmgate-demo' \\
-                       -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
 MSG
-"$bin" serve "$@"
+if [ -z "$envoy_bin" ]; then
+  echo "Point Envoy (1.38 or newer) at it:   $bin bootstrap --node-id envoy-1 > envoy.yaml && envoy -c envoy.yaml"
+  curl_hint
+  exec "$bin" serve "$@"
+fi
+
+# Envoy 1.38 is the minimum the data path relies on (docs/envoy-behaviour.md).
+ver=$("$envoy_bin" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n1 || true)
+major=${ver%%.*}; rest=${ver#*.}; minor=${rest%%.*}
+if [ -z "$ver" ] || [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 38 ]; }; then
+  echo "$envoy_bin is Envoy ${ver:-of unknown version}; swarmgate needs 1.38 or newer" >&2
+  exit 1
+fi
+"$bin" serve "$@" &
+pids+=($!)
+for _ in $(seq 100); do curl -sf http://127.0.0.1:19000/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+"$bin" bootstrap --node-id envoy-1 >"$state/envoy.yaml"
+echo "starting Envoy $ver ($envoy_bin) on 127.0.0.1:10000, admin 127.0.0.1:9901, log in $state/envoy.log"
+"$envoy_bin" -c "$state/envoy.yaml" --log-level warn >"$state/envoy.log" 2>&1 &
+pids+=($!)
+curl_hint
+wait -n "${pids[@]}"

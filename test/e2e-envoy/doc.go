@@ -4,7 +4,7 @@
 // plane (xds/bootstrap), mockupstream relays as providers, a real
 // redis-server, and the official openai-go SDK as the client.
 //
-// The tests run whenever an Envoy binary (1.35 or newer) is found: ENVOY_BIN,
+// The tests run whenever an Envoy binary (1.38 or newer) is found: ENVOY_BIN,
 // else `envoy` on PATH. Without one each test skips with a line naming what
 // is missing. `go test ./test/e2e-envoy -v` shows the skip.
 package e2eenvoy

@@ -51,7 +51,7 @@ func envoyBinary(t *testing.T) string {
 	}
 	p, err := exec.LookPath("envoy")
 	if err != nil {
-		t.Skip("SKIP: no Envoy binary: `envoy` is not on PATH and ENVOY_BIN is not set; install Envoy 1.35+ to run the real-Envoy end-to-end tests")
+		t.Skip("SKIP: no Envoy binary: `envoy` is not on PATH and ENVOY_BIN is not set; install Envoy 1.38+ to run the real-Envoy end-to-end tests")
 	}
 	return p
 }
