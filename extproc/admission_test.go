@@ -22,13 +22,16 @@ func (b budgetAnswer) Check(context.Context, string) (extproc.BudgetStatus, erro
 	return b.st, b.err
 }
 
-// keysAnswer wraps the real key pool but reports every backend exhausted.
+// keysAnswer wraps the real key pool but reports every backend exhausted,
+// failing or only busy.
 type keysAnswer struct {
 	extproc.KeyPicker
-	retry time.Duration
+	retry   time.Duration
+	failing bool
 }
 
 func (k keysAnswer) Available([]string) (bool, time.Duration) { return false, k.retry }
+func (k keysAnswer) Failing([]string) bool                    { return k.failing }
 
 func TestAdmissionBudgetAndKeys(t *testing.T) {
 	cfg := testConfig(t)
@@ -49,7 +52,8 @@ func TestAdmissionBudgetAndKeys(t *testing.T) {
 	}{
 		{"budget spent", wire.Keys(pools), budgetAnswer{st: extproc.BudgetStatus{Exhausted: true, Limit: 5, RetryAfter: time.Hour}}, 429, "budget_exceeded", "3600"},
 		{"budget store down, fail closed", wire.Keys(pools), budgetAnswer{err: errors.New("redis down")}, 503, "accounting_unavailable", ""},
-		{"every key open", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond}, budgetAnswer{}, 503, "upstream_keys_exhausted", "3"},
+		{"every key rate limited or busy", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, false}, budgetAnswer{}, 429, "upstream_keys_exhausted", "3"},
+		{"every key failing", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, true}, budgetAnswer{}, 503, "upstream_keys_exhausted", "3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -75,6 +75,9 @@ type KeyPicker interface {
 	// Available reports whether any key of the backends is usable, and if
 	// none is, how soon one reopens.
 	Available(backends []string) (ok bool, retryAfter time.Duration)
+	// Failing reports whether every key of the backends is open because it
+	// failed rather than because it is rate limited or busy.
+	Failing(backends []string) bool
 	// ParseOutcome reads an attempt's status and rate-limit headers.
 	ParseOutcome(status int, header func(string) string) Outcome
 	// Unanswered feeds an attempt that ended with no response headers:

@@ -109,18 +109,24 @@ func errNotAdmitted() *apiError {
 // Retry-After when the keys are rate limited or busy (capacity comes back),
 // 503 when they are failing.
 func errNoKey(model string, err error) *apiError {
-	e := &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_keys_exhausted",
-		message: "Every upstream key for `" + model + "` is rate limited or busy; retry after the indicated time."}
-	retry := time.Second
 	var nk *NoKeyError
 	if errors.As(err, &nk) {
-		retry = max(nk.RetryAfter, time.Second)
-		if nk.Failing {
-			e.status, e.typ = http.StatusServiceUnavailable, "server_error"
-			e.message = "Every upstream key for `" + model + "` is failing; retry later."
-		}
+		return errKeysExhausted(model, nk.RetryAfter, nk.Failing)
 	}
-	return e.withRetryAfter(retry)
+	return errKeysExhausted(model, time.Second, false)
+}
+
+// errKeysExhausted: capacity that comes back (keys rate limited, out of
+// quota or busy) is a 429 with Retry-After, which SDKs back off on; keys
+// that are failing are a 503.
+func errKeysExhausted(model string, retry time.Duration, failing bool) *apiError {
+	e := &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_keys_exhausted",
+		message: "Every upstream key for `" + model + "` is rate limited or busy; retry after the indicated time."}
+	if failing {
+		e.status, e.typ = http.StatusServiceUnavailable, "server_error"
+		e.message = "Every upstream key for `" + model + "` is failing; retry later."
+	}
+	return e.withRetryAfter(max(retry, time.Second))
 }
 
 // localError is the ImmediateResponse of an upstream attempt: marked so the

@@ -368,8 +368,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 
 	// Admission: keys, budget, token reservation.
 	if ok, retry := s.opts.Keys.Available(r.backends); !ok {
-		return s.refuse(r, (&apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_keys_exhausted",
-			message: "Every upstream key for `" + alias + "` is rate limited or failing; retry later."}).withRetryAfter(retry))
+		return s.refuse(r, errKeysExhausted(alias, retry, s.opts.Keys.Failing(r.backends)))
 	}
 	reserving := r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil
 	// With reservations the money hold covers the hard cap atomically;

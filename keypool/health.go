@@ -109,6 +109,29 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 	return false, best
 }
 
+// Failing reports whether every key of every known backend is open because
+// it failed (5xx, resets, refused credentials), not because it is rate
+// limited, out of quota or busy: the difference between a 503 and a 429
+// with Retry-After for the client.
+func (p *Pools) Failing(backends []string) bool {
+	now := p.clock.Now()
+	known := false
+	for _, name := range backends {
+		kp := p.pool(name)
+		if kp == nil {
+			continue
+		}
+		known = true
+		kp.mu.Lock()
+		f := kp.failingLocked(now)
+		kp.mu.Unlock()
+		if !f {
+			return false
+		}
+	}
+	return known
+}
+
 // Run shares state through Redis (when configured) and turns the end of
 // open periods into health changes. It returns when ctx is done.
 func (p *Pools) Run(ctx context.Context) error {

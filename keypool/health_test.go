@@ -189,3 +189,29 @@ func TestHealthDampingFlakyKey(t *testing.T) {
 	}
 	t.Logf("%d health flips in 44 s of a key failing every second", flips)
 }
+
+func TestFailingTellsFailureFromCapacity(t *testing.T) {
+	cfg := testConfig(t, breakerYAML(time.Minute, time.Hour, time.Second, 0, false),
+		map[string][]key{"a": {{id: "a1"}, {id: "a2"}}, "b": {{id: "b1"}}})
+	p := newPools(t, cfg, Options{Clock: newFakeClock()})
+	trip := func(backend, id string, st int, n int) {
+		for range n {
+			_ = p.Report(t.Context(), backend, id, "", status(st))
+		}
+	}
+	trip("a", "a1", 500, 2)
+	if p.Failing([]string{"a"}) {
+		t.Fatal("one key of two open: not failing")
+	}
+	trip("a", "a2", 429, 3)
+	if p.Failing([]string{"a"}) {
+		t.Fatal("a key open for 429s is busy, not failing")
+	}
+	trip("b", "b1", 401, 1)
+	if !p.Failing([]string{"b"}) {
+		t.Fatal("the only key refused by the provider: failing")
+	}
+	if p.Failing([]string{"a", "b"}) || p.Failing([]string{"unknown"}) {
+		t.Fatal("failing needs every known backend failing")
+	}
+}

@@ -50,6 +50,8 @@ func (k keys) Report(ctx context.Context, backend, keyID, requestID string, out 
 
 func (k keys) Available(backends []string) (bool, time.Duration) { return k.p.Available(backends) }
 
+func (k keys) Failing(backends []string) bool { return k.p.Failing(backends) }
+
 func (k keys) Unanswered(ctx context.Context, backend, keyID, requestID string) {
 	_ = k.p.Unanswered(ctx, backend, keyID, requestID) // unknown backend or key: a config reload removed it
 }
