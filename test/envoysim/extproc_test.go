@@ -62,7 +62,7 @@ func TestExtProcStrictness(t *testing.T) {
 				}
 			}},
 		{name: "invalid header value fails the request even with failure_mode_allow", failOpen: true,
-			answer: headersOnly(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw("x-bad", "a\nb")}}}),
+			answer:     headersOnly(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw("x-bad", "a\nb")}}}),
 			wantStatus: 500},
 		{name: "clear_route_cache without a header mutation is ignored",
 			answer: headersOnly(&extprocv3.CommonResponse{ClearRouteCache: true}),
