@@ -4,6 +4,8 @@ import (
 	"time"
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
+	"github.com/swarmgate/swarmgate/test/rlsim"
 )
 
 // Config describes one simulated Envoy listener.
@@ -23,6 +25,18 @@ type Config struct {
 	Seed uint64
 	// EnvoyHeaderPrefix is the prefix of Envoy-internal headers; "x-envoy".
 	EnvoyHeaderPrefix string
+	// UseRemoteAddress is the HCM use_remote_address. With it every request
+	// is an edge request (the default internal_address_config treats no
+	// address as internal, conn_manager_config.h DefaultInternalAddressConfig,
+	// v1.38.0), and an edge request gets a new x-request-id unless
+	// PreserveExternalRequestID (HCM ConnectionManagerUtility::mutateRequestHeaders
+	// and source/extensions/request_id/uuid/config.cc UUIDRequestIDExtension::set,
+	// v1.38.0). Without it a client's x-request-id is kept.
+	UseRemoteAddress          bool
+	PreserveExternalRequestID bool
+	// RateLimit is the HCM's envoy.filters.http.ratelimit filter, between
+	// the router-level ext_proc and the router; nil means none.
+	RateLimit *rlsim.Filter
 }
 
 // Route selects a cluster by exact header match.
@@ -68,11 +82,32 @@ type RetryPolicy struct {
 	// BackoffBase is retry_back_off.base_interval (Envoy default 25 ms).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
-	// RetryAfterBackoff is rate_limited_retry_back_off with a retry-after
-	// reset header in seconds, capped at RateLimitedMax
-	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-msg-config-route-v3-retrypolicy-ratelimitedretrybackoff).
+	// RetryAfterBackoff is rate_limited_retry_back_off with one retry-after
+	// reset header in SECONDS (kept for older callers; ResetHeaders wins).
 	RetryAfterBackoff bool
-	RateLimitedMax    time.Duration
+	// ResetHeaders are rate_limited_retry_back_off.reset_headers; a value
+	// above RateLimitedMax (max_interval, default 300 s) is ignored and the
+	// regular back-off applies (retry_state_impl.cc parseResetInterval, v1.38.0).
+	ResetHeaders   []ResetHeader
+	RateLimitedMax time.Duration
+	// HostSelectionMaxAttempts is host_selection_retry_max_attempts (0: 1).
+	HostSelectionMaxAttempts int
+	// PreviousPrioritiesUpdateFrequency is previous_priorities'
+	// update_frequency (0: 1).
+	PreviousPrioritiesUpdateFrequency int
+}
+
+// ResetHeader is RetryPolicy.ResetHeader; Format is "SECONDS" or
+// "UNIX_TIMESTAMP".
+type ResetHeader struct {
+	Name   string
+	Format string
+}
+
+// RetryBudget is circuit_breakers.thresholds.retry_budget.
+type RetryBudget struct {
+	BudgetPercent       float64 // 0: Envoy's 20
+	MinRetryConcurrency *int    // nil: Envoy's 3
 }
 
 // Cluster is a set of prioritised, weighted endpoints.
@@ -83,6 +118,16 @@ type Cluster struct {
 	// HttpProtocolOptions.http_filters, run once per attempt
 	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/upstreams/http/v3/http_protocol_options.proto#envoy-v3-api-field-extensions-upstreams-http-v3-httpprotocoloptions-http-filters).
 	UpstreamFilter *Filter
+	// HealthyPanicThreshold is common_lb_config.healthy_panic_threshold in
+	// percent; nil means Envoy's 50, 0 disables panic routing.
+	HealthyPanicThreshold *float64
+	// OverprovisioningFactor is the ClusterLoadAssignment policy's
+	// overprovisioning_factor in percent; 0 means Envoy's 140.
+	OverprovisioningFactor int
+	// RetryBudget is the DEFAULT-priority threshold's retry_budget; without
+	// it concurrent retries are capped at MaxRetries (nil: Envoy's 3).
+	RetryBudget *RetryBudget
+	MaxRetries  *int
 }
 
 // Endpoint is one upstream host.
@@ -127,4 +172,15 @@ type Filter struct {
 	AllowEnvoy      bool
 	// DisallowIsError fails the request with 500 on a rejected mutation.
 	DisallowIsError bool
+	// ForwardingNamespaces is metadata_options.forwarding_namespaces.untyped:
+	// these namespaces of the stream's dynamic metadata go to the server in
+	// every request message's metadata_context.
+	ForwardingNamespaces []string
+	// MaxMessageTimeout bounds override_message_timeout (0: ignored).
+	MaxMessageTimeout time.Duration
+	// StatusOnError is status_on_error (0 or below 200: 500).
+	StatusOnError int
+	// RouteCacheAction is route_cache_action: "" or "DEFAULT", "CLEAR",
+	// "RETAIN".
+	RouteCacheAction string
 }

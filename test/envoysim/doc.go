@@ -6,8 +6,17 @@
 // cluster. It speaks real gRPC to the ext_proc server and real HTTP to fake
 // upstreams, so the openai-go SDK can be pointed at it as if it were Envoy.
 //
-// No Envoy binary runs on the build machines. Each behaviour modelled here
-// cites the Envoy documentation page it follows; where the model simplifies
-// (for example the priority load calculation), the comment says so. It is not
-// a general Envoy: only the modes swarmgate configures are implemented.
+// No Envoy binary runs on the build machines. The model follows Envoy
+// 1.38.0's C++ source (commit f1dd21b16c), not its documentation: each
+// behaviour cites the file, function and release it follows, and
+// docs/envoy-behaviour.md lists them with their conformance tests. Where the
+// model is simpler than Envoy it is stricter: FromXDS rejects settings it
+// does not model. It is not a general Envoy: only the modes swarmgate
+// configures are implemented.
+//
+// The rate-limit filter (test/rlsim) runs between the router-level ext_proc
+// and the router when Config.RateLimit is set (FromXDS: the HCM has
+// envoy.filters.http.ratelimit; XDSOptions.RateLimitClient is the service).
+// Record.RateLimitCalls holds what it sent; Sim.WaitRecord waits for a
+// request's record, which is written after the stream-done call.
 package envoysim

@@ -15,15 +15,21 @@ import (
 
 // exchange holds one downstream request while it passes the filter chain.
 type exchange struct {
-	s      *Sim
-	w      http.ResponseWriter
-	rec    Record
+	s   *Sim
+	w   http.ResponseWriter
+	rec Record
+	// req is THE request header map of this request: the router-level
+	// filter, the rate-limit filter and every attempt's upstream filter
+	// read and change this one map.
 	req    headers
 	body   []byte
+	md     *dynMetadata
 	router *filterRun
-	// clearRoute is set when the router filter asked for clear_route_cache
-	// with a header mutation in the same response.
+	// clearRoute is set when the router filter's answer cleared the route
+	// cache (processor_state.cc DecodingProcessorState::clearRouteCache).
 	clearRoute bool
+	// rl is the rate-limit filter's state for this request.
+	rl rateLimitState
 }
 
 // localReply is a response Envoy generates itself.
@@ -31,30 +37,32 @@ type localReply struct {
 	status int
 	header headers
 	body   []byte
-	// fromFilter marks an ImmediateResponse: the filter that sent it does
-	// not see it again on the response path.
+	// fromFilter marks an ImmediateResponse (or error reply) of the
+	// router-level ext_proc: that filter's processing is complete, so it
+	// does not see the reply on the encode path (ext_proc.cc
+	// Filter::encodeHeaders skips when processing_complete_, v1.38.0).
 	fromFilter bool
 }
 
+// textReply is a local reply; a body makes it text/plain
+// (http/utility.cc Utility::prepareLocalReply).
 func textReply(status int, msg string) *localReply {
+	if msg == "" {
+		return &localReply{status: status}
+	}
 	return &localReply{status: status, header: headers{{"content-type", "text/plain"}}, body: []byte(msg)}
 }
 
-// ServeHTTP runs one request through listener → router ext_proc → router →
-// cluster (upstream ext_proc per attempt) → back.
+// ServeHTTP runs one request through listener → router ext_proc →
+// ratelimit → router → cluster (upstream ext_proc per attempt) → back.
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{s: s, w: w, req: fromHTTP(r)}
-	// Envoy generates x-request-id when the request has none
-	// (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_conn_man/headers#x-request-id).
-	if x.req.get("x-request-id") == "" {
-		x.req.set("x-request-id", newRequestID())
-	}
+	x := &exchange{s: s, w: w, req: fromHTTP(r), md: &dynMetadata{}}
+	x.requestID()
 	x.rec.RequestID = x.req.get("x-request-id")
-	defer func() { s.record(x.rec) }()
+	defer x.destroy(r.Context())
 
 	// The route is chosen from the request headers before any filter runs;
-	// only clear_route_cache makes the router pick it again
-	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/service/ext_proc/v3/external_processor.proto#envoy-v3-api-field-service-ext-proc-v3-commonresponse-clear-route-cache).
+	// only a cleared route cache makes the router pick it again.
 	route := s.match(x.req)
 
 	ctx := r.Context()
@@ -64,6 +72,21 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if x.clearRoute {
 		route = s.match(x.req)
+	}
+	var cl *Cluster
+	cluster := ""
+	if route != nil && route.DirectStatus == 0 {
+		cluster = route.Cluster
+		if route.ClusterHeader != "" {
+			cluster = x.req.get(route.ClusterHeader)
+		}
+		s.mu.Lock()
+		cl = s.clusters[cluster]
+		s.mu.Unlock()
+	}
+	if lr := x.rateLimitRequest(ctx, route, cl); lr != nil {
+		x.respondLocal(ctx, lr)
+		return
 	}
 	if route == nil {
 		x.respondLocal(ctx, textReply(http.StatusNotFound, ""))
@@ -78,14 +101,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.respondLocal(ctx, lr)
 		return
 	}
-	cluster := route.Cluster
-	if route.ClusterHeader != "" {
-		cluster = x.req.get(route.ClusterHeader)
-	}
 	x.rec.Cluster = cluster
-	s.mu.Lock()
-	cl := s.clusters[cluster]
-	s.mu.Unlock()
 	if cl == nil {
 		// cluster_not_found: 503 (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter).
 		x.respondLocal(ctx, textReply(http.StatusServiceUnavailable, "cluster not found"))
@@ -97,6 +113,25 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.respondUpstream(ctx, res)
+}
+
+// requestID: an edge request gets a new x-request-id, any request without
+// one gets one (conn_manager_utility.cc ConnectionManagerUtility::mutateRequestHeaders
+// and request_id/uuid/config.cc UUIDRequestIDExtension::set, v1.38.0).
+func (x *exchange) requestID() {
+	edge := x.s.cfg.UseRemoteAddress
+	if x.req.get("x-request-id") == "" || (edge && !x.s.cfg.PreserveExternalRequestID) {
+		x.req.set("x-request-id", newUUID())
+	}
+}
+
+// destroy is the end of the stream: the rate-limit filter's onDestroy call,
+// then the record.
+func (x *exchange) destroy(ctx context.Context) {
+	x.rateLimitStreamDone(ctx)
+	x.rec.RequestHeader = x.req.http()
+	x.rec.DynamicMetadata = x.md.plain()
+	x.s.record(x.rec)
 }
 
 func (s *Sim) match(h headers) *Route {
@@ -120,23 +155,34 @@ func (s *Sim) match(h headers) *Route {
 	return nil
 }
 
+// maxBody bounds what the sim reads of a request body it does not buffer
+// for a filter; Envoy streams such bodies, the sim needs them whole.
+const maxBody = 256 << 20
+
 // requestPath runs the router-level filter's request phases. It returns a
 // local reply when the request ends here.
+//
+// Buffer limits (v1.38.0): a BUFFERED ext_proc body above the stream's
+// buffer limit is a 413 from the filter manager (ext_proc.cc
+// Filter::onData returns StopIterationAndBuffer); a body nobody buffers is
+// streamed, and above the limit it only stops the router from keeping a
+// retry copy (router.cc Filter::decodeData: retries are given up,
+// retry_or_shadow_abandoned).
 func (x *exchange) requestPath(ctx context.Context, r *http.Request) *localReply {
 	f := x.s.cfg.RouterFilter
 	limit := x.s.cfg.BufferLimit
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return textReply(http.StatusBadRequest, "downstream read error")
 	}
+	if len(body) > maxBody {
+		return textReply(http.StatusRequestEntityTooLarge, "envoysim: body above what the sim models")
+	}
 	x.body = body
 	if f == nil {
-		if len(body) > limit {
-			return textReply(http.StatusRequestEntityTooLarge, "Payload Too Large")
-		}
 		return nil
 	}
-	run, err := x.s.openFilter(ctx, f)
+	run, err := x.s.openFilter(ctx, f, x.md)
 	if err != nil {
 		return x.filterFailed(err)
 	}
@@ -152,17 +198,12 @@ func (x *exchange) requestPath(ctx context.Context, r *http.Request) *localReply
 		if lr := x.applyRouter(resp, &x.req, nil); lr != nil {
 			return lr
 		}
-		if ov := resp.GetModeOverride(); ov != nil && f.AllowModeOverride {
-			run.mode = ov
-		}
 	}
 	if len(body) == 0 || run.off {
 		return nil
 	}
 	switch run.mode.GetRequestBodyMode() {
 	case extprocfilter.ProcessingMode_BUFFERED:
-		// A BUFFERED body above the buffer limit fails the request with 413
-		// (processing_mode.proto, BodySendMode BUFFERED).
 		if len(body) > limit {
 			return textReply(http.StatusRequestEntityTooLarge, "Payload Too Large")
 		}
@@ -181,11 +222,6 @@ func (x *exchange) requestPath(ctx context.Context, r *http.Request) *localReply
 		}
 		x.body = mutated
 	case extprocfilter.ProcessingMode_NONE:
-		if len(body) > limit {
-			// Not buffered by the filter: the router streams it; the sim
-			// keeps it whole and only refuses absurd sizes.
-			return textReply(http.StatusRequestEntityTooLarge, "Payload Too Large")
-		}
 	default:
 		return textReply(http.StatusInternalServerError, "envoysim: request body mode not modelled")
 	}
@@ -215,19 +251,38 @@ func (x *exchange) applyRouter(resp *extprocv3.ProcessingResponse, h *headers, b
 	if cr == nil {
 		return nil
 	}
-	if n := x.router.f.applyMutation(h, cr.GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix); n > 0 {
-		x.s.stats.rejectedMutations.Add(int64(n))
-		if x.router.f.DisallowIsError {
-			return textReply(http.StatusInternalServerError, "rejected header mutation")
-		}
+	n, err := x.router.f.applyMutation(h, cr.GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix)
+	x.s.stats.rejectedMutations.Add(int64(n))
+	if err != nil {
+		return x.filterFailed(err)
 	}
 	if body != nil {
 		applyBody(body, cr.GetBodyMutation())
 	}
-	if cr.GetClearRouteCache() {
-		x.clearRoute = true
-	}
+	x.clearRouteCache(cr)
 	return nil
+}
+
+// clearRouteCache is DecodingProcessorState::clearRouteCache
+// (processor_state.cc, v1.38.0) for the downstream filter: only an answer
+// that carries a header_mutation (even an empty one) can clear the route;
+// DEFAULT clears when clear_route_cache is set, CLEAR always, RETAIN never.
+func (x *exchange) clearRouteCache(cr *extprocv3.CommonResponse) {
+	if cr.GetHeaderMutation() == nil {
+		if cr.GetClearRouteCache() {
+			x.s.stats.clearRouteIgnored.Add(1)
+		}
+		return
+	}
+	switch x.router.f.RouteCacheAction {
+	case "CLEAR":
+		x.clearRoute = true
+	case "RETAIN":
+	default:
+		if cr.GetClearRouteCache() {
+			x.clearRoute = true
+		}
+	}
 }
 
 func applyBody(body *[]byte, m *extprocv3.BodyMutation) {
@@ -244,33 +299,56 @@ func applyBody(body *[]byte, m *extprocv3.BodyMutation) {
 	}
 }
 
-// immediate turns an ImmediateResponse into a local reply
-// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/service/ext_proc/v3/external_processor.proto#envoy-v3-api-msg-service-ext-proc-v3-immediateresponse).
+// immediate turns an ImmediateResponse into a local reply (ext_proc.cc
+// Filter::sendImmediateResponse, v1.38.0): no status or one below 200
+// means 200; its header mutation is applied with the filter's rules.
 func immediate(ir *extprocv3.ImmediateResponse) *localReply {
 	status := int(ir.GetStatus().GetCode())
 	if status < 200 {
 		status = http.StatusOK
 	}
 	lr := &localReply{status: status, body: ir.GetBody(), fromFilter: true}
-	(&Filter{}).applyMutation(&lr.header, ir.GetHeaders(), "x-envoy")
+	_, _ = (&Filter{}).applyMutation(&lr.header, ir.GetHeaders(), "x-envoy")
 	return lr
 }
 
-// filterFailed applies failure_mode_allow: continue without the filter, or
-// fail the request (504 on message timeout, 500 otherwise).
+// filterFailed is the router-level filter's error handling (ext_proc.cc,
+// v1.38.0): with failure_mode_allow a timeout (onMessageTimeout), a gRPC
+// error (onGrpcError) or a spurious message (onReceiveMessage) makes the
+// filter ignore the server for the rest of the request; without it they
+// answer 504 (timeout) or status_on_error (500). An invalid mutation always
+// answers status_on_error (handleErrorResponse), failure_mode_allow or not.
 func (x *exchange) filterFailed(err error) *localReply {
+	f := x.s.cfg.RouterFilter
 	if x.router != nil {
 		x.router.close(true)
 		x.router.off = true
 	}
-	if x.s.cfg.RouterFilter.FailureModeAllow && !errors.Is(err, errSpurious) {
-		x.s.stats.failOpen.Add(1)
+	return filterError(x.s, f, err, true)
+}
+
+// filterError returns the local reply for a filter error, or nil when the
+// filter fails open.
+func filterError(s *Sim, f *Filter, err error, fromFilter bool) *localReply {
+	if f.FailureModeAllow && !errors.Is(err, errMutation) {
+		s.stats.failOpen.Add(1)
 		return nil
 	}
+	var lr *localReply
 	if errors.Is(err, errMessageTimeout) {
-		return textReply(http.StatusGatewayTimeout, "ext_proc message timeout")
+		lr = textReply(http.StatusGatewayTimeout, "")
+	} else {
+		lr = textReply(f.statusOnError(), "")
 	}
-	return textReply(http.StatusInternalServerError, "ext_proc error: "+err.Error())
+	lr.fromFilter = fromFilter
+	return lr
+}
+
+func (f *Filter) statusOnError() int {
+	if f.StatusOnError >= 200 {
+		return f.StatusOnError
+	}
+	return http.StatusInternalServerError
 }
 
 // addAttributes sends request_attributes with the first message of a stream

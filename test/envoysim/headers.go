@@ -1,7 +1,9 @@
 package envoysim
 
 import (
+	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -78,6 +80,15 @@ func (h headers) proto() *corev3.HeaderMap {
 	return m
 }
 
+// http is the map as an http.Header (pseudo-headers included).
+func (h headers) http() http.Header {
+	out := http.Header{}
+	for _, e := range h {
+		out.Add(e.key, e.value)
+	}
+	return out
+}
+
 func fromHTTP(r *http.Request) headers {
 	h := headers{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", "http"}}
 	for k, vs := range r.Header {
@@ -89,78 +100,115 @@ func fromHTTP(r *http.Request) headers {
 	return h
 }
 
-// mutationRules decides which header changes a filter may make
-// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/common/mutation_rules/v3/mutation_rules.proto):
-// host, :authority, :scheme and :method only with allow_all_routing; the
-// x-envoy prefix only with allow_envoy; other pseudo-headers such as :path
-// are mutable. Removing a pseudo-header or host is never allowed. A rejected
-// mutation is dropped and counted (rejected_header_mutations).
-func (f *Filter) allowed(key, envoyPrefix string, remove bool) bool {
+// allowed is the mutation_rules Checker of Envoy 1.38
+// (source/extensions/filters/common/mutation_rules/mutation_rules.cc,
+// Checker::isAllowed and Checker::isValidValue, v1.38.0): removing host or
+// any ":" header is never allowed; host, :authority, :method and :scheme
+// need allow_all_routing; the x-envoy prefix needs allow_envoy; appending to
+// a ":" header that exists is refused; :status must be a number >= 200.
+// disallow_all, disallow_system and the allow/disallow expressions are
+// rejected by FromXDS (not modelled).
+func (f *Filter) allowed(key, value, envoyPrefix string, remove, appendExisting bool) bool {
 	if remove && (strings.HasPrefix(key, ":") || key == "host") {
 		return false
 	}
 	switch key {
 	case "host", ":authority", ":scheme", ":method":
-		return f.AllowAllRouting
-	case ":status":
-		return !remove
+		if !f.AllowAllRouting {
+			return false
+		}
 	}
-	if strings.HasPrefix(key, envoyPrefix) {
-		return f.AllowEnvoy
+	if strings.HasPrefix(key, ":") && appendExisting {
+		return false
+	}
+	if strings.HasPrefix(key, envoyPrefix) && !f.AllowEnvoy {
+		return false
+	}
+	if remove {
+		return true
+	}
+	if key == ":status" {
+		n, err := strconv.Atoi(value)
+		return err == nil && n >= 200
 	}
 	return true
 }
 
-// applyMutation applies a HeaderMutation and returns how many parts were
-// rejected. Values are read from raw_value, else value; a header setting
-// both is invalid and rejected. The append_action default is
-// APPEND_IF_EXISTS_OR_ADD, as in core.v3.HeaderValueOption
-// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/core/v3/base.proto#envoy-v3-api-msg-config-core-v3-headervalueoption).
-func (f *Filter) applyMutation(h *headers, m *extprocv3.HeaderMutation, envoyPrefix string) (rejected int) {
+// errMutation is a header mutation Envoy refuses as a whole: the filter
+// answers the request with status_on_error (500) instead
+// (ext_proc.cc Filter::onReceiveMessage → handleErrorResponse, v1.38.0).
+var errMutation = errors.New("ext_proc: invalid header mutation")
+
+// applyMutation applies a HeaderMutation the way Envoy 1.38 does
+// (source/extensions/filters/http/ext_proc/mutation_utils.cc,
+// MutationUtils::applyHeaderMutations, v1.38.0; unchanged since v1.35.0):
+//   - the value is read from raw_value ONLY; HeaderValue.value is ignored, so
+//     a header sent with only `value` is set to the empty string, and one
+//     with both takes raw_value (no error);
+//   - append_action is ignored; only the deprecated `append` BoolValue
+//     counts, default false: overwrite (setCopy), true: add another value;
+//   - a name or value with invalid characters fails the whole response
+//     (errMutation), as does a disallowed change when disallow_is_error;
+//     otherwise a disallowed change is dropped and counted
+//     (rejected_header_mutations).
+func (f *Filter) applyMutation(h *headers, m *extprocv3.HeaderMutation, envoyPrefix string) (rejected int, err error) {
 	if m == nil {
-		return 0
+		return 0, nil
 	}
 	for _, k := range m.GetRemoveHeaders() {
+		if !validName(k) {
+			return rejected + 1, errMutation
+		}
 		k = strings.ToLower(k)
-		if !f.allowed(k, envoyPrefix, true) {
+		if !f.allowed(k, "", envoyPrefix, true, false) {
 			rejected++
+			if f.DisallowIsError {
+				return rejected, errMutation
+			}
 			continue
 		}
 		h.del(k)
 	}
 	for _, o := range m.GetSetHeaders() {
 		hv := o.GetHeader()
+		if hv == nil {
+			continue
+		}
+		v := string(hv.GetRawValue())
+		if !validName(hv.GetKey()) || strings.ContainsAny(v, "\r\n\x00") {
+			return rejected + 1, errMutation
+		}
 		k := strings.ToLower(hv.GetKey())
-		if k == "" || (hv.GetValue() != "" && len(hv.GetRawValue()) > 0) || !f.allowed(k, envoyPrefix, false) {
+		appendValue := o.GetAppend().GetValue()
+		if !f.allowed(k, v, envoyPrefix, false, appendValue && h.has(k)) {
 			rejected++
+			if f.DisallowIsError {
+				return rejected, errMutation
+			}
 			continue
 		}
-		v := hv.GetValue()
-		if len(hv.GetRawValue()) > 0 {
-			v = string(hv.GetRawValue())
-		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			rejected++
-			continue
-		}
-		switch o.GetAppendAction() {
-		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
-			if o.GetAppend() != nil && !o.GetAppend().GetValue() {
-				h.set(k, v)
-			} else {
-				h.add(k, v)
-			}
-		case corev3.HeaderValueOption_ADD_IF_ABSENT:
-			if !h.has(k) {
-				h.add(k, v)
-			}
-		case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
+		if appendValue {
+			h.add(k, v)
+		} else {
 			h.set(k, v)
-		case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS:
-			if h.has(k) {
-				h.set(k, v)
-			}
 		}
 	}
-	return rejected
+	return rejected, nil
+}
+
+// validName is HeaderUtility::headerNameIsValid: a non-empty token, or a
+// pseudo-header name.
+func validName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if c == ':' && i == 0 {
+			continue
+		}
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", c) {
+			return false
+		}
+	}
+	return true
 }

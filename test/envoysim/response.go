@@ -12,10 +12,17 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
-// respondLocal sends a local reply. Envoy's own local replies pass the
-// encoder filters, so the router-level ext_proc sees them; an
-// ImmediateResponse does not go back to the filter that sent it
-// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_filters#filter-ordering).
+// respondLocal sends a local reply. In v1.38.0 a local reply sent before
+// the response started goes through every encoder filter
+// (filter_manager.cc DownstreamFilterManager::sendLocalReply →
+// sendLocalReplyViaFilterChain, encodeHeaders(nullptr, ...)): the
+// rate-limit filter adds its headers and the router-level ext_proc
+// processes it like an upstream response (ext_proc.cc Filter::encodeHeaders
+// has no local-reply exception) — Envoy's own replies (no healthy upstream,
+// the rate-limit 429, 413) and an upstream filter's ImmediateResponse alike.
+// Only the router-level ext_proc's own ImmediateResponse or error reply
+// skips it (processing_complete_).
+// Not modelled: the HCM local_reply_config mappers that rewrite the body.
 func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 	x.rec.LocalReply = true
 	h := append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...)
@@ -25,6 +32,9 @@ func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 	if lr.fromFilter {
 		x.router.close(false)
 		x.router = nil
+	}
+	if !h.has("content-length") {
+		h.add("content-length", strconv.Itoa(len(lr.body)))
 	}
 	x.respond(ctx, h, singleChunk(lr.body), nil)
 }
@@ -79,8 +89,10 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	if run != nil {
 		mode = run.mode
 	}
+	x.addRateLimitHeaders(&h)
 	status, _ := strconv.Atoi(h.get(":status"))
-	noBody := upstream != nil && (upstream.ContentLength == 0 || x.req.get(":method") == http.MethodHead)
+	noBody := (upstream != nil && upstream.ContentLength == 0) || x.req.get(":method") == http.MethodHead ||
+		(upstream == nil && h.get("content-length") == "0")
 	if run != nil && mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
 		resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}}}, "response_headers")
@@ -97,12 +109,14 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 			x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
 			return
 		default:
-			if n := run.f.applyMutation(&h, common(resp).GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix); n > 0 {
-				x.s.stats.rejectedMutations.Add(int64(n))
+			n, merr := run.f.applyMutation(&h, common(resp).GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix)
+			x.s.stats.rejectedMutations.Add(int64(n))
+			if merr != nil {
+				lr := x.filterFailed(merr)
+				x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
+				return
 			}
-			if ov := resp.GetModeOverride(); ov != nil && run.f.AllowModeOverride {
-				run.mode, mode = ov, ov
-			}
+			mode = run.mode
 		}
 	}
 	if s, err := strconv.Atoi(h.get(":status")); err == nil {
@@ -126,11 +140,6 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	}
 	x.w.WriteHeader(status)
 	flusher, _ := x.w.(http.Flusher)
-	defer func() {
-		if run != nil {
-			x.rec.DynamicMetadata = run.metadata
-		}
-	}()
 
 	switch bodyMode {
 	case extprocfilter.ProcessingMode_BUFFERED:

@@ -6,15 +6,12 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -25,68 +22,80 @@ type routeResult struct {
 	resp   *http.Response
 	header headers // response headers after the upstream filter
 	cancel context.CancelFunc
+	// upstreamReply: the local reply came from an upstream filter; the
+	// router does not retry it.
+	upstreamReply bool
 }
 
-// route runs the router filter: endpoint choice, per-attempt upstream
-// filter, retries
-// (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter).
+// route runs the router filter: host choice, per-attempt upstream filter,
+// retries (source/common/router/router.cc, v1.38.0).
 func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster) routeResult {
 	ctx, cancel := context.WithTimeout(ctx, deadlineFor(route))
 	rp := route.Retry
 	if rp == nil {
 		rp = &RetryPolicy{}
 	}
-	triedHosts := map[string]bool{}
-	triedPrios := map[int]bool{}
+	res := s.resourcesFor(cl.Name)
+	res.active.Add(1)
+	defer res.active.Add(-1)
+	rs := newRetryState(s, rp, cl, res)
+	defer rs.release()
+	if rs.enabled() && len(x.body) > s.cfg.BufferLimit {
+		// router.cc Filter::decodeData: the body does not fit the retry
+		// buffer, so retries are given up (retry_or_shadow_abandoned) and
+		// the request is streamed once.
+		s.stats.retryAbandoned.Add(1)
+		rs = nil
+	}
+	var attempted []*Endpoint
 	var last routeResult
-	retryAfter := time.Duration(-1)
-	for attempt := 1; attempt <= rp.NumRetries+1; attempt++ {
-		if attempt > 1 {
-			s.stats.retries.Add(1)
-			wait := backoff(rp, attempt-1, s)
-			if retryAfter >= 0 {
-				wait = retryAfter
+	finish := func(r routeResult) routeResult {
+		prev := r.cancel
+		r.cancel = func() {
+			if prev != nil {
+				prev()
 			}
-			if err := sleepCtx(ctx, wait); err != nil {
-				break
-			}
+			cancel()
 		}
-		ep, err := s.pick(cl, rp, triedHosts, triedPrios)
-		if err != nil {
+		return r
+	}
+	for attempt := 1; ; attempt++ {
+		ep := s.chooseHost(cl, rp, attempted, attempt > 1)
+		if ep == nil {
+			// router.cc Filter::sendNoHealthyUpstreamResponse (flag UH).
+			s.stats.noHealthy.Add(1)
+			if last.cancel != nil {
+				last.cancel()
+			}
 			cancel()
 			return routeResult{local: textReply(http.StatusServiceUnavailable, "no healthy upstream")}
 		}
-		triedHosts[ep.Address] = true
-		triedPrios[ep.Priority] = true
-		res, retriable := s.try(ctx, x, route, cl, ep, attempt, rp)
+		attempted = append(attempted, ep)
+		if attempt > 1 {
+			s.stats.retries.Add(1)
+		}
+		r, decision := s.try(ctx, x, route, cl, ep, attempt, rs)
 		if last.cancel != nil {
 			last.cancel()
 		}
-		last = res
-		if !retriable || attempt == rp.NumRetries+1 {
-			break
+		last = r
+		if r.upstreamReply || decision == noRetry || rs == nil {
+			return finish(r)
 		}
-		retryAfter = -1
-		if res.resp != nil {
-			if rp.RetryAfterBackoff {
-				if secs, err := strconv.Atoi(res.resp.Header.Get("retry-after")); err == nil && secs >= 0 {
-					retryAfter = min(time.Duration(secs)*time.Second, max(rp.RateLimitedMax, time.Millisecond))
-				}
-			}
-			res.resp.Body.Close()
+		status, wait := rs.shouldRetry(decision, r.header)
+		if status != retryYes {
+			// The response (or local reply) of the last attempt goes to
+			// the client.
+			return finish(r)
+		}
+		if r.resp != nil {
+			r.resp.Body.Close()
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			cancel()
+			return routeResult{local: textReply(http.StatusGatewayTimeout, "upstream request timeout")}
 		}
 	}
-	if last.local == nil && last.resp == nil {
-		last.local = textReply(http.StatusGatewayTimeout, "upstream request timeout")
-	}
-	prev := last.cancel
-	last.cancel = func() {
-		if prev != nil {
-			prev()
-		}
-		cancel()
-	}
-	return last
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -100,127 +109,45 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// backoff is Envoy's fully jittered exponential back-off: a random time in
-// [0, base·2^(n-1)], capped at max (default 10×base)
-// (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter#x-envoy-max-retries).
-func backoff(rp *RetryPolicy, n int, s *Sim) time.Duration {
-	base := rp.BackoffBase
-	if base == 0 {
-		base = 25 * time.Millisecond
-	}
-	maxB := rp.BackoffMax
-	if maxB == 0 {
-		maxB = 10 * base
-	}
-	d := base << (n - 1)
-	if d > maxB || d <= 0 {
-		d = maxB
-	}
-	s.mu.Lock()
-	j := time.Duration(s.rng.Int64N(int64(d) + 1))
-	s.mu.Unlock()
-	return j
-}
-
-// pick chooses an endpoint: the lowest priority with a healthy host, minus
-// priorities already tried when previous_priorities is on
-// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/http/http_connection_management#retry-plugin-configuration),
-// then weighted random among its healthy hosts, skipping hosts already tried
-// when previous_hosts is on (falling back to them when nothing else is left,
-// as host_selection_retry_max_attempts does). Simplified: Envoy spreads load
-// across priorities by health percentage with an overprovisioning factor of
-// 1.4 and enters panic mode below 50 % healthy; the sim moves a whole
-// priority only when it has no healthy host left.
-func (s *Sim) pick(cl *Cluster, rp *RetryPolicy, triedHosts map[string]bool, triedPrios map[int]bool) (*Endpoint, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prios := []int{}
-	for _, e := range cl.Endpoints {
-		if !e.Unhealthy && !slices.Contains(prios, e.Priority) {
-			prios = append(prios, e.Priority)
-		}
-	}
-	if len(prios) == 0 {
-		return nil, errNoHealthy
-	}
-	slices.Sort(prios)
-	prio := prios[0]
-	if rp.PreviousPriorities {
-		for _, p := range prios {
-			if !triedPrios[p] {
-				prio = p
-				break
-			}
-		}
-	}
-	var cands, fallback []int
-	for i, e := range cl.Endpoints {
-		if e.Unhealthy || e.Priority != prio {
-			continue
-		}
-		fallback = append(fallback, i)
-		if !rp.PreviousHosts || !triedHosts[e.Address] {
-			cands = append(cands, i)
-		}
-	}
-	if len(cands) == 0 {
-		cands = fallback
-	}
-	total := 0
-	for _, i := range cands {
-		total += weight(cl.Endpoints[i])
-	}
-	n := s.rng.IntN(total)
-	for _, i := range cands {
-		n -= weight(cl.Endpoints[i])
-		if n < 0 {
-			ep := cl.Endpoints[i]
-			return &ep, nil
-		}
-	}
-	ep := cl.Endpoints[cands[0]]
-	return &ep, nil
-}
-
-func weight(e Endpoint) int {
-	if e.Weight <= 0 {
-		return 1
-	}
-	return e.Weight
-}
-
-// try is one attempt. Each attempt starts from the request as the router
-// filter left it; upstream-filter changes do not carry over to the next one.
-func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, ep *Endpoint, attempt int, rp *RetryPolicy) (routeResult, bool) {
-	h := x.req.clone()
-	body := x.body
+// try is one attempt, on the request's one header map (x.req) and a copy
+// of the buffered body.
+func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, ep *Endpoint, attempt int, rs *retryState) (routeResult, retryDecision) {
+	body := bytes.Clone(x.body)
 	at := Attempt{Endpoint: ep.Address, Priority: ep.Priority}
 	defer func() { x.rec.Attempts = append(x.rec.Attempts, at) }()
-	if route.AutoHostRewrite {
-		host := ep.Hostname
-		if host == "" {
-			host = ep.Address
+	if route.AutoHostRewrite && ep.Hostname != "" {
+		// upstream_request.cc UpstreamRequest::onPoolReady (v1.38.0): only a
+		// host with a hostname rewrites, into the router's header map, and
+		// the old value goes to x-envoy-original-host (router
+		// suppress_envoy_headers is false). onPoolReady runs inside
+		// conn_pool->newStream when a connection is idle, i.e. before the
+		// upstream filters see the headers; the sim models that warm case.
+		if old := x.req.get(":authority"); old != "" {
+			x.req.set(s.cfg.EnvoyHeaderPrefix+"-original-host", old)
 		}
-		h.set(":authority", host)
+		x.req.set(":authority", ep.Hostname)
 	}
 	var up *filterRun
 	if f := cl.UpstreamFilter; f != nil {
 		var lr *localReply
-		up, lr = s.upstreamRequest(ctx, x, f, ep, attempt, &h, &body)
+		up, lr = s.upstreamRequest(ctx, x, f, ep, attempt, &body)
 		if lr != nil {
-			at.Err = "upstream filter failed"
-			return routeResult{local: lr}, false
+			at.Err = "upstream filter local reply"
+			x.rec.UpstreamLocalReply = true
+			s.stats.immediateUpstream.Add(1)
+			return routeResult{local: lr, upstreamReply: true}, noRetry
 		}
 	}
 	tctx, tcancel := context.WithCancel(ctx)
-	if rp.PerTryTimeout > 0 {
-		tctx, tcancel = context.WithTimeout(ctx, rp.PerTryTimeout)
+	if rs != nil && rs.rp.PerTryTimeout > 0 {
+		tctx, tcancel = context.WithTimeout(ctx, rs.rp.PerTryTimeout)
 	}
+	h := x.req
 	req, err := http.NewRequestWithContext(tctx, h.get(":method"), "http://"+ep.Address+h.get(":path"), bytes.NewReader(body))
 	if err != nil {
 		tcancel()
 		up.close(true)
-		return routeResult{local: textReply(http.StatusBadRequest, err.Error())}, false
+		return routeResult{local: textReply(http.StatusBadRequest, err.Error())}, noRetry
 	}
 	for _, e := range h {
 		if strings.HasPrefix(e.key, ":") || e.key == "content-length" || e.key == "transfer-encoding" || e.key == "connection" {
@@ -235,12 +162,22 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 	if err != nil {
 		tcancel()
 		up.close(true)
-		at.Err = err.Error()
 		connect := isConnectFailure(err)
+		reason := map[bool]string{true: "connection failure", false: "connection termination"}[connect]
 		at.Err = map[bool]string{true: "connect-failure", false: "reset"}[connect] + ": " + err.Error()
-		return routeResult{local: textReply(http.StatusServiceUnavailable,
-				"upstream connect error or disconnect/reset before headers. reset reason: "+map[bool]string{true: "connection failure", false: "connection termination"}[connect])},
-			retriableReset(rp, connect)
+		lr := textReply(http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: "+reason)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// Per-try timeout: a local reset, retried as a reset
+			// (router.cc Filter::onPerTryTimeoutCommon); the last one
+			// answers 504.
+			at.Err = "per-try timeout"
+			lr = textReply(http.StatusGatewayTimeout, "upstream request timeout")
+			connect = false
+		}
+		if ctx.Err() != nil {
+			return routeResult{local: textReply(http.StatusGatewayTimeout, "upstream request timeout")}, noRetry
+		}
+		return routeResult{local: lr}, rs.fromReset(connect)
 	}
 	at.Status = resp.StatusCode
 	rh := headers{{":status", strconv.Itoa(resp.StatusCode)}}
@@ -252,62 +189,91 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 	if up != nil && !up.off && up.mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
 		r, err := up.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto(), EndOfStream: resp.ContentLength == 0}}}, "response_headers")
-		if err == nil {
-			if r.GetImmediateResponse() != nil {
-				s.stats.ignoredImmediate.Add(1)
-			} else if n := up.f.applyMutation(&rh, common(r).GetHeaderMutation(), s.cfg.EnvoyHeaderPrefix); n > 0 {
-				s.stats.rejectedMutations.Add(int64(n))
+		var lr *localReply
+		switch {
+		case err != nil:
+			lr = filterError(s, up.f, err, false)
+			if lr == nil {
+				up.off = true
 			}
-		} else if !up.f.FailureModeAllow {
+		case r.GetImmediateResponse() != nil:
+			lr = immediate(r.GetImmediateResponse())
+			lr.fromFilter = false
+		default:
+			n, merr := up.f.applyMutation(&rh, common(r).GetHeaderMutation(), s.cfg.EnvoyHeaderPrefix)
+			s.stats.rejectedMutations.Add(int64(n))
+			if merr != nil {
+				lr = filterError(s, up.f, merr, false)
+			}
+		}
+		if lr != nil {
+			// An upstream filter's local reply goes to the client through
+			// the downstream filter manager and is not retried
+			// (upstream_request.cc UpstreamFilterManager::sendLocalReply,
+			// v1.36.0 on; v1.35.0 ignored it:
+			// send_immediate_resp_upstream_ignored). The response headers
+			// have not reached the downstream filters yet.
 			up.close(true)
 			resp.Body.Close()
 			tcancel()
-			return routeResult{local: textReply(http.StatusInternalServerError, "upstream ext_proc error")}, false
+			x.rec.UpstreamLocalReply = true
+			s.stats.immediateUpstream.Add(1)
+			return routeResult{local: lr, upstreamReply: true}, noRetry
 		}
 	}
 	up.close(false)
-	return routeResult{resp: resp, header: rh, cancel: tcancel}, retriableStatus(rp, resp.StatusCode) || retriableHeader(rp, rh)
+	return routeResult{resp: resp, header: rh, cancel: tcancel}, rs.fromHeaders(rh)
 }
 
-// upstreamRequest runs the upstream filter's request phases for one attempt.
-// ImmediateResponse and clear_route_cache are ignored there
-// (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/ext_proc_filter).
-func (s *Sim) upstreamRequest(ctx context.Context, x *exchange, f *Filter, ep *Endpoint, attempt int, h *headers, body *[]byte) (*filterRun, *localReply) {
+// upstreamRequest runs the upstream filter's request phases for one attempt
+// on the router's header map. clear_route_cache is ignored there
+// (processor_state.cc clearRouteCache: clear_route_cache_upstream_ignored).
+// An ImmediateResponse, an error or a timeout without failure_mode_allow, or
+// an invalid mutation, is a local reply to the client (v1.36.0 on, see try).
+func (s *Sim) upstreamRequest(ctx context.Context, x *exchange, f *Filter, ep *Endpoint, attempt int, body *[]byte) (*filterRun, *localReply) {
+	h := &x.req
 	fail := func(run *filterRun, err error) (*filterRun, *localReply) {
 		run.close(true)
-		if f.FailureModeAllow {
-			s.stats.failOpen.Add(1)
-			run.off = true
-			return run, nil
+		if lr := filterError(s, f, err, false); lr != nil {
+			return nil, lr
 		}
-		if errors.Is(err, errMessageTimeout) {
-			return nil, textReply(http.StatusGatewayTimeout, "ext_proc message timeout")
-		}
-		return nil, textReply(http.StatusInternalServerError, "upstream ext_proc error")
+		run.off = true
+		return run, nil
 	}
-	run, err := s.openFilter(ctx, f)
+	run, err := s.openFilter(ctx, f, x.md)
 	if err != nil {
 		return fail(&filterRun{f: f}, err)
 	}
 	first := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: len(*body) == 0}}}
 	x.addAttributes(first, run, ep, attempt)
-	resp, err := run.exchange(first, "request_headers")
-	if err != nil {
-		return fail(run, err)
+	if run.mode.GetRequestHeaderMode() != extprocfilter.ProcessingMode_SKIP {
+		resp, err := run.exchange(first, "request_headers")
+		if err != nil {
+			return fail(run, err)
+		}
+		if lr, err := s.applyUpstream(run, resp, h, nil); lr != nil || err != nil {
+			if err != nil {
+				return fail(run, err)
+			}
+			run.close(false)
+			return nil, lr
+		}
 	}
-	if ov := resp.GetModeOverride(); ov != nil && f.AllowModeOverride {
-		run.mode = ov
-	}
-	s.applyUpstream(run, resp, h, nil)
-	if len(*body) > 0 && run.mode.GetRequestBodyMode() == extprocfilter.ProcessingMode_BUFFERED {
+	if len(*body) > 0 && !run.off && run.mode.GetRequestBodyMode() == extprocfilter.ProcessingMode_BUFFERED {
 		resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: *body, EndOfStream: true}}}, "request_body")
 		if err != nil {
 			return fail(run, err)
 		}
 		mutated := *body
-		s.applyUpstream(run, resp, h, &mutated)
+		if lr, err := s.applyUpstream(run, resp, h, &mutated); lr != nil || err != nil {
+			if err != nil {
+				return fail(run, err)
+			}
+			run.close(false)
+			return nil, lr
+		}
 		if lr := checkContentLength(*h, *body, mutated, run.mode); lr != nil {
 			run.close(true)
 			return nil, lr
@@ -317,21 +283,25 @@ func (s *Sim) upstreamRequest(ctx context.Context, x *exchange, f *Filter, ep *E
 	return run, nil
 }
 
-func (s *Sim) applyUpstream(run *filterRun, resp *extprocv3.ProcessingResponse, h *headers, body *[]byte) {
-	if resp.GetImmediateResponse() != nil {
-		s.stats.ignoredImmediate.Add(1)
-		return
+func (s *Sim) applyUpstream(run *filterRun, resp *extprocv3.ProcessingResponse, h *headers, body *[]byte) (*localReply, error) {
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		lr := immediate(ir)
+		lr.fromFilter = false
+		return lr, nil
 	}
 	cr := common(resp)
 	if cr.GetClearRouteCache() {
 		s.stats.ignoredClearRouteCache.Add(1)
 	}
-	if n := run.f.applyMutation(h, cr.GetHeaderMutation(), s.cfg.EnvoyHeaderPrefix); n > 0 {
-		s.stats.rejectedMutations.Add(int64(n))
+	n, err := run.f.applyMutation(h, cr.GetHeaderMutation(), s.cfg.EnvoyHeaderPrefix)
+	s.stats.rejectedMutations.Add(int64(n))
+	if err != nil {
+		return nil, err
 	}
 	if body != nil {
 		applyBody(body, cr.GetBodyMutation())
 	}
+	return nil, nil
 }
 
 func isConnectFailure(err error) bool {
@@ -339,63 +309,13 @@ func isConnectFailure(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// retriableReset: connect-failure and reset are both within 5xx and
-// gateway-error (router_filter.html#x-envoy-retry-on).
-func retriableReset(rp *RetryPolicy, connect bool) bool {
-	for _, on := range rp.RetryOn {
-		switch on {
-		case "5xx", "gateway-error", "reset":
-			return true
-		case "connect-failure":
-			if connect {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// retriableHeader: "retriable-headers" retries a response carrying one of
-// retriable_headers. The router sees the response headers after the
-// upstream filters ran, so a header an upstream filter set counts.
-// https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-field-config-route-v3-retrypolicy-retriable-headers
-func retriableHeader(rp *RetryPolicy, rh headers) bool {
-	if !slices.Contains(rp.RetryOn, "retriable-headers") {
-		return false
-	}
-	for _, name := range rp.RetriableHeaders {
-		if rh.get(name) != "" {
-			return true
-		}
-	}
-	return false
-}
-
-func retriableStatus(rp *RetryPolicy, code int) bool {
-	for _, on := range rp.RetryOn {
-		switch on {
-		case "5xx":
-			if code >= 500 {
-				return true
-			}
-		case "gateway-error":
-			if code == 502 || code == 503 || code == 504 {
-				return true
-			}
-		case "retriable-status-codes":
-			if slices.Contains(rp.RetriableStatusCodes, code) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // attributes evaluates the request_attributes the sim knows
 // (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes).
 // Envoy puts them under the filter name "envoy.filters.http.ext_proc"; a
 // message-typed attribute (xds.upstream_host_metadata) arrives as its text
-// format in a string value, numbers as number values.
+// format in a string value (hostMetadataText), numbers as number values;
+// upstream.request_attempt_count is the router's attempt count
+// (context.cc UpstreamRequestAttemptCount, a uint64, v1.38.0).
 func attributes(names []string, x *exchange, ep *Endpoint, attempt int) map[string]*structpb.Struct {
 	st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for _, n := range names {
@@ -404,17 +324,15 @@ func attributes(names []string, x *exchange, ep *Endpoint, attempt int) map[stri
 			if ep == nil {
 				continue
 			}
-			md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+			md := map[string]*structpb.Struct{}
 			for ns, kv := range ep.Metadata {
 				f := map[string]any{}
 				for k, v := range kv {
 					f[k] = v
 				}
-				s, _ := structpb.NewStruct(f)
-				md.FilterMetadata[ns] = s
+				md[ns], _ = structpb.NewStruct(f)
 			}
-			b, _ := prototext.MarshalOptions{}.Marshal(md)
-			st.Fields[n] = structpb.NewStringValue(string(b))
+			st.Fields[n] = structpb.NewStringValue(hostMetadataText(md))
 		case "upstream.request_attempt_count":
 			if attempt > 0 {
 				st.Fields[n] = structpb.NewNumberValue(float64(attempt))

@@ -88,12 +88,14 @@ func TestEnvoyRules(t *testing.T) {
 			router: &scripted{headersResp: headersContinue, bodyResp: bodyMutation("abc", "3")}, wantStatus: 200, wantBody: "abc"},
 		{name: "BUFFERED+SEND: mutated body with stale content-length is rejected",
 			router: &scripted{headersResp: headersContinue, bodyResp: bodyMutation("abcdef", "")}, wantStatus: 500},
-		{name: "upstream ImmediateResponse is ignored",
+		// upstream_request.cc UpstreamFilterManager::sendLocalReply (v1.36.0
+		// on): the upstream filter's ImmediateResponse is the client's answer.
+		{name: "upstream ImmediateResponse reaches the client",
 			router:     &scripted{headersResp: headersContinue, bodyResp: bodyMutation("original", "")},
 			upstream:   &scripted{headersResp: immediate, bodyResp: bodyMutation("x", "1")},
-			wantStatus: 200, wantBody: "original",
+			wantStatus: 429,
 			check: func(t *testing.T, s *Sim) {
-				if s.Stats().IgnoredImmediateResponses != 1 {
+				if s.Stats().UpstreamImmediateResponses != 1 {
 					t.Errorf("stats %+v", s.Stats())
 				}
 			}},

@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -25,10 +25,12 @@ type Sim struct {
 	srv       *http.Server
 	lis       net.Listener
 
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
-	rng     *rand.Rand
-	records []Record
+	mu        sync.Mutex
+	conns     map[string]*grpc.ClientConn
+	rng       *rand.Rand
+	records   []Record
+	recorded  chan struct{} // closed and replaced on every new record
+	resources map[string]*clusterResources
 
 	stats stats
 }
@@ -36,6 +38,9 @@ type Sim struct {
 type stats struct {
 	streams, rejectedMutations, ignoredImmediate, ignoredClearRouteCache atomic.Int64
 	messageTimeouts, failOpen, droppedMetadata, retries                  atomic.Int64
+	spurious, clearRouteIgnored, retryOverflow, retryLimitExceeded       atomic.Int64
+	retryRateLimited, retryAbandoned, lbPanic, noHealthy                 atomic.Int64
+	immediateUpstream, rlOverLimit, rlError, rlFailOpen                  atomic.Int64
 }
 
 // Stats are counters named after the Envoy stats they model.
@@ -48,6 +53,33 @@ type Stats struct {
 	FailureModeAllowed        int64 // ext_proc failure_mode_allowed
 	DroppedMetadata           int64 // dynamic metadata outside receiving namespaces
 	Retries                   int64 // router upstream_rq_retry
+	// SpuriousMessages is ext_proc spurious_msgs_received.
+	SpuriousMessages int64
+	// ClearRouteCacheIgnored is ext_proc clear_route_cache_ignored: the
+	// answer had no header mutation.
+	ClearRouteCacheIgnored int64
+	// RetryOverflow is upstream_rq_retry_overflow (retry budget or
+	// max_retries circuit breaker), RetryLimitExceeded
+	// upstream_rq_retry_limit_exceeded, RetryBackoffRateLimited
+	// upstream_rq_retry_backoff_ratelimited, RetryOrShadowAbandoned
+	// retry_or_shadow_abandoned (body above the buffer limit).
+	RetryOverflow           int64
+	RetryLimitExceeded      int64
+	RetryBackoffRateLimited int64
+	RetryOrShadowAbandoned  int64
+	// LbHealthyPanic is lb_healthy_panic; NoHealthyUpstream
+	// upstream_cx_none_healthy-style local replies.
+	LbHealthyPanic    int64
+	NoHealthyUpstream int64
+	// UpstreamImmediateResponses: local replies sent by an upstream
+	// ext_proc (ImmediateResponse, error or timeout), not retried.
+	UpstreamImmediateResponses int64
+	// RateLimitOverLimit, RateLimitError, RateLimitFailureModeAllowed are
+	// the rate-limit filter's ratelimit.over_limit / error /
+	// failure_mode_allowed.
+	RateLimitOverLimit          int64
+	RateLimitError              int64
+	RateLimitFailureModeAllowed int64
 }
 
 // Record describes one downstream request the sim handled.
@@ -64,9 +96,35 @@ type Record struct {
 	// Aborted is set when the response was cut (client gone or upstream
 	// reset) before its end.
 	Aborted bool
+	// RequestHeader is the request header map as it was when the stream was
+	// destroyed: after the router-level filter and every attempt's upstream
+	// filter changed it (one map per request, see Attempt).
+	RequestHeader http.Header
+	// RateLimitCalls are the rate-limit service calls of this request: the
+	// request-time one and the stream-done one (apply_on_stream_done).
+	RateLimitCalls []RateLimitCall
+	// UpstreamLocalReply is set when an upstream filter answered the
+	// request (ImmediateResponse or its error) on attempt len(Attempts).
+	UpstreamLocalReply bool
 }
 
-// Attempt is one upstream try.
+// RateLimitCall is one ShouldRateLimit call the rate-limit filter made.
+type RateLimitCall struct {
+	// StreamDone is false for the decodeHeaders call, true for the one made
+	// in onDestroy with the apply_on_stream_done descriptors.
+	StreamDone bool
+	Request    *rlspb.RateLimitRequest
+	Response   *rlspb.RateLimitResponse
+	Err        string
+}
+
+// Attempt is one upstream try. The router has one request header map per
+// request: each attempt's upstream filter works on it, so what attempt N
+// changed is what attempt N+1 starts from (upstream_request.cc
+// UpstreamRequest::acceptHeadersFromRouter passes *parent_.downstreamHeaders(),
+// v1.38.0). The body is a fresh copy of the router's retry buffer per
+// attempt (router.cc Filter::continueDoRetry, Buffer::OwnedImpl copy,
+// v1.38.0), so an upstream filter's body mutation does not carry over.
 type Attempt struct {
 	Endpoint string
 	Priority int
@@ -86,10 +144,12 @@ func New(cfg Config) (*Sim, error) {
 		cfg.EnvoyHeaderPrefix = "x-envoy"
 	}
 	s := &Sim{
-		cfg:      cfg,
-		clusters: map[string]*Cluster{},
-		conns:    map[string]*grpc.ClientConn{},
-		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		cfg:       cfg,
+		clusters:  map[string]*Cluster{},
+		recorded:  make(chan struct{}),
+		resources: map[string]*clusterResources{},
+		conns:     map[string]*grpc.ClientConn{},
+		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		transport: &http.Transport{
 			// Envoy forwards bodies as they are: no transparent gzip.
 			DisableCompression:  true,
@@ -150,14 +210,26 @@ func (s *Sim) Close() error {
 // Stats returns the counters.
 func (s *Sim) Stats() Stats {
 	return Stats{
-		Streams:                   s.stats.streams.Load(),
-		RejectedHeaderMutations:   s.stats.rejectedMutations.Load(),
-		IgnoredImmediateResponses: s.stats.ignoredImmediate.Load(),
-		IgnoredClearRouteCache:    s.stats.ignoredClearRouteCache.Load(),
-		MessageTimeouts:           s.stats.messageTimeouts.Load(),
-		FailureModeAllowed:        s.stats.failOpen.Load(),
-		DroppedMetadata:           s.stats.droppedMetadata.Load(),
-		Retries:                   s.stats.retries.Load(),
+		Streams:                     s.stats.streams.Load(),
+		RejectedHeaderMutations:     s.stats.rejectedMutations.Load(),
+		IgnoredImmediateResponses:   s.stats.ignoredImmediate.Load(),
+		IgnoredClearRouteCache:      s.stats.ignoredClearRouteCache.Load(),
+		MessageTimeouts:             s.stats.messageTimeouts.Load(),
+		FailureModeAllowed:          s.stats.failOpen.Load(),
+		DroppedMetadata:             s.stats.droppedMetadata.Load(),
+		Retries:                     s.stats.retries.Load(),
+		SpuriousMessages:            s.stats.spurious.Load(),
+		ClearRouteCacheIgnored:      s.stats.clearRouteIgnored.Load(),
+		RetryOverflow:               s.stats.retryOverflow.Load(),
+		RetryLimitExceeded:          s.stats.retryLimitExceeded.Load(),
+		RetryBackoffRateLimited:     s.stats.retryRateLimited.Load(),
+		RetryOrShadowAbandoned:      s.stats.retryAbandoned.Load(),
+		LbHealthyPanic:              s.stats.lbPanic.Load(),
+		NoHealthyUpstream:           s.stats.noHealthy.Load(),
+		UpstreamImmediateResponses:  s.stats.immediateUpstream.Load(),
+		RateLimitOverLimit:          s.stats.rlOverLimit.Load(),
+		RateLimitError:              s.stats.rlError.Load(),
+		RateLimitFailureModeAllowed: s.stats.rlFailOpen.Load(),
 	}
 }
 
@@ -216,13 +288,49 @@ func (s *Sim) record(r Record) {
 	if len(s.records) > 4096 {
 		s.records = s.records[1:]
 	}
+	close(s.recorded)
+	s.recorded = make(chan struct{})
 	s.mu.Unlock()
 }
 
-func newRequestID() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// WaitRecord waits until the request with this id is recorded: after its
+// stream was destroyed, the stream-done rate-limit call included. The
+// client can have the whole response before that.
+func (s *Sim) WaitRecord(ctx context.Context, id string) (Record, error) {
+	for {
+		s.mu.Lock()
+		ch := s.recorded
+		s.mu.Unlock()
+		if r, ok := s.RecordFor(id); ok {
+			return r, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Record{}, fmt.Errorf("envoysim: no record for %s: %w", id, ctx.Err())
+		}
+	}
 }
 
-var errNoHealthy = errors.New("no healthy upstream")
+// resourcesFor is the cluster's resource manager (shared by its requests).
+func (s *Sim) resourcesFor(cluster string) *clusterResources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.resources[cluster]
+	if r == nil {
+		r = &clusterResources{}
+		s.resources[cluster] = r
+	}
+	return r
+}
+
+// newUUID is a random (version 4) UUID, the form of Envoy's generated
+// x-request-id (Random::RandomGeneratorImpl::uuid).
+func newUUID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

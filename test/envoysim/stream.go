@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -36,7 +37,9 @@ type filterRun struct {
 	off bool
 	// firstSent tracks whether request_attributes were sent already.
 	firstSent bool
-	metadata  map[string]map[string]any
+	// md is the stream's dynamic metadata, shared by every filter of the
+	// request.
+	md *dynMetadata
 }
 
 type recvResult struct {
@@ -44,8 +47,8 @@ type recvResult struct {
 	err  error
 }
 
-func (s *Sim) openFilter(ctx context.Context, f *Filter) (*filterRun, error) {
-	run := &filterRun{f: f, sim: s, mode: proto.Clone(f.Mode).(*extprocfilter.ProcessingMode)}
+func (s *Sim) openFilter(ctx context.Context, f *Filter, md *dynMetadata) (*filterRun, error) {
+	run := &filterRun{f: f, sim: s, md: md, mode: proto.Clone(f.Mode).(*extprocfilter.ProcessingMode)}
 	target := f.Target
 	if len(f.Targets) > 0 {
 		target = f.Targets[int(s.stats.streams.Load())%len(f.Targets)]
@@ -54,11 +57,11 @@ func (s *Sim) openFilter(ctx context.Context, f *Filter) (*filterRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	md := metadata.MD{}
+	gmd := metadata.MD{}
 	for k, v := range f.InitialMetadata {
-		md.Set(k, v)
+		gmd.Set(k, v)
 	}
-	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.WithoutCancel(ctx), md))
+	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.WithoutCancel(ctx), gmd))
 	st, err := extprocv3.NewExternalProcessorClient(conn).Process(sctx, grpc.WaitForReady(false))
 	if err != nil {
 		cancel()
@@ -111,10 +114,25 @@ func (r *filterRun) close(reset bool) {
 }
 
 // exchange sends one message and waits for its answer, bounded by
-// message_timeout. Dynamic metadata on the answer is kept only for
-// receiving namespaces
-// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto#envoy-v3-api-msg-extensions-filters-http-ext-proc-v3-metadataoptions).
+// message_timeout, as ext_proc.cc Filter::onReceiveMessage (v1.38.0) reads
+// the answers:
+//   - every request message carries metadata_context built from the
+//     stream's dynamic metadata for metadata_options.forwarding_namespaces
+//     (Filter::addDynamicMetadata, called from buildHeaderRequest and
+//     setupBodyChunk);
+//   - an answer with override_message_timeout only restarts the timer;
+//   - mode_override is applied only while a headers answer is awaited and
+//     allow_mode_override is set (DEFAULT header modes keep the current
+//     ones, body modes are always taken: effectiveModeOverride) — and the
+//     message is then handled by its response case like any other, so a
+//     standalone mode_override (no response case) is a spurious message;
+//   - an answer for another phase is spurious (stat spurious_msgs_received);
+//   - dynamic metadata is merged into the stream only from a non-spurious
+//     answer (setDecoderDynamicMetadata / setEncoderDynamicMetadata).
 func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*extprocv3.ProcessingResponse, error) {
+	if nss := r.f.ForwardingNamespaces; len(nss) > 0 && r.md != nil {
+		req.MetadataContext = r.md.forward(nss)
+	}
 	if err := r.stream.Send(req); err != nil {
 		return nil, fmt.Errorf("send: %w", err)
 	}
@@ -124,6 +142,7 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 	}
 	t := time.NewTimer(to)
 	defer t.Stop()
+	headerState := want == "request_headers" || want == "response_headers"
 	for {
 		select {
 		case res := <-r.recv:
@@ -131,18 +150,23 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 				return nil, res.err
 			}
 			resp := res.resp
-			r.keepMetadata(resp)
-			if resp.GetResponse() == nil && resp.GetModeOverride() != nil && want == "request_headers" {
-				// A standalone mode_override before the headers answer
-				// (ProcessingResponse.mode_override, case 2).
-				if r.f.AllowModeOverride {
-					r.mode = resp.GetModeOverride()
+			if d := resp.GetOverrideMessageTimeout(); d != nil {
+				// Filter::onNewTimeout: honoured only up to max_message_timeout
+				// (zero: never).
+				if nd := d.AsDuration(); r.f.MaxMessageTimeout > 0 && nd >= time.Millisecond && nd <= r.f.MaxMessageTimeout {
+					t.Reset(nd)
 				}
 				continue
 			}
-			if resp.GetImmediateResponse() == nil && phaseOf(resp) != want {
-				return nil, fmt.Errorf("%w: got %s, want %s", errSpurious, phaseOf(resp), want)
+			if ov := resp.GetModeOverride(); ov != nil && headerState && r.f.AllowModeOverride {
+				r.mode = effectiveModeOverride(ov, r.mode)
 			}
+			phase := phaseOf(resp)
+			if phase != "immediate_response" && phase != want {
+				r.sim.stats.spurious.Add(1)
+				return nil, fmt.Errorf("%w: got %s, want %s", errSpurious, phase, want)
+			}
+			r.keepMetadata(resp)
 			return resp, nil
 		case <-t.C:
 			r.sim.stats.messageTimeouts.Add(1)
@@ -151,31 +175,42 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 	}
 }
 
+// effectiveModeOverride follows ext_proc.cc effectiveModeOverride (v1.38.0).
+func effectiveModeOverride(ov, cur *extprocfilter.ProcessingMode) *extprocfilter.ProcessingMode {
+	m := proto.Clone(cur).(*extprocfilter.ProcessingMode)
+	if ov.GetRequestHeaderMode() != extprocfilter.ProcessingMode_DEFAULT {
+		m.RequestHeaderMode = ov.GetRequestHeaderMode()
+	}
+	if ov.GetResponseHeaderMode() != extprocfilter.ProcessingMode_DEFAULT {
+		m.ResponseHeaderMode = ov.GetResponseHeaderMode()
+	}
+	if ov.GetRequestTrailerMode() != extprocfilter.ProcessingMode_DEFAULT {
+		m.RequestTrailerMode = ov.GetRequestTrailerMode()
+	}
+	if ov.GetResponseTrailerMode() != extprocfilter.ProcessingMode_DEFAULT {
+		m.ResponseTrailerMode = ov.GetResponseTrailerMode()
+	}
+	m.RequestBodyMode = ov.GetRequestBodyMode()
+	m.ResponseBodyMode = ov.GetResponseBodyMode()
+	return m
+}
+
+// keepMetadata merges the answer's dynamic metadata into the stream's, for
+// the receiving namespaces only (ext_proc.cc Filter::setDynamicMetadata,
+// v1.38.0). The upstream filter's stream info is the downstream one
+// (upstream_request.cc UpstreamFilterManager::streamInfo, v1.38.0), so both
+// filters write into the same place.
 func (r *filterRun) keepMetadata(resp *extprocv3.ProcessingResponse) {
 	dm := resp.GetDynamicMetadata()
 	if dm == nil {
 		return
 	}
 	for ns, v := range dm.GetFields() {
-		kept := false
-		for _, allowed := range r.f.ReceivingNamespaces {
-			if allowed == ns {
-				kept = true
-			}
-		}
-		if !kept {
+		if !slices.Contains(r.f.ReceivingNamespaces, ns) || r.md == nil {
 			r.sim.stats.droppedMetadata.Add(1)
 			continue
 		}
-		if r.metadata == nil {
-			r.metadata = map[string]map[string]any{}
-		}
-		if r.metadata[ns] == nil {
-			r.metadata[ns] = map[string]any{}
-		}
-		for k, fv := range v.GetStructValue().GetFields() {
-			r.metadata[ns][k] = fv.AsInterface()
-		}
+		r.md.merge(ns, v.GetStructValue())
 	}
 }
 
