@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -26,6 +27,7 @@ type admitted struct {
 	maxTokens   int
 	sticky      string
 	path        string
+	backends    string // comma-separated
 	bodyBytes   int
 	issued      int64
 	reservation string
@@ -39,7 +41,7 @@ const maxIdentityAge = 2 * time.Hour
 // appendSigned appends the message the signature covers, every field in
 // a fixed order.
 func (a *admitted) appendSigned(msg []byte) []byte {
-	for _, f := range [...]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path} {
+	for _, f := range [...]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.backends} {
 		msg = identity.AppendField(msg, f)
 	}
 	for _, n := range [...]int64{int64(a.estTokens), int64(a.maxTokens), int64(a.bodyBytes), a.issued} {
@@ -64,7 +66,7 @@ type requestMeta struct {
 
 var (
 	requestMetaStrings = [...]string{contract.MetaRequestID, contract.MetaTenant, contract.MetaVirtualKey, contract.MetaModel,
-		contract.MetaSticky, contract.MetaPath, contract.MetaReservation, contract.MetaSignature}
+		contract.MetaSticky, contract.MetaPath, contract.MetaBackends, contract.MetaReservation, contract.MetaSignature}
 	requestMetaNumbers = [...]string{contract.MetaEstTokens, contract.MetaMaxTokens, contract.MetaBodyBytes, contract.MetaIssued}
 )
 
@@ -85,7 +87,7 @@ func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
 	}
 	m.scratch = a.appendSigned(m.scratch[:0])
 	sig := string(sg.Sign(nil, m.scratch))
-	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.reservation, sig} {
+	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.backends, a.reservation, sig} {
 		m.strKinds[i].StringValue = v
 	}
 	for i, v := range [len(requestMetaNumbers)]int64{int64(a.estTokens), int64(a.maxTokens), int64(a.bodyBytes), a.issued} {
@@ -104,14 +106,14 @@ func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time) (a ad
 	num := func(k string) int64 { return int64(f[k].GetNumberValue()) }
 	a = admitted{
 		requestID: str(contract.MetaRequestID), tenant: str(contract.MetaTenant), virtualKey: str(contract.MetaVirtualKey),
-		model: str(contract.MetaModel), sticky: str(contract.MetaSticky), path: str(contract.MetaPath),
+		model: str(contract.MetaModel), sticky: str(contract.MetaSticky), path: str(contract.MetaPath), backends: str(contract.MetaBackends),
 		estTokens: int(num(contract.MetaEstTokens)), maxTokens: int(num(contract.MetaMaxTokens)),
 		bodyBytes: int(num(contract.MetaBodyBytes)), issued: num(contract.MetaIssued), reservation: str(contract.MetaReservation),
 	}
 	if a.requestID == "" || a.path == "" {
 		return a, false
 	}
-	var buf [256]byte
+	var buf [512]byte
 	if !sg.Verify(str(contract.MetaSignature), a.appendSigned(buf[:0])) {
 		return a, false
 	}
@@ -133,6 +135,17 @@ func (s *Server) signer(c *config.Config) *identity.Signer {
 	sf := &signerFor{cfg: c, signer: identity.NewSigner(c.IdentityKey())}
 	s.signerCache.Store(sf)
 	return sf.signer
+}
+
+// otherBackends appends to dst the backends of the request other than the
+// attempt's.
+func (a *admitted) otherBackends(dst []string, self string) []string {
+	for b := range strings.SplitSeq(a.backends, ",") {
+		if b != "" && b != self {
+			dst = append(dst, b)
+		}
+	}
+	return dst
 }
 
 // label keeps a client-supplied header value only as a printable label:

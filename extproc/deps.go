@@ -96,6 +96,9 @@ type PickRequest struct {
 	Attempt   int
 	Sticky    string
 	EstTokens int
+	// LastResort allows the open key that reopens soonest when nothing
+	// else is usable (keypool.PickRequest.LastResort).
+	LastResort bool
 }
 
 // Lease is the chosen key. Secret must never be logged.

@@ -15,6 +15,7 @@ type metrics struct {
 	picks         *prometheus.CounterVec // by backend, key
 	pickFailures  *prometheus.CounterVec // by backend
 	unadmitted    prometheus.Counter
+	lastResort    *prometheus.CounterVec // by backend
 	accountingErr *prometheus.CounterVec // by step
 
 	// Children resolved once per label set (config names only, so
@@ -66,6 +67,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Upstream keys chosen per attempt."}, []string{"backend", "key"}),
 		pickFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_key_pick_failures_total",
 			Help: "Attempts answered locally (429/503, Retry-After) because no key of their backend was usable."}, []string{"backend"}),
+		lastResort: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_last_resort_attempts_total",
+			Help: "Attempts sent on an open key because their backend had no usable one while another relay of the pool had (so Envoy retries there)."}, []string{"backend"}),
 		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "swarmgate_extproc_unadmitted_attempts_total",
 			Help: "Upstream attempts refused a key because they carried no valid signed admission (router-level filter failed open, or not Envoy)."}),
 		accountingErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_accounting_errors_total",
@@ -74,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.unadmitted, m.accountingErr} {
+	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.unadmitted, m.lastResort, m.accountingErr} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

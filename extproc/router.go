@@ -463,7 +463,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	resp.DynamicMetadata = r.reqMeta.fill(s.signer(r.cfg), admitted{
 		requestID: r.requestID, tenant: tenant.Name, virtualKey: r.owner.Key.ID, model: alias,
-		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath,
+		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath, backends: strings.Join(r.backends, ","),
 		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: r.reservation.ID,
 	})
 	return resp

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -185,7 +186,26 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		return localError(errNotAdmitted())
 	}
 	u.backend = b
-	lease, err := s.opts.Keys.Pick(ctx, b.Name, PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens})
+	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens}
+	lease, err := s.opts.Keys.Pick(ctx, b.Name, pr)
+	if err != nil && errors.Is(err, ErrNoKey) {
+		// Every key of this backend is open, but EDS has not moved the
+		// traffic yet. When another relay of the request's pool has a key,
+		// Envoy should retry there, and it retries only what the upstream
+		// answers: so this attempt goes out on the key that reopens soonest
+		// (with a credential, never a refused one) and its 429/5xx/reset
+		// moves the request on (previous_priorities).
+		var buf [4]string
+		if others := ad.otherBackends(buf[:0], b.Name); len(others) > 0 {
+			if ok, _ := s.opts.Keys.Available(others); ok {
+				pr.LastResort = true
+				if l, lerr := s.opts.Keys.Pick(ctx, b.Name, pr); lerr == nil {
+					lease, err = l, nil
+					s.metrics.lastResort.WithLabelValues(b.Name).Inc()
+				}
+			}
+		}
+	}
 	if err != nil {
 		// No attempt leaves without a credential: from Envoy 1.36 an
 		// upstream filter's local reply goes to the client, not retried

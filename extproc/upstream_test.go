@@ -31,7 +31,10 @@ func admission(t testing.TB, h *harness, body string, extra ...string) *structpb
 	return md
 }
 
-const chatBody = `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`
+const (
+	chatBody  = `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`
+	agentBody = `{"model":"agent","messages":[{"role":"user","content":"plan"}]}`
+)
 
 // upstreamReq is the first message of a per-attempt stream as Envoy sends
 // it: request_attributes with the chosen host's metadata as text format,
@@ -279,5 +282,50 @@ func TestUpstreamUnknownBackendGetsNoKey(t *testing.T) {
 	noSecret(t, resp)
 	if resp.GetImmediateResponse() == nil {
 		t.Errorf("an attempt to an unknown backend got %v", resp)
+	}
+}
+
+// With every key of the attempt's backend open while another relay of the
+// request's pool still has one, the attempt goes out on the key that
+// reopens soonest, so that the provider's 429 makes Envoy retry on the
+// other relay (a local reply would not be retried). A request with no
+// other relay gets the local 429.
+func TestUpstreamLastResortOnlyWhenThePoolHasAnotherRelay(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	// Both requests are admitted before the keys open (the window in which
+	// admission still saw a key, but EDS has not moved the traffic).
+	admitted := map[string]*structpb.Struct{
+		chatBody:  admission(t, h, chatBody),
+		agentBody: admission(t, h, agentBody),
+	}
+	opener := admission(t, h, chatBody)
+	for range 2 {
+		st, cancel := h.stream(t, contract.RoleUpstream)
+		roundTrip(t, st, upstreamReq(t, "big", "", 1, true, opener, routedHeaders()...))
+		roundTrip(t, st, respHeaders(false, ":status", "429", "retry-after", "7"))
+		cancel()
+	}
+	tests := []struct {
+		name    string
+		body    string
+		wantKey bool
+	}{
+		{"pool with another relay", chatBody, true},
+		{"big is the only relay", agentBody, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			md := admitted[tc.body]
+			st, cancel := h.stream(t, contract.RoleUpstream)
+			defer cancel()
+			resp := roundTrip(t, st, upstreamReq(t, "big", "", 1, true, md, routedHeaders()...))
+			got := setOf(t, resp.GetRequestHeaders().GetResponse().GetHeaderMutation())["authorization"] != ""
+			if got != tc.wantKey {
+				t.Fatalf("key given %v, want %v: %v", got, tc.wantKey, resp)
+			}
+			if !tc.wantKey && resp.GetImmediateResponse().GetStatus().GetCode() != http.StatusTooManyRequests {
+				t.Fatalf("answer %v", resp)
+			}
+		})
 	}
 }

@@ -176,6 +176,9 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		} else {
 			k = swrr(kp.keys)
 		}
+	} else if req.LastResort {
+		k = kp.lastResortLocked(in, req)
+		in.overflow = k != nil
 	}
 	if k == nil {
 		ra := kp.retryAfterLocked(in, req)
@@ -298,6 +301,22 @@ func (kp *KeyPool) healthyLocked(now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// lastResortLocked is the open key that reopens soonest, skipping keys the
+// provider refused and keys this request tried (see PickRequest.LastResort).
+// Caller holds kp.mu.
+func (kp *KeyPool) lastResortLocked(in *pickInput, req *PickRequest) *keyState {
+	var best *keyState
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 || k.br.reason == ReasonAuth || kp.excluded(in, req, k) {
+			continue
+		}
+		if best == nil || k.br.until.Before(best.br.until) {
+			best = k
+		}
+	}
+	return best
 }
 
 // failingLocked reports whether every key of the backend is open because

@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -407,5 +408,37 @@ func TestBestEffortIgnoresCapsNotBreakers(t *testing.T) {
 	}
 	if _, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1, BestEffort: true}); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("best effort with every key open: %v", err)
+	}
+}
+
+func TestLastResortPick(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, false),
+		map[string][]key{"b": {{id: "k1"}, {id: "k2"}, {id: "k3"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	open := func(id string, st int, retryAfter time.Duration) {
+		o := ParseOutcome(st, func(h string) string {
+			if h == "retry-after" && retryAfter > 0 {
+				return fmt.Sprint(int(retryAfter / time.Second))
+			}
+			return ""
+		})
+		for range 3 {
+			_ = p.Report(t.Context(), "b", id, "", o)
+		}
+	}
+	open("k1", 429, 30*time.Second)
+	open("k2", 429, 5*time.Second)
+	open("k3", 401, 0)
+	if _, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1, BestEffort: true}); err == nil {
+		t.Fatal("best effort picked an open key")
+	}
+	l, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 1, LastResort: true, RequestID: "r1"})
+	if err != nil || l.KeyID != "k2" || !l.Overflow {
+		t.Fatalf("last resort %+v %v, want k2 (reopens soonest, not the refused k3)", l, err)
+	}
+	l.Done(status(429))
+	if l, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 2, LastResort: true, RequestID: "r1"}); err != nil || l.KeyID != "k1" {
+		t.Fatalf("second attempt %+v %v, want k1 (k2 tried by this request)", l, err)
 	}
 }

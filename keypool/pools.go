@@ -101,6 +101,15 @@ type PickRequest struct {
 	// Envoy does not retry, while the upstream's 429/5xx on such a key is
 	// retried by Envoy on the next priority. Open keys still hold.
 	BestEffort bool
+	// LastResort, when even best effort finds no key, uses the open key of
+	// the backend that reopens soonest (never one the provider refused with
+	// 401/403, never one this request already tried). It is for an attempt
+	// that Envoy should retry on another relay of the pool: a local reply
+	// from the upstream filter is not retried, the provider's 429 or 5xx on
+	// such a key is (and a dead relay's reset too), and the attempt still
+	// leaves with a credential. The caller decides when that is worth one
+	// more request on a cooling key.
+	LastResort bool
 }
 
 // New builds the pools for cfg.

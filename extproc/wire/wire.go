@@ -24,9 +24,10 @@ type keys struct{ p *keypool.Pools }
 
 func (k keys) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
 	l, err := k.p.Pick(ctx, backend, keypool.PickRequest{RequestID: req.RequestID, Attempt: req.Attempt, Sticky: req.Sticky, EstTokens: req.EstTokens,
-		// A half-open key whose probe is out is still better than an attempt
-		// with no credential: its 429/5xx is retried by Envoy elsewhere, a
-		// credential-less 401 is not.
+		LastResort: req.LastResort,
+		// A half-open key whose probe is out is still better than none: its
+		// 429/5xx is retried by Envoy elsewhere, the upstream filter's local
+		// reply is not.
 		BestEffort: true})
 	if err != nil {
 		var ex *keypool.ExhaustedError

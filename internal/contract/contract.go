@@ -69,6 +69,7 @@ const (
 	MetaMaxTokens   = "max_tokens" // output tokens reserved for this request
 	MetaSticky      = "sticky"     // stickiness key for upstream key choice
 	MetaPath        = "path"       // the client's :path, from which each attempt builds its own
+	MetaBackends    = "backends"   // the backends the request may be served by, comma-separated
 	MetaBodyBytes   = "body_bytes" // length of the body the router-level filter passed on
 	MetaIssued      = "iat"        // unix seconds the identity was minted
 	MetaSignature   = "sig"        // HMAC-SHA256 over the fields above (identity.Sign)

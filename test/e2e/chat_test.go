@@ -30,7 +30,7 @@ func TestChatJSONCountsUsage(t *testing.T) {
 	if resp.Usage.CompletionTokens != 7 || resp.Usage.PromptTokens == 0 || len(resp.Choices) != 1 {
 		t.Fatalf("response usage %+v", resp.Usage)
 	}
-	rec, ok := g.sim.RecordFor("json-1")
+	rec, ok := waitRecord(t, g.sim, "json-1")
 	if !ok || rec.Cluster != contract.PoolCluster("gpt-4o-mini") || len(rec.Attempts) != 1 {
 		t.Fatalf("sim record %+v", rec)
 	}
@@ -112,7 +112,7 @@ func TestToolsRouteAsLongJob(t *testing.T) {
 	if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "tools-1")); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := g.sim.RecordFor("tools-1"); rec.Route != contract.PoolCluster("gpt-4o-mini")+"_long" {
+	if rec, _ := waitRecord(t, g.sim, "tools-1"); rec.Route != contract.PoolCluster("gpt-4o-mini")+"_long" {
 		t.Errorf("route %q, want the long-job route", rec.Route)
 	}
 }
@@ -221,7 +221,7 @@ func TestRetryAfter429UsesAnotherKey(t *testing.T) {
 		if resp.Usage.CompletionTokens != 7 {
 			t.Errorf("usage %+v", resp.Usage)
 		}
-		rec, _ := g.sim.RecordFor(id)
+		rec, _ := waitRecord(t, g.sim, id)
 		for i := 1; i < len(rec.Attempts); i++ {
 			prev, cur := rec.Attempts[i-1], rec.Attempts[i]
 			if prev.Status == 429 && cur.Header.Get("authorization") == prev.Header.Get("authorization") {
@@ -320,7 +320,7 @@ func TestContextWindowRouting(t *testing.T) {
 		if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "big-ctx")); err != nil {
 			t.Fatal(err)
 		}
-		if rec, _ := g.sim.RecordFor("big-ctx"); rec.Cluster != contract.PoolContextCluster("ctx", 100000) {
+		if rec, _ := waitRecord(t, g.sim, "big-ctx"); rec.Cluster != contract.PoolContextCluster("ctx", 100000) {
 			t.Fatalf("cluster %q", rec.Cluster)
 		}
 	}
@@ -334,7 +334,7 @@ func TestContextWindowRouting(t *testing.T) {
 	if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "open-ctx")); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := g.sim.RecordFor("open-ctx"); rec.Cluster != contract.PoolContextCluster("ctx-open", 1001) {
+	if rec, _ := waitRecord(t, g.sim, "open-ctx"); rec.Cluster != contract.PoolContextCluster("ctx-open", 1001) {
 		t.Fatalf("cluster %q", rec.Cluster)
 	}
 	if len(g.relayA.Requests()) != 0 || len(g.relayB.Requests()) != 5 {

@@ -41,7 +41,7 @@ const (
 )
 
 var upstreamKeys = map[string]string{
-	"A1": "relay-a-secret-1", "A2": "relay-a-secret-2", "B1": "relay-b-secret-1",
+	"A1": "relay-a-secret-1", "A2": "relay-a-secret-2", "B1": "relay-b-secret-1", "C1": "relay-c-secret-1",
 }
 
 type gateway struct {
@@ -51,13 +51,14 @@ type gateway struct {
 	upMetrics []*prometheus.Registry // the two upstream-level servers'
 	relayA    *mockupstream.Server
 	relayB    *mockupstream.Server
+	relayC    *mockupstream.Server
 	ledger    *ledger.Ledger
 	cfg       *config.Config
 	routerEP  *extproc.Server
 	upEP      *extproc.Server
 }
 
-func gatewayYAML(relayA, relayB string, redisAddr string) string {
+func gatewayYAML(relayA, relayB, relayC string, redisAddr string) string {
 	return fmt.Sprintf(`
 redis:
   addrs: [%s]
@@ -87,6 +88,12 @@ backends:
     headers: {x-relay-tag: b}
     keys:
       - {id: relay-b-1, secret: env:B1}
+  - name: relay-c
+    base_url: http://%s/azure/v1
+    auth: api-key
+    headers: {x-relay-c: c}
+    keys:
+      - {id: relay-c-1, secret: env:C1}
 models:
   - name: gpt-4o-mini
     targets:
@@ -95,6 +102,12 @@ models:
   - name: solo
     targets:
       - {backend: relay-a}
+  # Three relays, three base paths, three auth styles, one per priority.
+  - name: tri
+    targets:
+      - {backend: relay-a}
+      - {backend: relay-b, priority: 1}
+      - {backend: relay-c, priority: 2}
   - name: premium
     targets:
       - {backend: relay-b}
@@ -108,7 +121,7 @@ models:
       - {backend: relay-b}
 tenants:
   - name: team
-    models: [gpt-4o-mini, solo, ctx, ctx-open]
+    models: [gpt-4o-mini, solo, tri, ctx, ctx-open]
     keys:
       - {id: team-1, hash: %s}
     limits: {tpm: 1000000}
@@ -122,17 +135,17 @@ tenants:
     budget: {monthly: 0.00001, hard_cap: true}
     keys:
       - {id: broke-1, hash: %s}
-`, redisAddr, relayA, relayB, config.HashKey(keyTeam), config.HashKey(keyLimited), config.HashKey(keyBroke))
+`, redisAddr, relayA, relayB, relayC, config.HashKey(keyTeam), config.HashKey(keyLimited), config.HashKey(keyBroke))
 }
 
 func startRelay(t *testing.T, ctx context.Context, auth config.AuthStyle, keys ...string) *mockupstream.Server {
 	t.Helper()
 	var ks []mockupstream.Key
 	for _, k := range keys {
-		ks = append(ks, mockupstream.Key{ID: strings.ToLower(map[string]string{"A1": "relay-a-1", "A2": "relay-a-2", "B1": "relay-b-1"}[k]), Value: upstreamKeys[k]})
+		ks = append(ks, mockupstream.Key{ID: strings.ToLower(map[string]string{"A1": "relay-a-1", "A2": "relay-a-2", "B1": "relay-b-1", "C1": "relay-c-1"}[k]), Value: upstreamKeys[k]})
 	}
 	s := mockupstream.New(mockupstream.Options{Auth: auth, Keys: ks, Models: []string{"gpt-4o-mini", "openai/gpt-4o-mini"},
-		CompletionTokens: 7, RecordHeaders: []string{"x-relay-tag", "authorization", "x-api-key"}})
+		CompletionTokens: 7, RecordHeaders: []string{"x-relay-tag", "x-relay-c", "authorization", "x-api-key", "api-key"}})
 	if _, err := s.Start(ctx, "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +156,7 @@ func startRelay(t *testing.T, ctx context.Context, auth config.AuthStyle, keys .
 func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *redis.Client, led *ledger.Ledger,
 	reg *prometheus.Registry, refusals *admin.RefusalLog) (*extproc.Server, string) {
 	t.Helper()
-	pools, err := keypool.New(cfg, keypool.Options{Redis: rdb})
+	pools, err := keypool.New(cfg, keypool.Options{Redis: rdb, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +189,8 @@ func startGateway(t *testing.T) *gateway {
 	g := &gateway{}
 	g.relayA = startRelay(t, ctx, config.AuthBearer, "A1", "A2")
 	g.relayB = startRelay(t, ctx, config.AuthXAPIKey, "B1")
-	cfg, err := config.Parse([]byte(gatewayYAML(g.relayA.Addr().String(), g.relayB.Addr().String(), rs.Addr)), "e2e.yaml",
+	g.relayC = startRelay(t, ctx, config.AuthAPIKey, "C1")
+	cfg, err := config.Parse([]byte(gatewayYAML(g.relayA.Addr().String(), g.relayB.Addr().String(), g.relayC.Addr().String(), rs.Addr)), "e2e.yaml",
 		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := upstreamKeys[k]; return v, ok }})
 	if err != nil {
 		t.Fatal(err)

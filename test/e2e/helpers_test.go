@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
+	"testing"
 	"time"
 
 	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/test/envoysim"
 )
 
 func mockupstreamRateLimited() mockupstream.Behavior {
@@ -12,4 +15,15 @@ func mockupstreamRateLimited() mockupstream.Behavior {
 
 func mockupstreamResetMidStream() mockupstream.Behavior {
 	return mockupstream.Behavior{Action: mockupstream.ActResetMidStream, ResetAfterChunks: 3}
+}
+
+// waitRecord is the sim's record of a request, found by the id the client
+// sent (Envoy replaces it on edge requests); the record is written when the
+// stream is destroyed, possibly after the client has its answer.
+func waitRecord(t *testing.T, sim *envoysim.Sim, id string) (envoysim.Record, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := sim.WaitRecord(ctx, id)
+	return r, err == nil
 }

@@ -57,6 +57,7 @@ func textReply(status int, msg string) *localReply {
 // ratelimit → router → cluster (upstream ext_proc per attempt) → back.
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{s: s, w: w, req: fromHTTP(r), md: &dynMetadata{}}
+	x.rec.ClientRequestID = x.req.get("x-request-id")
 	x.requestID()
 	x.rec.RequestID = x.req.get("x-request-id")
 	defer x.destroy(r.Context())

@@ -85,6 +85,10 @@ type Stats struct {
 // Record describes one downstream request the sim handled.
 type Record struct {
 	RequestID string
+	// ClientRequestID is the x-request-id the request arrived with. Envoy
+	// replaces it on edge requests; the sim keeps it only so that tests can
+	// find their request (RecordFor matches either).
+	ClientRequestID string
 	Route     string
 	Cluster   string
 	Status    int
@@ -240,12 +244,15 @@ func (s *Sim) Records() []Record {
 	return append([]Record(nil), s.records...)
 }
 
-// RecordFor returns the record of a request id.
+// RecordFor returns the newest record whose request id, or the id the
+// client sent, is id. A record is written when the request's stream is
+// destroyed, which may be after the client has its response: WaitRecord
+// waits for it.
 func (s *Sim) RecordFor(id string) (Record, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := len(s.records) - 1; i >= 0; i-- {
-		if s.records[i].RequestID == id {
+		if s.records[i].RequestID == id || (id != "" && s.records[i].ClientRequestID == id) {
 			return s.records[i], true
 		}
 	}

@@ -117,8 +117,21 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 			continue
 		}
 		for _, vh := range rc.GetVirtualHosts() {
-			if l := vh.GetPerRequestBufferLimitBytes(); l != nil && (cfg.BufferLimit == 0 || int(l.GetValue()) < cfg.BufferLimit) { //nolint:staticcheck // as Envoy: min of both limits
-				cfg.BufferLimit = int(l.GetValue())
+			// The stream's buffer limit starts at the connection's and a
+			// route's request_body_buffer_limit (else the legacy
+			// per_request_buffer_limit_bytes) only ever raises it
+			// (source/common/router/config_impl.cc getRequestBodyBufferLimit,
+			// source/common/http/conn_manager_impl.cc
+			// ActiveStream::refreshBufferLimit, v1.38.0). Routes' own limits
+			// are not modelled; the virtual host's applies to all of them.
+			limit := uint64(0)
+			if l := vh.GetRequestBodyBufferLimit(); l != nil {
+				limit = l.GetValue()
+			} else if l := vh.GetPerRequestBufferLimitBytes(); l != nil { //nolint:staticcheck // the legacy field, as Envoy falls back to it
+				limit = uint64(l.GetValue())
+			}
+			if limit > 0 && limit < 1<<31 && int(limit) > cfg.BufferLimit {
+				cfg.BufferLimit = int(limit)
 			}
 			for _, r := range vh.GetRoutes() {
 				rt, err := routeFromXDS(r)

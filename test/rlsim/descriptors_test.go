@@ -55,37 +55,58 @@ func TestGeneratedDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top := func(v *structpb.Value) map[string]*structpb.Struct { return meta(contract.MetaTokensTopUp, v) }
-	full := hdr(contract.HeaderTenant, "t1", contract.HeaderModel, "m1", contract.HeaderEstTokens, "900")
+	// adm is the router-level ext_proc's admission metadata plus extra
+	// keys (the stream-done top-up).
+	adm := func(kv ...any) map[string]*structpb.Struct {
+		f := map[string]*structpb.Value{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			switch v := kv[i+1].(type) {
+			case string:
+				f[kv[i].(string)] = structpb.NewStringValue(v)
+			case float64:
+				f[kv[i].(string)] = structpb.NewNumberValue(v)
+			case bool:
+				f[kv[i].(string)] = structpb.NewBoolValue(v)
+			}
+		}
+		return map[string]*structpb.Struct{contract.MetadataNamespace: {Fields: f}}
+	}
+	full := []any{contract.MetaTenant, "t1", contract.MetaModel, "m1", contract.MetaEstTokens, 900.0}
+	with := func(extra ...any) map[string]*structpb.Struct {
+		return adm(append(append([]any{}, full...), extra...)...)
+	}
 	tests := []struct {
 		name       string
 		req        Request
 		streamDone bool
 		want       string
 	}{
-		{"all headers", Request{Headers: full}, false,
+		{"admitted request", Request{DynamicMetadata: adm(full...)}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd tenant=t1,model=m1,limit=rpm tenant=t1,limit=tpm+900 tenant=t1,model=m1,limit=tpm+900"},
-		{"no tenant header: no descriptor, no call", Request{Headers: hdr(contract.HeaderModel, "m1")}, false, ""},
-		{"no model: tenant-only descriptors", Request{Headers: hdr(contract.HeaderTenant, "t1", contract.HeaderEstTokens, "5")}, false,
+		{"client headers are never read", Request{Headers: hdr(contract.HeaderPrefix+"tenant", "evil")}, false, ""},
+		{"not admitted (no metadata): no descriptor, no call", Request{}, false, ""},
+		{"no model: tenant-only descriptors", Request{DynamicMetadata: adm(contract.MetaTenant, "t1", contract.MetaEstTokens, 5.0)}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd tenant=t1,limit=tpm+5"},
-		{"no estimate: token descriptors dropped", Request{Headers: hdr(contract.HeaderTenant, "t1")}, false,
+		{"no estimate: token descriptors dropped", Request{DynamicMetadata: adm(contract.MetaTenant, "t1")}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd"},
-		{"estimate not a number: dropped", Request{Headers: hdr(contract.HeaderTenant, "t1", contract.HeaderEstTokens, "many")}, false,
+		{"estimate not a number: dropped", Request{DynamicMetadata: adm(contract.MetaTenant, "t1", contract.MetaEstTokens, "many")}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd"},
-		{"fractional estimate truncated", Request{Headers: hdr(contract.HeaderTenant, "t1", contract.HeaderEstTokens, "12.9")}, false,
+		{"fractional estimate truncated", Request{DynamicMetadata: adm(contract.MetaTenant, "t1", contract.MetaEstTokens, 12.9)}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd tenant=t1,limit=tpm+12"},
-		{"estimate above 1e9: dropped", Request{Headers: hdr(contract.HeaderTenant, "t1", contract.HeaderEstTokens, "1000000001")}, false,
+		{"estimate above 1e9: dropped", Request{DynamicMetadata: adm(contract.MetaTenant, "t1", contract.MetaEstTokens, 1000000001.0)}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd"},
-		{"negative estimate: dropped", Request{Headers: hdr(contract.HeaderTenant, "t1", contract.HeaderEstTokens, "-3")}, false,
+		{"negative estimate: dropped", Request{DynamicMetadata: adm(contract.MetaTenant, "t1", contract.MetaEstTokens, -3.0)}, false,
 			"tenant=t1,limit=rpm tenant=t1,limit=rpd"},
-		{"stream done: top-up from metadata number", Request{Headers: full, DynamicMetadata: top(structpb.NewNumberValue(1500))}, true,
+		// At stream done the upstream filters have stripped every internal
+		// header from the shared map: the descriptors must not need them.
+		{"stream done: top-up from metadata number, no headers left", Request{DynamicMetadata: with(contract.MetaTokensTopUp, 1500.0)}, true,
 			"tenant=t1,limit=tpm+1500 tenant=t1,model=m1,limit=tpm+1500"},
-		{"stream done: numeric string", Request{Headers: full, DynamicMetadata: top(structpb.NewStringValue("7"))}, true,
+		{"stream done: numeric string", Request{DynamicMetadata: with(contract.MetaTokensTopUp, "7")}, true,
 			"tenant=t1,limit=tpm+7 tenant=t1,model=m1,limit=tpm+7"},
-		{"stream done: zero top-up is sent", Request{Headers: full, DynamicMetadata: top(structpb.NewNumberValue(0))}, true,
+		{"stream done: zero top-up is sent", Request{DynamicMetadata: with(contract.MetaTokensTopUp, 0.0)}, true,
 			"tenant=t1,limit=tpm+0 tenant=t1,model=m1,limit=tpm+0"},
-		{"stream done: no metadata (e.g. refused request)", Request{Headers: full}, true, ""},
-		{"stream done: bool metadata is invalid", Request{Headers: full, DynamicMetadata: top(structpb.NewBoolValue(true))}, true, ""},
+		{"stream done: no top-up (e.g. refused request)", Request{DynamicMetadata: adm(full...)}, true, ""},
+		{"stream done: bool top-up is invalid", Request{DynamicMetadata: with(contract.MetaTokensTopUp, true)}, true, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

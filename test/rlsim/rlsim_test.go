@@ -70,21 +70,25 @@ func (e *env) replica(t *testing.T, timeout time.Duration) *rlsim.Filter {
 	return f
 }
 
+// request is what the rate-limit filter sees of an admitted request: the
+// router-level ext_proc's admission metadata (headers are not read).
 func request(tenant, model string, est int) *rlsim.Request {
-	h := http.Header{}
+	f := map[string]*structpb.Value{contract.MetaModel: structpb.NewStringValue(model)}
 	if tenant != "" {
-		h.Set(contract.HeaderTenant, tenant)
+		f[contract.MetaTenant] = structpb.NewStringValue(tenant)
 	}
-	h.Set(contract.HeaderModel, model)
 	if est > 0 {
-		h.Set(contract.HeaderEstTokens, strconv.Itoa(est))
+		f[contract.MetaEstTokens] = structpb.NewNumberValue(float64(est))
 	}
-	return &rlsim.Request{Headers: h}
+	return &rlsim.Request{Headers: http.Header{}, DynamicMetadata: map[string]*structpb.Struct{contract.MetadataNamespace: {Fields: f}}}
 }
 
 func done(r *rlsim.Request, topUp int) *rlsim.Request {
-	return &rlsim.Request{Headers: r.Headers, DynamicMetadata: map[string]*structpb.Struct{
-		contract.MetadataNamespace: {Fields: map[string]*structpb.Value{contract.MetaTokensTopUp: structpb.NewNumberValue(float64(topUp))}}}}
+	f := map[string]*structpb.Value{contract.MetaTokensTopUp: structpb.NewNumberValue(float64(topUp))}
+	for k, v := range r.DynamicMetadata[contract.MetadataNamespace].GetFields() {
+		f[k] = v
+	}
+	return &rlsim.Request{Headers: r.Headers, DynamicMetadata: map[string]*structpb.Struct{contract.MetadataNamespace: {Fields: f}}}
 }
 
 // Three Envoy replicas share one rate-limit service: a 600 RPM tenant

@@ -56,7 +56,7 @@ func TestSwarmCancelsDoNotOpenKeys(t *testing.T) {
 	attempts := 0
 	for w := range agents {
 		for i := range each {
-			rec, _ := s.sim.RecordFor(fmt.Sprintf("gone-%d-%d", w, i))
+			rec, _ := waitRecord(t, s.sim, fmt.Sprintf("gone-%d-%d", w, i))
 			attempts += len(rec.Attempts)
 		}
 	}
@@ -95,7 +95,7 @@ func TestSwarmCancelsDoNotOpenKeys(t *testing.T) {
 	rs := load(ctx, s, "after", 10, 2)
 	requireAllOK(t, "after the cancels", rs)
 	for i := range rs {
-		rec, _ := s.sim.RecordFor(fmt.Sprintf("after-%d", i))
+		rec, _ := waitRecord(t, s.sim, fmt.Sprintf("after-%d", i))
 		if len(rec.Attempts) != 1 || rec.Attempts[0].Priority != 0 {
 			t.Errorf("after-%d: attempts %+v, want one on relay-a (priority 0)", i, rec.Attempts)
 		}

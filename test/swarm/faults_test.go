@@ -285,7 +285,7 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 				t.Errorf("relay-b received %d of 20 requests", n)
 			}
 			for i := range 20 {
-				rec, ok := s.sim.RecordFor(fmt.Sprintf("after-eds-%d", i))
+				rec, ok := waitRecord(t, s.sim, fmt.Sprintf("after-eds-%d", i))
 				if !ok || len(rec.Attempts) != 1 || rec.Attempts[0].Priority != 1 {
 					t.Errorf("after-eds-%d: attempts %+v", i, rec.Attempts)
 				}
@@ -334,7 +334,7 @@ func TestAllKeysExhaustedAnswersRetryAfter(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("request %d: %v after %v (hang?)", i, r.err, r.latency)
 		}
-		rec, _ := s.sim.RecordFor(fmt.Sprintf("ex-%d", i))
+		rec, _ := waitRecord(t, s.sim, fmt.Sprintf("ex-%d", i))
 		if i == 0 {
 			t.Logf("tripping request: %d retry-after %q in %v, %d upstream attempts: %.80s", r.status, r.header.Get("retry-after"),
 				r.latency.Round(100*time.Microsecond), len(rec.Attempts), r.body)

@@ -278,3 +278,14 @@ func keyState(p *keypool.Pools, backend, key string) string {
 	}
 	return ""
 }
+
+// waitRecord is the sim's record of a request, found by the id the client
+// sent (Envoy replaces it on edge requests); the record is written when the
+// stream is destroyed, possibly after the client has its answer.
+func waitRecord(t *testing.T, sim *envoysim.Sim, id string) (envoysim.Record, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := sim.WaitRecord(ctx, id)
+	return r, err == nil
+}
