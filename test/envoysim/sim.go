@@ -89,9 +89,9 @@ type Record struct {
 	// replaces it on edge requests; the sim keeps it only so that tests can
 	// find their request (RecordFor matches either).
 	ClientRequestID string
-	Route     string
-	Cluster   string
-	Status    int
+	Route           string
+	Cluster         string
+	Status          int
 	// LocalReply is set when Envoy (or an ImmediateResponse) answered.
 	LocalReply bool
 	Attempts   []Attempt
