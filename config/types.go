@@ -15,6 +15,7 @@ type Config struct {
 	Accounting   Accounting    `yaml:"accounting" json:"accounting"`
 	Alerts       Alerts        `yaml:"alerts" json:"alerts"`
 	Telemetry    Telemetry     `yaml:"telemetry" json:"telemetry"`
+	Admin        Admin         `yaml:"admin" json:"admin"`
 	Backends     []Backend     `yaml:"backends" json:"backends"`
 	Models       []Model       `yaml:"models" json:"models"`
 	Tenants      []Tenant      `yaml:"tenants" json:"tenants"`

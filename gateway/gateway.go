@@ -243,7 +243,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	if roles.Admin {
 		aopts := admin.Options{
-			Logger: g.log.With("component", "admin"), Gatherer: reg, Config: g.Config, Refusals: refusals,
+			Logger: g.log.With("component", "admin"), Gatherer: reg, Config: g.Config, Access: cfg.Admin, Refusals: refusals,
 			Ready: []admin.ReadyCheck{admin.RedisCheckLive(rdb, g.Config)}, Version: g.opts.Version,
 		}
 		if pools != nil {
