@@ -205,8 +205,19 @@ func (g *Gateway) Run(ctx context.Context) error {
 			defer cancel()
 			return led.Close(cctx)
 		})
-		res := reserve.New(rdb, cfg, reserve.Options{Logger: g.log.With("component", "reserve"), Registerer: reg})
+		res := reserve.New(rdb, cfg, reserve.Options{Logger: g.log.With("component", "reserve"), Registerer: reg,
+			LedgerDrained: func() bool { n, spilled := led.Pending(); return n == 0 && !spilled }})
 		g.appliers = append(g.appliers, func(c *config.Config) error { res.SetConfig(c); return nil })
+		grp.Go(func() error {
+			res.Run(ctx)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			// Settles left over only keep their holds until the TTL.
+			if err := res.Close(cctx); err != nil {
+				g.log.Warn("reserve: closing", "err", err)
+			}
+			return nil
+		})
 
 		var tracer trace.Tracer // nil unless an OTLP endpoint is set: no per-request cost when off
 		if cfg.Telemetry.OTLPEndpoint != "" {
