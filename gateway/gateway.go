@@ -268,7 +268,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			})
 		}
 		if led != nil {
-			aopts.Usage = led.Handler(cfg)
+			aopts.Usage = led.Handler(g.Config) // the config in force: reloads add tenants
 			aopts.Budgets = budgetSource(g.Config, led)
 		}
 		as := admin.New(aopts)

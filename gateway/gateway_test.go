@@ -198,6 +198,10 @@ func TestServeEndToEnd(t *testing.T) {
 			Model: "small", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
 		return err == nil
 	})
+	// /usage answers from the reloaded config too: the new tenant is known.
+	if body := get(t, admin+"/usage?tenant=late"); !strings.Contains(body, `"tenant":"late"`) {
+		t.Errorf("/usage of the tenant added by the reload: %s", body)
+	}
 
 	// A broken edit is rejected; the last good config keeps serving.
 	if err := os.WriteFile(path, []byte("backends: [\n"), 0o600); err != nil {
