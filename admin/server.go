@@ -1,8 +1,10 @@
 // Package admin is swarmgate's admin HTTP server: liveness and readiness,
 // the redacted config, key pool and breaker state, usage and budgets,
 // Prometheus metrics, and an embedded status page that polls those JSON
-// endpoints. It only reads state; components are reached through the small
-// interfaces in sources.go, which the integrator adapts.
+// endpoints. It only reads state (access.go makes it GET/HEAD-only, checks
+// Host and Origin, and asks for the bearer token when one is configured);
+// components are reached through the small interfaces in sources.go, which
+// the integrator adapts.
 package admin
 
 import (
@@ -28,7 +30,10 @@ type Options struct {
 	Logger   *slog.Logger
 	Gatherer prometheus.Gatherer
 	// Config returns the config in force (the last good one after reloads).
-	Config   func() *config.Config
+	Config func() *config.Config
+	// Access is admin.* of the startup config: the bearer token and the
+	// allowed Host names. Its zero value needs no token.
+	Access   config.Admin
 	Keys     KeySource
 	Usage    http.Handler // accounting's /usage handler
 	Budgets  BudgetSource
@@ -76,11 +81,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /keys", s.keys)
 	mux.HandleFunc("GET /budgets", s.budgets)
 	mux.HandleFunc("GET /refusals", s.refusals)
-	mux.Handle("/usage", s.usage())
-	mux.Handle("/usage/", s.usage())
+	mux.Handle("GET /usage", s.usage())
+	mux.Handle("GET /usage/", s.usage())
 	mux.Handle("GET /metrics", s.metrics())
 	s.statusRoutes(mux)
-	return securityHeaders(mux)
+	listen := ""
+	if cfg := s.opts.Config(); cfg != nil {
+		listen = cfg.Listen.Admin
+	}
+	return securityHeaders(s.guard(newAccess(s.opts.Access, listen), mux))
 }
 
 // Run serves on lis until ctx is done, then shuts down gracefully:
@@ -97,7 +106,10 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	s.log.Info("admin server listening", "addr", lis.Addr().String())
+	s.log.Info("admin server listening", "addr", lis.Addr().String(), "token", !s.opts.Access.Token.IsZero())
+	if !s.opts.Access.Token.IsZero() && s.opts.Access.Token.Value() == "" {
+		s.log.Error("admin: admin.token is set but not resolved; every protected endpoint answers 503", "ref", s.opts.Access.Token)
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("admin server on %s: %w", lis.Addr(), err)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmgate/swarmgate/config"
 )
 
 // chromiumBinary finds Debian's chromium (`make test` installs it).
@@ -179,3 +181,22 @@ func pixelStats(img image.Image) (distinct, red int) {
 }
 
 func near(v, want uint32) bool { return v+12 >= want && v <= want+12 }
+
+// TestStatusPageAsksForToken: with admin.token set the page still loads
+// (its files hold no data), shows no data, and asks for the token.
+func TestStatusPageAsksForToken(t *testing.T) {
+	opts := fullOptions(t)
+	opts.Access.Token = config.SecretFromValue("env:T_ADMIN", testAdminToken)
+	ts := startServer(t, opts)
+	dom := string(runChromium(t, ts.URL+"/status", "--dump-dom"))
+	if !strings.Contains(dom, `data-loaded="true"`) {
+		t.Fatalf("page never finished its first poll:\n%s", dom)
+	}
+	form := element(t, dom, "form", `id="auth"`)
+	if strings.Contains(form, "hidden") {
+		t.Errorf("token form still hidden: %s", form)
+	}
+	if strings.Contains(dom, `data-key="relay-a/relay-a-2"`) || !strings.Contains(dom, "missing or wrong bearer token") {
+		t.Errorf("page without a token shows data or no reason")
+	}
+}

@@ -21,14 +21,17 @@ const (
 	leakVirtualEnv  = "LEAKCANARY-virtual-env-0b5e"
 	leakVirtualFile = "LEAKCANARY-virtual-file-c8a1"
 	leakSpaced      = "LEAKCANARY spaced value"
+	leakAdmin       = "LEAKCANARY-admin-token-3e17"
 )
 
-var leakValues = []string{leakBackendEnv, leakBackendFile, leakRedis, leakVirtualEnv, leakVirtualFile, leakSpaced, "LEAKCANARY"}
+var leakValues = []string{leakBackendEnv, leakBackendFile, leakRedis, leakVirtualEnv, leakVirtualFile, leakSpaced, leakAdmin, "LEAKCANARY"}
 
 const leakYAML = `
 redis:
   addrs: [127.0.0.1:6379]
   password: env:LEAK_REDIS
+admin:
+  token: env:LEAK_ADMIN
 backends:
   - name: relay-a
     base_url: https://relay.example.com/v1
@@ -51,7 +54,7 @@ tenants:
 `
 
 func leakEnv(k string) (string, bool) {
-	v, ok := map[string]string{"LEAK_REDIS": leakRedis, "LEAK_BACKEND": leakBackendEnv, "LEAK_VIRTUAL": leakVirtualEnv, "LEAK_SPACED": leakSpaced}[k]
+	v, ok := map[string]string{"LEAK_REDIS": leakRedis, "LEAK_BACKEND": leakBackendEnv, "LEAK_VIRTUAL": leakVirtualEnv, "LEAK_SPACED": leakSpaced, "LEAK_ADMIN": leakAdmin}[k]
 	return v, ok
 }
 
@@ -87,7 +90,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	}
 	// The secrets really were resolved (else this test proves nothing).
 	b, _ := c.Backend("relay-a")
-	if b.Keys[0].Secret.Value() != leakBackendEnv || b.Keys[1].Secret.Value() != leakBackendFile || c.Redis.Password.Value() != leakRedis {
+	if b.Keys[0].Secret.Value() != leakBackendEnv || b.Keys[1].Secret.Value() != leakBackendFile || c.Redis.Password.Value() != leakRedis || c.Admin.Token.Value() != leakAdmin {
 		t.Fatal("secrets not resolved")
 	}
 	if _, ok := c.LookupKey(leakVirtualFile); !ok {
@@ -97,7 +100,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 
 	values := map[string]any{
 		"Config": c, "*Config": &c, "Backend": *b, "APIKey": b.Keys[0], "Secret": b.Keys[1].Secret, "*Secret": &b.Keys[1].Secret,
-		"Redis": c.Redis, "Tenant": c.Tenants[0], "VirtualKey": c.Tenants[0].Keys[0], "KeyOwner": owner,
+		"Redis": c.Redis, "Admin": c.Admin, "Tenant": c.Tenants[0], "VirtualKey": c.Tenants[0].Keys[0], "KeyOwner": owner,
 		"Backends": c.Backends, "Keys": b.Keys, "Tenants": c.Tenants,
 	}
 	for name, v := range values {
@@ -131,7 +134,8 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	if strings.Contains(string(red), HashKey(leakVirtualEnv)) {
 		t.Error("Redacted shows the hash derived from a virtual-key secret")
 	}
-	if !strings.Contains(string(red), "env:LEAK_BACKEND") || !strings.Contains(string(red), "file:virtual.key") {
+	if !strings.Contains(string(red), "env:LEAK_BACKEND") || !strings.Contains(string(red), "file:virtual.key") ||
+		!strings.Contains(string(red), "env:LEAK_ADMIN") {
 		t.Errorf("Redacted lacks the references:\n%s", red)
 	}
 }

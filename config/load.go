@@ -31,6 +31,9 @@ type Options struct {
 	// The form of every reference is still checked. Virtual keys given by
 	// secret instead of hash are then not indexed.
 	SkipSecrets bool
+	// ResolveAdminToken resolves admin.token even with SkipSecrets: every
+	// process serving the admin API needs it, the control plane included.
+	ResolveAdminToken bool
 	// BaseDir is where relative file: secret paths are resolved from. Load
 	// sets it to the config file's directory when empty; otherwise relative
 	// paths are relative to the working directory.

@@ -17,6 +17,7 @@ var testEnv = map[string]string{
 	"OPENAI_KEY_2": "sk-example-openai-2", "RELAY_EU_KEY_1": "relay-eu-example-1",
 	"RELAY_EU_KEY_2": "relay-eu-example-2", "RESEARCH_VIRTUAL_KEY": "vk-example-research",
 	"SWARMGATE_SIGNING_KEY": "signing-example",
+	"SWARMGATE_ADMIN_TOKEN": "admin-token-example",
 }
 
 func lookupTestEnv(k string) (string, bool) { v, ok := testEnv[k]; return v, ok }
@@ -46,6 +47,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if c.Retry.NumRetries != 4 || c.Breaker.Jitter != 0.25 || c.Breaker.ResetGrace.Duration != 500*time.Millisecond || c.Request.MaxBodyBytes != 16<<20 || c.Redis.Password.Value() != "redis-pass-example" {
 		t.Fatalf("policies %+v %+v", c.Retry, c.Breaker)
+	}
+	if c.Admin.Token.Value() != "admin-token-example" || len(c.Admin.AllowedHosts) != 1 {
+		t.Fatalf("admin %v %v", c.Admin.Token, c.Admin.AllowedHosts)
 	}
 	m, _ := c.Model("o4-mini")
 	if m.Targets[0].Price.ReasoningPerMTok != 4.4 || m.Targets[1].Priority != 2 || !m.LongRunning {

@@ -16,6 +16,7 @@ type Config struct {
 	Alerts       Alerts        `yaml:"alerts" json:"alerts"`
 	Telemetry    Telemetry     `yaml:"telemetry" json:"telemetry"`
 	Identity     Identity      `yaml:"identity" json:"identity"`
+	Admin        Admin         `yaml:"admin" json:"admin"`
 	Backends     []Backend     `yaml:"backends" json:"backends"`
 	Models       []Model       `yaml:"models" json:"models"`
 	Tenants      []Tenant      `yaml:"tenants" json:"tenants"`

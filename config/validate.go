@@ -58,6 +58,7 @@ func (c *Config) validate(opts Options) Errors {
 	c.validateListen(v)
 	c.validateRedis(v)
 	c.validatePolicies(v)
+	c.validateAdmin(v)
 	backends := c.validateBackends(v)
 	models := c.validateModels(v, backends)
 	c.validateTenants(v, models)

@@ -205,8 +205,19 @@ func (g *Gateway) Run(ctx context.Context) error {
 			defer cancel()
 			return led.Close(cctx)
 		})
-		res := reserve.New(rdb, cfg, reserve.Options{Logger: g.log.With("component", "reserve"), Registerer: reg})
+		res := reserve.New(rdb, cfg, reserve.Options{Logger: g.log.With("component", "reserve"), Registerer: reg,
+			LedgerDrained: func() bool { n, spilled := led.Pending(); return n == 0 && !spilled }})
 		g.appliers = append(g.appliers, func(c *config.Config) error { res.SetConfig(c); return nil })
+		grp.Go(func() error {
+			res.Run(ctx)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			// Settles left over only keep their holds until the TTL.
+			if err := res.Close(cctx); err != nil {
+				g.log.Warn("reserve: closing", "err", err)
+			}
+			return nil
+		})
 
 		var tracer trace.Tracer // nil unless an OTLP endpoint is set: no per-request cost when off
 		if cfg.Telemetry.OTLPEndpoint != "" {
@@ -243,7 +254,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	if roles.Admin {
 		aopts := admin.Options{
-			Logger: g.log.With("component", "admin"), Gatherer: reg, Config: g.Config, Refusals: refusals,
+			Logger: g.log.With("component", "admin"), Gatherer: reg, Config: g.Config, Access: cfg.Admin, Refusals: refusals,
 			Ready: []admin.ReadyCheck{admin.RedisCheckLive(rdb, g.Config)}, Version: g.opts.Version,
 		}
 		if pools != nil {
@@ -257,7 +268,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			})
 		}
 		if led != nil {
-			aopts.Usage = led.Handler(cfg)
+			aopts.Usage = led.Handler(g.Config) // the config in force: reloads add tenants
 			aopts.Budgets = budgetSource(g.Config, led)
 		}
 		as := admin.New(aopts)

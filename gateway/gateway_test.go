@@ -28,13 +28,14 @@ import (
 	"github.com/swarmgate/swarmgate/xds/translator"
 )
 
-var secrets = map[string]string{"RELAY_KEY_1": "sk-relay-gw-1", "RELAY_KEY_2": "sk-relay-gw-2"}
+var secrets = map[string]string{"RELAY_KEY_1": "sk-relay-gw-1", "RELAY_KEY_2": "sk-relay-gw-2", "ADMIN_TOKEN": "admin-gw-token"}
 
 func lookup(k string) (string, bool) { v, ok := secrets[k]; return v, ok }
 
 const gatewayYAML = `
 listen: {xds: %[1]s, extproc: %[2]s, ratelimit: %[3]s, admin: %[4]s}
 redis: {addrs: [%[5]s]}
+admin: {token: env:ADMIN_TOKEN}
 backends:
   - name: relay
     base_url: http://%[6]s/v1
@@ -153,6 +154,17 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 
 	admin := "http://" + adminL.Addr().String()
+	// admin.token guards every endpoint but the probes.
+	for path, want := range map[string]int{"/keys": http.StatusUnauthorized, "/metrics": http.StatusUnauthorized, "/readyz": http.StatusOK} {
+		resp, err := http.Get(admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without the admin token: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
 	eventually(t, ctx, "ledger shows 4 requests", func() bool {
 		body := get(t, admin+"/usage?tenant=team")
 		return strings.Contains(body, `"requests":4`)
@@ -198,6 +210,10 @@ func TestServeEndToEnd(t *testing.T) {
 			Model: "small", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
 		return err == nil
 	})
+	// /usage answers from the reloaded config too: the new tenant is known.
+	if body := get(t, admin+"/usage?tenant=late"); !strings.Contains(body, `"tenant":"late"`) {
+		t.Errorf("/usage of the tenant added by the reload: %s", body)
+	}
 
 	// A broken edit is rejected; the last good config keeps serving.
 	if err := os.WriteFile(path, []byte("backends: [\n"), 0o600); err != nil {
@@ -222,9 +238,15 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 }
 
+// get reads an admin endpoint with the admin token.
 func get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+secrets["ADMIN_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}

@@ -10,9 +10,16 @@ import (
 )
 
 // Handler serves GET /usage?tenant=T&month=YYYY-MM (month defaults to the
-// current UTC month) as a JSON Report, for the admin port.
-func (l *Ledger) Handler(cfg *config.Config) http.Handler {
+// current UTC month) as a JSON Report, for the admin port. cfg returns the
+// config in force at each request, so a tenant added by a reload is known
+// at once and a removed one answers 404.
+func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cfg := cfg()
+		if cfg == nil {
+			writeError(w, http.StatusServiceUnavailable, "no config loaded")
+			return
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 			return

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/swarmgate/swarmgate/accounting/pricing"
@@ -35,7 +36,7 @@ func TestHandler(t *testing.T) {
 	if err := l.Record(t.Context(), e); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(l.Handler(cfg))
+	srv := httptest.NewServer(l.Handler(func() *config.Config { return cfg }))
 	defer srv.Close()
 	tests := []struct {
 		query string
@@ -69,9 +70,50 @@ func TestHandler(t *testing.T) {
 		})
 	}
 	rec := httptest.NewRecorder()
-	l.Handler(cfg).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/usage?tenant=acme", nil))
+	l.Handler(func() *config.Config { return cfg }).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/usage?tenant=acme", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %d", rec.Code)
+	}
+}
+
+// TestHandlerFollowsReloads: the handler answers from the config in force,
+// not the one it was built with.
+func TestHandlerFollowsReloads(t *testing.T) {
+	l, _, _ := newTestLedger(t, Options{})
+	var cur atomic.Pointer[config.Config]
+	cur.Store(handlerConfig(t))
+	srv := httptest.NewServer(l.Handler(cur.Load))
+	defer srv.Close()
+	status := func(tenant string) int {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/usage?tenant=" + tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("late"); got != http.StatusNotFound {
+		t.Fatalf("before the reload: %d, want 404", got)
+	}
+	reloaded, err := config.Parse([]byte(fmt.Sprintf(`
+backends: [{name: b, base_url: "http://127.0.0.1:1/v1", keys: [{id: k1, secret: "env:NOPE"}]}]
+models: [{name: m, targets: [{backend: b}]}]
+tenants: [{name: late, keys: [{id: v2, hash: "sha256:%064d"}], models: ["*"]}]
+`, 2)), "t2.yaml", config.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Store(reloaded)
+	if got := status("late"); got != http.StatusOK {
+		t.Errorf("tenant added by the reload: %d, want 200", got)
+	}
+	if got := status("acme"); got != http.StatusNotFound {
+		t.Errorf("tenant removed by the reload: %d, want 404", got)
+	}
+	cur.Store(nil)
+	if got := status("late"); got != http.StatusServiceUnavailable {
+		t.Errorf("no config: %d, want 503", got)
 	}
 }
 

@@ -10,6 +10,8 @@ type metrics struct {
 	refundedMoney    prometheus.Counter
 	settleErrors     prometheus.Counter
 	duplicateSettles prometheus.Counter
+	buffer           *prometheus.CounterVec
+	buffered         prometheus.Gauge
 	latency          prometheus.Histogram
 }
 
@@ -37,11 +39,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		settleErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "swarmgate_reserve_settle_errors_total",
-			Help: "Settles that failed; their holds expire after accounting.reservation_ttl.",
+			Help: "Settle attempts Redis did not take (direct or replay); unreachable-Redis ones are buffered and replayed.",
 		}),
 		duplicateSettles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "swarmgate_reserve_duplicate_settles_total",
 			Help: "Settles of an already settled request id (ignored).",
+		}),
+		buffer: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmgate_reserve_settle_buffer_total",
+			Help: "Settles and releases Redis did not take, by event: buffered, replayed, expired (the hold freed itself first), dropped (buffer full, refused by Redis, shutdown; the hold counts until its TTL).",
+		}, []string{"event"}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swarmgate_reserve_settles_buffered",
+			Help: "Settles and releases waiting in memory for Redis.",
 		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swarmgate_reserve_seconds",
@@ -51,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.admitted, m.refused, m.storeFailures, m.refundedTokens, m.refundedMoney,
-			m.settleErrors, m.duplicateSettles, m.latency)
+			m.settleErrors, m.duplicateSettles, m.buffer, m.buffered, m.latency)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,10 +65,22 @@ type Reservation struct {
 // Options configure a Reserver.
 type Options struct {
 	// Window is the token window (default one minute: TPM).
-	Window     time.Duration
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
-	Now        func() time.Time
+	Window time.Duration
+	// PendingSettles bounds the settles and releases kept in memory while
+	// Redis is unreachable (default 10000); beyond it the oldest is
+	// dropped and its hold counts until the reservation TTL.
+	PendingSettles int
+	// RetryInterval is how often Run retries Redis while settles wait
+	// (default 250ms); ReplayBatch how many one pass sends (default 64).
+	RetryInterval time.Duration
+	ReplayBatch   int
+	// LedgerDrained, when set, holds replays back until it reports true:
+	// the ledger must have replayed the entries carrying the real cost
+	// before the money holds they replace go.
+	LedgerDrained func() bool
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
+	Now           func() time.Time
 }
 
 // Reserver reserves and settles token and money holds in Redis.
@@ -77,6 +90,12 @@ type Reserver struct {
 	opts Options
 	log  *slog.Logger
 	m    *metrics
+
+	// Settles Redis did not take wait here for Run.
+	pending  pendingSettles
+	healthy  atomic.Bool
+	replayMu sync.Mutex
+	lastDrop atomic.Int64 // unix nanos of the last drop log line
 }
 
 // New returns a Reserver for cfg.
@@ -90,7 +109,18 @@ func New(rdb redis.UniversalClient, cfg *config.Config, opts Options) *Reserver 
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.PendingSettles == 0 {
+		opts.PendingSettles = 10000
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 250 * time.Millisecond
+	}
+	if opts.ReplayBatch <= 0 {
+		opts.ReplayBatch = 64
+	}
 	r := &Reserver{rdb: rdb, opts: opts, log: opts.Logger.With("component", "reserve"), m: newMetrics(opts.Registerer)}
+	r.pending.cap = opts.PendingSettles
+	r.healthy.Store(true)
 	r.cfg.Store(cfg)
 	return r
 }
@@ -278,7 +308,9 @@ func member(id string) string { return "r:" + id }
 // actual tokens until one window after admission and refund the rest now;
 // the money hold is removed (the ledger entry carries the real cost; record
 // it before settling so spend is never under-counted). Settling twice, or
-// after Release, does nothing.
+// after Release, does nothing. A settle Redis does not take (down, timing
+// out) is buffered and replayed by Run once Redis answers again; it then
+// returns nil. Only a settle Redis refuses returns an error.
 func (r *Reserver) Settle(ctx context.Context, res Reservation, actual pricing.Usage, cost pricing.Money) error {
 	return r.settle(ctx, res, actual.Tokens(), cost)
 }
@@ -309,34 +341,54 @@ func (r *Reserver) settle(ctx context.Context, res Reservation, tokens int64, co
 			args = append(args, "t", tokens)
 		}
 	}
+	p := pendingSettle{res: res, tokens: tokens, cost: cost, keys: keys, args: args, expires: r.opts.Now().Add(ttl)}
+	if !r.healthy.Load() {
+		// Redis failed moments ago: queue behind the settles already
+		// waiting instead of making this one wait for a timeout too.
+		r.enqueue(p, errors.New("redis unavailable"))
+		return nil
+	}
 	// Settle runs at stream end, possibly after the client went away: the
 	// caller's cancellation must not skip it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Redis.ReadTimeout.D())
+	err := r.runSettle(context.WithoutCancel(ctx), p)
+	if err == nil {
+		return nil
+	}
+	if retryable(err) {
+		r.enqueue(p, err)
+		return nil
+	}
+	return fmt.Errorf("reserve: settle %s (the hold expires after %s): %w", res.RequestID, ttl, err)
+}
+
+// runSettle runs the settle script once and counts what it refunded.
+func (r *Reserver) runSettle(ctx context.Context, p pendingSettle) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Load().Redis.ReadTimeout.D())
 	defer cancel()
-	out, err := settleScript.Run(ctx, r.rdb, keys, args...).Int64Slice()
+	out, err := settleScript.Run(ctx, r.rdb, p.keys, p.args...).Int64Slice()
 	if err != nil {
 		r.m.settleErrors.Inc()
-		return fmt.Errorf("reserve: settle %s (the hold expires after %s): %w", res.RequestID, ttl, err)
+		return err
 	}
 	if len(out) == 0 || out[0] == 0 {
 		r.m.duplicateSettles.Inc()
 		return nil
 	}
 	tokenCounted := false
-	for i, name := range res.Scopes {
+	for i, name := range p.res.Scopes {
 		if i+1 >= len(out) {
 			break
 		}
 		reserved := out[i+1]
 		if name == ScopeBudget {
-			if d := reserved - int64(cost); d > 0 {
+			if d := reserved - int64(p.cost); d > 0 {
 				r.m.refundedMoney.Add(pricing.Money(d).Float())
 			}
 			continue
 		}
 		if !tokenCounted {
 			tokenCounted = true
-			if d := reserved - tokens; d > 0 {
+			if d := reserved - p.tokens; d > 0 {
 				r.m.refundedTokens.Add(float64(d))
 			}
 		}

@@ -19,8 +19,17 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// With admin.token set the JSON endpoints need a bearer token. It is asked
+// for once and kept in sessionStorage (this tab only, gone when it closes).
+const TOKEN_KEY = "swarmgate-admin-token";
+
+function authHeaders() {
+  const t = sessionStorage.getItem(TOKEN_KEY);
+  return t ? { Authorization: "Bearer " + t } : {};
+}
+
 async function getJSON(path) {
-  const resp = await fetch(path, { cache: "no-store" });
+  const resp = await fetch(path, { cache: "no-store", headers: authHeaders() });
   let body = null;
   try { body = await resp.json(); } catch (_) { /* not JSON */ }
   return { ok: resp.ok, status: resp.status, body };
@@ -141,9 +150,18 @@ async function poll() {
   renderPools(keys);
   renderBudgets(budgets);
   renderRefusals(refusals);
+  document.getElementById("auth").hidden = ![keys, budgets, refusals].some((r) => r.status === 401);
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   document.body.dataset.loaded = "true";
 }
+
+document.getElementById("auth").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const input = document.getElementById("token");
+  sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  poll();
+});
 
 poll();
 setInterval(poll, POLL_MS);

@@ -87,7 +87,8 @@ func runRoles(ctx context.Context, name string, roles gateway.Roles, args []stri
 	}
 	// Only ext_proc needs upstream key values; the control plane and the
 	// rate-limit service run without the Secret (fleets keep keys off them).
-	load := config.Options{SkipSecrets: !roles.ExtProc}
+	// Every process serving the admin API needs admin.token.
+	load := config.Options{SkipSecrets: !roles.ExtProc, ResolveAdminToken: roles.Admin}
 	cfg, err := c.load(load)
 	if err != nil {
 		return err
