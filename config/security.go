@@ -29,6 +29,10 @@ type Security struct {
 	// listener cannot tell Envoy by its client certificate (plaintext
 	// behind a mesh, or TLS without client identities).
 	FleetSecret Secret `yaml:"fleet_secret" json:"fleet_secret"`
+	// PreviousFleetSecret is still accepted by ext_proc while Envoy moves
+	// to a new FleetSecret (rotation without downtime); Envoy gets only
+	// FleetSecret.
+	PreviousFleetSecret Secret `yaml:"previous_fleet_secret" json:"previous_fleet_secret"`
 	// Envoy is what the generated Envoy configuration presents and trusts
 	// when it connects to swarmgate (paths on the Envoy host).
 	Envoy EnvoyTLS `yaml:"envoy" json:"envoy"`

@@ -15,7 +15,7 @@ var testEnv = map[string]string{
 	"KEY_A1": "sk-test-a1", "KEY_A2": "sk-test-a2", "KEY_WITH_SPACE": "sk-test with-space",
 	"SWARMGATE_REDIS_PASSWORD": "redis-pass-example", "OPENAI_KEY_1": "sk-example-openai-1",
 	"OPENAI_KEY_2": "sk-example-openai-2", "RELAY_EU_KEY_1": "relay-eu-example-1",
-	"RELAY_EU_KEY_2": "relay-eu-example-2", "RESEARCH_VIRTUAL_KEY": "vk-example-research", "SWARMGATE_FLEET_SECRET": "fleet-secret-example-0123456789",
+	"RELAY_EU_KEY_2": "relay-eu-example-2", "RESEARCH_VIRTUAL_KEY": "vk-example-research", "SWARMGATE_FLEET_SECRET": "fleet-secret-example-0123456789", "SWARMGATE_FLEET_SECRET_PREVIOUS": "fleet-secret-example-previous",
 }
 
 func lookupTestEnv(k string) (string, bool) { v, ok := testEnv[k]; return v, ok }

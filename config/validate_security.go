@@ -108,16 +108,11 @@ func (c *Config) validateSecurity(v *validator) {
 	// The fleet secret is resolved even when provider keys are skipped: the
 	// control plane hands it to Envoy and ext_proc checks it. A reference
 	// that does not resolve under SkipSecrets is only checked for form.
-	if !s.FleetSecret.IsZero() && s.FleetSecret.Value() == "" {
-		if err := s.FleetSecret.resolve(v.opts.LookupEnv, v.opts.BaseDir); err != nil {
-			if !v.opts.SkipSecrets {
-				v.add("security.fleet_secret", "%v", err)
-			} else if err := s.FleetSecret.checkRef(); err != nil {
-				v.add("security.fleet_secret", "%v", err)
-			}
-		} else if len(s.FleetSecret.Value()) < 16 {
-			v.add("security.fleet_secret", "resolves to fewer than 16 characters: too easy to guess")
-		}
+	for _, f := range []namedValue[*Secret]{{"security.fleet_secret", &s.FleetSecret}, {"security.previous_fleet_secret", &s.PreviousFleetSecret}} {
+		v.fleetSecret(f.path, f.val)
+	}
+	if !s.PreviousFleetSecret.IsZero() && s.FleetSecret.IsZero() {
+		v.add("security.previous_fleet_secret", "only meaningful next to security.fleet_secret (a rotation in progress)")
 	}
 	ep := s.Listener(ListenerExtProc)
 	if v.opts.checkListeners && !IsLoopback(c.Listen.ExtProc) && s.FleetSecret.IsZero() &&
@@ -128,5 +123,25 @@ func (c *Config) validateSecurity(v *validator) {
 		v.add("security.envoy", "cert_file and key_file go together")
 	} else if e.CertFile != "" && e.CAFile == "" {
 		v.add("security.envoy.ca_file", "required with a client certificate: Envoy must verify swarmgate's servers")
+	}
+}
+
+// fleetSecret resolves a fleet secret even when provider keys are skipped:
+// the control plane hands it to Envoy and ext_proc checks it. A reference
+// that does not resolve under SkipSecrets is only checked for form.
+func (v *validator) fleetSecret(path string, s *Secret) {
+	if s.IsZero() || s.Value() != "" {
+		return
+	}
+	if err := s.resolve(v.opts.LookupEnv, v.opts.BaseDir); err != nil {
+		if !v.opts.SkipSecrets {
+			v.add(path, "%v", err)
+		} else if err := s.checkRef(); err != nil {
+			v.add(path, "%v", err)
+		}
+		return
+	}
+	if len(s.Value()) < 16 {
+		v.add(path, "resolves to fewer than 16 characters: too easy to guess")
 	}
 }

@@ -21,7 +21,7 @@ import (
 // it never sees an upstream credential.
 func TestStreamWithoutProofIsRefused(t *testing.T) {
 	const secret = "fleet-secret-for-tests-0123456789"
-	h := newHarness(t, testConfig(t), func(o *extproc.Options) { o.Proof = &trust.FleetProof{Secret: secret} })
+	h := newHarness(t, testConfig(t), func(o *extproc.Options) { o.Proof = &trust.FleetProof{Secrets: []string{secret}} })
 	open := func(role, proof string) extprocv3.ExternalProcessor_ProcessClient {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		t.Cleanup(cancel)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"log/slog"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -20,12 +21,14 @@ import (
 // refuses a non-loopback ext_proc listener without one of them.
 type FleetProof struct {
 	Identities []string
-	Secret     string // never logged
-	Logger     *slog.Logger
+	// Secrets are the accepted fleet secrets: the current one and, during a
+	// rotation, the previous one. Never logged.
+	Secrets []string
+	Logger  *slog.Logger
 }
 
 // Enabled reports whether streams must prove anything.
-func (p *FleetProof) Enabled() bool { return p != nil && (len(p.Identities) > 0 || p.Secret != "") }
+func (p *FleetProof) Enabled() bool { return p != nil && (len(p.Identities) > 0 || len(p.Secrets) > 0) }
 
 // Check returns nil for a proven stream, else a gRPC status error
 // (Unauthenticated: no proof; PermissionDenied: a certificate whose identity
@@ -40,9 +43,11 @@ func (p *FleetProof) Check(ctx context.Context, role string) error {
 			return nil
 		}
 	}
-	if p.Secret != "" {
-		for _, v := range metadata.ValueFromIncomingContext(ctx, contract.GRPCFleetSecretHeader) {
-			if subtle.ConstantTimeCompare([]byte(v), []byte(p.Secret)) == 1 {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, contract.GRPCFleetSecretHeader) {
+		for _, want := range p.Secrets {
+			// Constant time: the comparison must not tell how much of a
+			// guess was right.
+			if subtle.ConstantTimeCompare([]byte(v), []byte(want)) == 1 {
 				return nil
 			}
 		}
@@ -58,4 +63,23 @@ func (p *FleetProof) Check(ctx context.Context, role string) error {
 		return status.Error(codes.PermissionDenied, "client identity is not allowed on this listener")
 	}
 	return status.Error(codes.Unauthenticated, "this listener needs a client certificate of the Envoy fleet or the fleet secret")
+}
+
+// SwappableProof is a FleetProof that a config reload replaces (a new fleet
+// secret, a changed allow-list) while streams are being checked.
+type SwappableProof struct{ p atomic.Pointer[FleetProof] }
+
+// NewSwappableProof starts with p.
+func NewSwappableProof(p *FleetProof) *SwappableProof {
+	s := &SwappableProof{}
+	s.p.Store(p)
+	return s
+}
+
+// Set replaces the proof.
+func (s *SwappableProof) Set(p *FleetProof) { s.p.Store(p) }
+
+// Check is the current proof's Check.
+func (s *SwappableProof) Check(ctx context.Context, role string) error {
+	return s.p.Load().Check(ctx, role)
 }

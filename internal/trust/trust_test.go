@@ -156,13 +156,13 @@ func TestFleetProof(t *testing.T) {
 		want   codes.Code
 	}{
 		{name: "nothing configured", want: codes.OK},
-		{name: "secret matches", proof: trust.FleetProof{Secret: secret}, md: secret, want: codes.OK},
-		{name: "secret missing", proof: trust.FleetProof{Secret: secret}, want: codes.Unauthenticated},
-		{name: "secret wrong", proof: trust.FleetProof{Secret: secret}, md: secret[:len(secret)-1] + "X", want: codes.Unauthenticated},
-		{name: "secret prefix", proof: trust.FleetProof{Secret: secret}, md: secret[:8], want: codes.Unauthenticated},
+		{name: "secret matches", proof: trust.FleetProof{Secrets: []string{secret}}, md: secret, want: codes.OK},
+		{name: "secret missing", proof: trust.FleetProof{Secrets: []string{secret}}, want: codes.Unauthenticated},
+		{name: "secret wrong", proof: trust.FleetProof{Secrets: []string{secret}}, md: secret[:len(secret)-1] + "X", want: codes.Unauthenticated},
+		{name: "secret prefix", proof: trust.FleetProof{Secrets: []string{secret}}, md: secret[:8], want: codes.Unauthenticated},
 		{name: "identity allowed", proof: trust.FleetProof{Identities: []string{envoyID}}, mutual: true, client: envoy, want: codes.OK},
 		{name: "identity not allowed", proof: trust.FleetProof{Identities: []string{envoyID}}, mutual: true, client: worker, want: codes.PermissionDenied},
-		{name: "identity not allowed, secret given", proof: trust.FleetProof{Identities: []string{envoyID}, Secret: secret}, mutual: true, client: worker, md: secret, want: codes.OK},
+		{name: "identity not allowed, secret given", proof: trust.FleetProof{Identities: []string{envoyID}, Secrets: []string{"old-secret-0123456789", secret}}, mutual: true, client: worker, md: secret, want: codes.OK},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var creds credentials.TransportCredentials = insecureCreds()
