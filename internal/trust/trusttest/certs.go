@@ -15,9 +15,15 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"testing"
 	"time"
 )
+
+// TB is what the helpers need of a testing.TB (the load generator passes
+// its own, which panics).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
 
 // CA is a test certificate authority.
 type CA struct {
@@ -29,7 +35,7 @@ type CA struct {
 var serial atomic.Int64
 
 // NewCA creates a CA and writes its certificate to dir/<name>-ca.crt.
-func NewCA(t testing.TB, dir, name string) *CA {
+func NewCA(t TB, dir, name string) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -59,7 +65,7 @@ type Leaf struct {
 // Issue writes dir/<name>.crt and dir/<name>.key: a certificate for both
 // server and client use with the given SANs (entries with "://" are URI
 // SANs, others DNS names; "127.0.0.1" style entries become IP SANs).
-func (ca *CA) Issue(t testing.TB, dir, name string, sans ...string) Leaf {
+func (ca *CA) Issue(t TB, dir, name string, sans ...string) Leaf {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -97,7 +103,7 @@ func (ca *CA) Issue(t testing.TB, dir, name string, sans ...string) Leaf {
 	return l
 }
 
-func writePEM(t testing.TB, path, typ string, der []byte) {
+func writePEM(t TB, path, typ string, der []byte) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
