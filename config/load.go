@@ -38,6 +38,11 @@ type Options struct {
 	// sets it to the config file's directory when empty; otherwise relative
 	// paths are relative to the working directory.
 	BaseDir string
+
+	// checkListeners refuses gRPC listeners on non-loopback addresses
+	// without TLS: set by Parse, whose file names the addresses this
+	// process binds (not by Prepare on a config received over xDS).
+	checkListeners bool
 }
 
 // MaxConfigBytes bounds the size of a config file.
@@ -78,6 +83,7 @@ func Parse(data []byte, name string, opts Options) (*Config, error) {
 	}
 	defaultOmittedWeights(doc, &c)
 	c.Source = name
+	opts.checkListeners = true
 	if err := c.Prepare(opts); err != nil {
 		var es Errors
 		if !errors.As(err, &es) {

@@ -16,8 +16,9 @@ var testEnv = map[string]string{
 	"SWARMGATE_REDIS_PASSWORD": "redis-pass-example", "OPENAI_KEY_1": "sk-example-openai-1",
 	"OPENAI_KEY_2": "sk-example-openai-2", "RELAY_EU_KEY_1": "relay-eu-example-1",
 	"RELAY_EU_KEY_2": "relay-eu-example-2", "RESEARCH_VIRTUAL_KEY": "vk-example-research",
-	"SWARMGATE_SIGNING_KEY": "signing-example",
-	"SWARMGATE_ADMIN_TOKEN": "admin-token-example",
+	"SWARMGATE_SIGNING_KEY":  "signing-example",
+	"SWARMGATE_ADMIN_TOKEN":  "admin-token-example",
+	"SWARMGATE_FLEET_SECRET": "fleet-secret-example-0123456789", "SWARMGATE_FLEET_SECRET_PREVIOUS": "fleet-secret-example-previous",
 }
 
 func lookupTestEnv(k string) (string, bool) { v, ok := testEnv[k]; return v, ok }
@@ -130,7 +131,7 @@ func TestIdentityKey(t *testing.T) {
 		}
 		if mutate != nil {
 			mutate(c)
-			if err := c.Prepare(Options{LookupEnv: lookupTestEnv}); err != nil {
+			if err := c.Prepare(Options{LookupEnv: lookupTestEnv, BaseDir: "testdata"}); err != nil {
 				t.Fatal(err)
 			}
 		}

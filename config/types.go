@@ -20,6 +20,9 @@ type Config struct {
 	Backends     []Backend     `yaml:"backends" json:"backends"`
 	Models       []Model       `yaml:"models" json:"models"`
 	Tenants      []Tenant      `yaml:"tenants" json:"tenants"`
+	// Security is local to each process (security.go); it is not sent to
+	// ext_proc replicas over xDS.
+	Security Security `yaml:"security" json:"security"`
 
 	// Source names the file this config came from (for error messages).
 	Source string `yaml:"-" json:"-"`

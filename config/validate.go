@@ -56,6 +56,7 @@ func (v *validator) secret(path string, s *Secret, required bool) bool {
 func (c *Config) validate(opts Options) Errors {
 	v := &validator{opts: opts}
 	c.validateListen(v)
+	c.validateSecurity(v)
 	c.validateRedis(v)
 	c.validatePolicies(v)
 	c.validateAdmin(v)

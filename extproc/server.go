@@ -56,6 +56,9 @@ type Options struct {
 	// Tracer, when set, traces each admitted request as a GenAI span
 	// (telemetry.NewTracerProvider; nil: tracing off).
 	Tracer trace.Tracer
+	// Proof, when set, is checked on every stream before its first message
+	// (both roles); nil trusts every caller (loopback-only deployments).
+	Proof StreamProof
 	// SettleTimeout bounds accounting writes after a client disconnect
 	// (the stream's context is gone by then). Default 5 s.
 	SettleTimeout time.Duration
@@ -131,6 +134,13 @@ func (s *Server) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	// metadata map (FromIncomingContext cost ~6 us per stream under load).
 	if v := metadata.ValueFromIncomingContext(st.Context(), contract.GRPCRoleHeader); len(v) > 0 {
 		role = v[0]
+	}
+	// Before any message is read: a stream that cannot prove it comes from
+	// the Envoy fleet never reaches key selection, whatever role it claims.
+	if s.opts.Proof != nil {
+		if err := s.opts.Proof.Check(st.Context(), role); err != nil {
+			return err
+		}
 	}
 	switch role {
 	case contract.RoleUpstream:

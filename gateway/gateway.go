@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/swarmgate/swarmgate/accounting/budget"
@@ -27,6 +26,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/redisconn"
+	"github.com/swarmgate/swarmgate/internal/trust"
 	"github.com/swarmgate/swarmgate/keypool"
 	"github.com/swarmgate/swarmgate/ratelimit/keylimit"
 	rlservice "github.com/swarmgate/swarmgate/ratelimit/service"
@@ -147,7 +147,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if roles.ExtProc || roles.ControlPlane {
 		var limiterConn *grpc.ClientConn
 		if roles.ExtProc && cfg.Envoy.RateLimitAddress != "" {
-			if limiterConn, err = keylimit.Dial(cfg); err != nil {
+			rlsCreds, err := trust.DialCredentials(&cfg.Security, config.ListenerRateLimit, g.log)
+			if err != nil {
+				return fail(err)
+			}
+			if limiterConn, err = keylimit.Dial(cfg, grpc.WithTransportCredentials(rlsCreds)); err != nil {
 				return fail(fmt.Errorf("rate-limit client: %w", err))
 			}
 			defer limiterConn.Close()
@@ -165,7 +169,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 		grp.Go(func() error { return pools.Run(ctx) })
 	}
 	if roles.ControlPlane {
-		copts := xdsserver.Options{Logger: g.log.With("component", "xds"), Registerer: reg}
+		// Envoy receives the fleet secret from the control plane (the
+		// ext_proc filters' initial metadata): it must resolve here even
+		// though provider keys are skipped.
+		if !cfg.Security.FleetSecret.IsZero() && cfg.Security.FleetSecret.Value() == "" {
+			return fail(fmt.Errorf("security.fleet_secret %s does not resolve on the control plane, which hands it to Envoy", cfg.Security.FleetSecret.Ref()))
+		}
+		xdsCreds, err := trust.ListenerCredentials(&cfg.Security, config.ListenerXDS, g.log.With("component", "xds"))
+		if err != nil {
+			return fail(err)
+		}
+		copts := xdsserver.Options{Logger: g.log.With("component", "xds"), Registerer: reg,
+			ServerOptions: []grpc.ServerOption{grpc.Creds(xdsCreds)}, NodeGroups: cfg.Security.XDS.NodeGroups}
 		if pools != nil {
 			copts.Health = pools
 		}
@@ -223,17 +238,32 @@ func (g *Gateway) Run(ctx context.Context) error {
 		if cfg.Telemetry.OTLPEndpoint != "" {
 			tracer = tp.Tracer(telemetry.TracerName)
 		}
+		// The fleet proof follows reloads of this process's own file (a
+		// rotated fleet secret); a replica's configs from xDS carry no
+		// security section, so they leave it alone.
+		proof := trust.NewSwappableProof(trust.ExtProcProof(&cfg.Security, g.log.With("component", "extproc")))
+		if !g.opts.FromXDS {
+			g.appliers = append(g.appliers, func(c *config.Config) error {
+				proof.Set(trust.ExtProcProof(&c.Security, g.log.With("component", "extproc")))
+				return nil
+			})
+		}
 		ep, err := extproc.New(extproc.Options{Tracer: tracer,
 			Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: reg,
 			Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, g.Config),
 			Reserver: wire.Reserver(res, g.Config), Budgets: wire.Budgets(budgets),
 			Refusals: wire.Refusals(refusals), Metrics: metrics, AccessLog: accessLog,
+			Proof: proof,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("ext_proc: %w", err))
 		}
 		g.appliers = append(g.appliers, func(c *config.Config) error { ep.SetConfig(c); return nil })
-		gs := grpc.NewServer(append(extproc.GRPCServerOptions(cfg),
+		epCreds, err := trust.ListenerCredentials(&cfg.Security, config.ListenerExtProc, g.log.With("component", "extproc"))
+		if err != nil {
+			return fail(err)
+		}
+		gs := grpc.NewServer(append(extproc.GRPCServerOptions(cfg), grpc.Creds(epCreds),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))...)
 		ep.Register(gs)
 		lis, err := g.listen(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc)
@@ -283,7 +313,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// or the control plane's GatewayConfig resource (ext_proc replicas).
 	switch {
 	case g.opts.FromXDS:
-		conn, err := grpc.NewClient(cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		xdsCreds, err := trust.DialCredentials(&cfg.Security, config.ListenerXDS, g.log.With("component", "replica"))
+		if err != nil {
+			return fail(err)
+		}
+		conn, err := grpc.NewClient(cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(xdsCreds))
 		if err != nil {
 			return fail(fmt.Errorf("xds client: %w", err))
 		}

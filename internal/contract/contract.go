@@ -159,6 +159,11 @@ const (
 	RoleUpstream   = "upstream"
 )
 
+// GRPCFleetSecretHeader is gRPC initial metadata Envoy sends to ext_proc
+// with security.fleet_secret: the proof that a stream comes from the Envoy
+// fleet when no client certificate can tell (plaintext behind a mesh).
+const GRPCFleetSecretHeader = "x-swarmgate-fleet-secret"
+
 // xDS node groups. The control plane keys snapshots by node cluster (node id
 // when the cluster is empty): Envoy nodes use config.Envoy.NodeCluster; the
 // rate-limit service and ext_proc replicas connect with these ids and get

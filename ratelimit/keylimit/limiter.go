@@ -178,10 +178,13 @@ func (l *Limiter) Allow(ctx context.Context, keyID string, tokens int) (ok bool,
 }
 
 // Dial opens the one client connection a process needs to the rate-limit
-// service at config.Envoy.RateLimitAddress (plaintext, like Envoy's). It
-// connects lazily; close it at shutdown.
-func Dial(cfg *config.Config) (*grpc.ClientConn, error) {
-	cc, err := grpc.NewClient(cfg.Envoy.RateLimitAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// service at config.Envoy.RateLimitAddress: plaintext unless opts carry
+// transport credentials (internal/trust.DialCredentials). It connects
+// lazily; close it at shutdown.
+func Dial(cfg *config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	// opts come last: their transport credentials (TLS to the rate-limit
+	// service) replace the plaintext default.
+	cc, err := grpc.NewClient(cfg.Envoy.RateLimitAddress, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("keylimit: rate-limit service %s: %w", cfg.Envoy.RateLimitAddress, err)
 	}

@@ -11,7 +11,7 @@
 //   - the Redis driver (redis.Client) on go-redis, built from config.Redis
 //     (standalone, Sentinel, Cluster) with bounded timeouts;
 //   - the gRPC listener on config.Listen.RateLimit, with the standard gRPC
-//     health service.
+//     health service and the TLS policy of security.ratelimit.
 //
 // Several Services may run one after another or side by side in one process
 // (tests do); each leaks one idle goroutine when stopped (the library's
@@ -41,13 +41,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/redisconn"
+	"github.com/swarmgate/swarmgate/internal/trust"
 )
 
 // HealthService is the gRPC health service name the listener reports
@@ -72,6 +73,12 @@ type Options struct {
 	ChargeRefused bool
 	// ShutdownGrace bounds how long in-flight calls may finish at stop.
 	ShutdownGrace time.Duration
+	// Creds are the listener's transport credentials; nil builds them from
+	// config.Security (security.ratelimit: TLS, mutual TLS, allowed client
+	// identities, files re-read on change). The library's own
+	// GRPC_SERVER_TLS_* settings are not used: they read the files once and
+	// check a single SAN.
+	Creds credentials.TransportCredentials
 }
 
 // Service is one embedded rate-limit service. Create it with New and run it
@@ -164,7 +171,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	cc := s.opts.XDS
 	if cc == nil {
-		conn, err := grpc.NewClient(s.cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		xdsCreds, err := trust.DialCredentials(&s.cfg.Security, config.ListenerXDS, s.log)
+		if err != nil {
+			return fmt.Errorf("ratelimit service: %w", err)
+		}
+		conn, err := grpc.NewClient(s.cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(xdsCreds))
 		if err != nil {
 			return fmt.Errorf("ratelimit service: xDS client for %s: %w", s.cfg.Envoy.XDSAddress, err)
 		}
@@ -196,7 +207,13 @@ func (s *Service) Run(ctx context.Context) error {
 	prov.start(ctx)
 	defer prov.Stop()
 
-	srv := grpc.NewServer()
+	creds := s.opts.Creds
+	if creds == nil {
+		if creds, err = trust.ListenerCredentials(&s.cfg.Security, config.ListenerRateLimit, s.log); err != nil {
+			return fmt.Errorf("ratelimit service: %w", err)
+		}
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
 	rlspb.RegisterRateLimitServiceServer(srv, h)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -64,6 +64,7 @@ func Build(cfg *config.Config, nodeID string, opts Options) (*bootstrapv3.Bootst
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: envoy.xds_address %q: %w", cfg.Envoy.XDSAddress, err)
 	}
+	translator.SecureServiceCluster(xds, &cfg.Security, config.ListenerXDS)
 	xds.UpstreamConnectionOptions = &clusterv3.UpstreamConnectionOptions{
 		TcpKeepalive: &corev3.TcpKeepalive{KeepaliveTime: wrapperspb.UInt32(30), KeepaliveInterval: wrapperspb.UInt32(10)},
 	}

@@ -33,6 +33,7 @@ func MeshSnippet(cfg *config.Config) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy.xds_address %q: %w", cfg.Envoy.XDSAddress, err)
 	}
+	translator.SecureServiceCluster(xds, &cfg.Security, config.ListenerXDS)
 	src := &corev3.ConfigSource{
 		ResourceApiVersion: corev3.ApiVersion_V3,
 		ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{ApiConfigSource: &corev3.ApiConfigSource{
@@ -53,6 +54,11 @@ func MeshSnippet(cfg *config.Config) ([]byte, error) {
 	}
 	clusters = append(clusters, xds)
 	hcm := translator.HTTPConnectionManager(res.IR)
+	if v := cfg.Security.FleetSecret.Value(); v != "" {
+		if err := translator.HCMFleetSecret(hcm, v); err != nil {
+			return nil, err
+		}
+	}
 	rds := &hcmv3.Rds{ConfigSource: src, RouteConfigName: translator.RouteName}
 	for _, c := range clusters {
 		if err := translator.Validate(c); err != nil {

@@ -29,23 +29,45 @@ func (cp *ControlPlane) callbacks() serverv3.Callbacks {
 		cp.log.Warn("xDS client rejected a response", "node", node.GetId(), "cluster", node.GetCluster(), "type", typeURL, "err", detail)
 	}
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(context.Context, int64, string) error {
+		// A refused open still gets its close callback from the server, so
+		// the gauge is raised only for streams that were let in.
+		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
+			if err := cp.authz.open(ctx, id); err != nil {
+				return err
+			}
 			cp.metrics.streams.WithLabelValues("sotw").Inc()
 			return nil
 		},
-		StreamClosedFunc: func(int64, *corev3.Node) { cp.metrics.streams.WithLabelValues("sotw").Dec() },
-		DeltaStreamOpenFunc: func(context.Context, int64, string) error {
+		StreamClosedFunc: func(id int64, _ *corev3.Node) {
+			if cp.authz.closed(id) {
+				cp.metrics.streams.WithLabelValues("sotw").Dec()
+			}
+		},
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
+			if err := cp.authz.open(ctx, id); err != nil {
+				return err
+			}
 			cp.metrics.streams.WithLabelValues("delta").Inc()
 			return nil
 		},
-		DeltaStreamClosedFunc: func(int64, *corev3.Node) { cp.metrics.streams.WithLabelValues("delta").Dec() },
-		StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			if cp.authz.closed(id) {
+				cp.metrics.streams.WithLabelValues("delta").Dec()
+			}
+		},
+		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
+			if err := cp.authz.request(id, r.GetNode()); err != nil {
+				return err
+			}
 			if r.GetErrorDetail() != nil {
 				nack(r.GetNode(), r.GetTypeUrl(), r.GetErrorDetail().GetMessage())
 			}
 			return nil
 		},
-		StreamDeltaRequestFunc: func(_ int64, r *discoveryv3.DeltaDiscoveryRequest) error {
+		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
+			if err := cp.authz.request(id, r.GetNode()); err != nil {
+				return err
+			}
 			if r.GetErrorDetail() != nil {
 				nack(r.GetNode(), r.GetTypeUrl(), r.GetErrorDetail().GetMessage())
 			}

@@ -50,6 +50,12 @@ type Options struct {
 	// GRPCNodeGroup, when set, is a node group (node cluster or id) that
 	// gets api_listener resources for proxyless gRPC clients.
 	GRPCNodeGroup string
+	// ServerOptions are added to the gRPC server's (transport credentials:
+	// internal/trust.ListenerCredentials).
+	ServerOptions []grpc.ServerOption
+	// NodeGroups, when set, are the node groups each client certificate
+	// identity may subscribe as (security.xds.node_groups; needs mutual TLS).
+	NodeGroups []config.NodeGroupGrant
 }
 
 // ControlPlane holds the last good translation and serves it.
@@ -64,6 +70,8 @@ type ControlPlane struct {
 	resolveInterval time.Duration
 	resolveTimeout  time.Duration
 	grpcGroup       string
+	serverOptions   []grpc.ServerOption
+	authz           *nodeAuthorizer
 
 	mu         sync.Mutex
 	res        *translator.Resources // last good; nil before the first config
@@ -83,6 +91,7 @@ func New(opts Options) *ControlPlane {
 		resolveInterval: opts.ResolveInterval,
 		resolveTimeout:  opts.ResolveTimeout,
 		grpcGroup:       opts.GRPCNodeGroup,
+		serverOptions:   opts.ServerOptions,
 		snaps:           map[string]*snapshot{},
 		state:           translator.EndpointState{Unhealthy: map[string]bool{}, Addrs: map[string][]string{}},
 	}
@@ -101,6 +110,7 @@ func New(opts Options) *ControlPlane {
 	// ads=false: grpc-go asks for a subset of a type; with ads=true the
 	// cache would wait until every resource is named and never answer.
 	cp.groups = &nodeGroup{grpc: cp.grpcGroup}
+	cp.authz = &nodeAuthorizer{grants: opts.NodeGroups, groups: cp.groups, log: cp.log, streams: map[int64]*streamAuth{}}
 	cp.cache = cachev3.NewSnapshotCache(false, cp.groups, cacheLogger{cp.log})
 	if cp.health != nil {
 		cp.state.Unhealthy = unhealthySet(cp.health.BackendHealth())
@@ -336,11 +346,11 @@ func (cp *ControlPlane) Run(ctx context.Context, lis net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := serverv3.NewServer(ctx, cp.cache, cp.callbacks())
-	gs := grpc.NewServer(
-		grpc.MaxConcurrentStreams(1<<20),
+	gs := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxConcurrentStreams(1 << 20),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, cp.serverOptions...)...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(gs, srv)

@@ -41,15 +41,23 @@ func Translate(cfg *config.Config) (*Resources, error) {
 	for i := range g.Pools {
 		r.Clusters = append(r.Clusters, PoolCluster(g, &g.Pools[i]))
 	}
-	for _, s := range []struct{ name, addr string }{
-		{contract.ClusterExtProc, g.ExtProcAddress},
-		{contract.ClusterRateLimit, g.RateLimitAddress},
+	for _, s := range []struct{ name, addr, listener string }{
+		{contract.ClusterExtProc, g.ExtProcAddress, config.ListenerExtProc},
+		{contract.ClusterRateLimit, g.RateLimitAddress, config.ListenerRateLimit},
 	} {
 		c, err := ServiceCluster(s.name, s.addr)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: address %q: %w", s.name, s.addr, err)
 		}
+		SecureServiceCluster(c, &cfg.Security, s.listener)
 		r.Clusters = append(r.Clusters, c)
+	}
+	secret, err := fleetSecret(&cfg.Security)
+	if err != nil {
+		return nil, err
+	}
+	if err := withFleetSecret(r, secret); err != nil {
+		return nil, err
 	}
 	v := newValidator()
 	for _, l := range r.Listeners {

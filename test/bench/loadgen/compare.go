@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"google.golang.org/grpc/credentials"
 	"slices"
 	"strings"
 )
@@ -14,6 +15,8 @@ type Endpoint struct {
 	// PID is the server's process; 0 means this process (in-process
 	// servers: CPU figures then include the load generator).
 	PID int
+	// Creds dial the endpoint; nil is plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // CompareOptions configure Compare. Load describes one slice (scenario,
@@ -82,7 +85,7 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 	c := &Comparison{Baseline: o.Baseline.Label, Target: o.Target.Label}
 	run := func(e Endpoint) (*Result, error) {
 		opts := o.Load
-		opts.Addr, opts.Label, opts.ServerPID = e.Addr, e.Label, e.PID
+		opts.Addr, opts.Label, opts.ServerPID, opts.Creds = e.Addr, e.Label, e.PID, e.Creds
 		r, err := Run(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("loadgen: compare: %s: %w", e.Label, err)

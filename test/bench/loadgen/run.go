@@ -24,6 +24,7 @@ import (
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -35,6 +36,8 @@ import (
 type Options struct {
 	// Addr is the ext_proc server (127.0.0.1:port).
 	Addr string
+	// Creds are the client's transport credentials; nil is plaintext.
+	Creds credentials.TransportCredentials
 	// Label names the run in reports, e.g. "swarmgate".
 	Label    string
 	Scenario Scenario
@@ -188,7 +191,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 
 	conns := make([]*grpc.ClientConn, opts.Conns)
 	for i := range conns {
-		c, err := grpc.NewClient(opts.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := opts.Creds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		c, err := grpc.NewClient(opts.Addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, fmt.Errorf("loadgen: dial %s: %w", opts.Addr, err)
 		}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"google.golang.org/grpc/credentials"
 	"io"
 	"log/slog"
 	"time"
@@ -75,6 +76,11 @@ type TargetOptions struct {
 	// fixed set of goroutines whose stacks stay grown, instead of a new
 	// goroutine (and stack growth) per stream.
 	StreamWorkers uint32
+	// Creds are the listener's transport credentials (nil: plaintext) and
+	// Proof the ext_proc stream proof, as `swarmgate serve` sets them from
+	// config.Security (TLS-cost measurements).
+	Creds credentials.TransportCredentials
+	Proof extproc.StreamProof
 }
 
 // NewTarget is a gRPC server with the named ext_proc implementation
@@ -93,6 +99,9 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 	if o.StreamWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(o.StreamWorkers))
 	}
+	if o.Creds != nil {
+		gopts = append(gopts, grpc.Creds(o.Creds))
+	}
 	gs := grpc.NewServer(gopts...)
 	switch kind {
 	case TargetBaseline:
@@ -109,7 +118,7 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 	}
 	opts := extproc.Options{Config: cfg, Logger: o.Logger, Registerer: reg, Keys: wire.Keys(pools), Usage: wire.Usage(),
 		Metrics:   telemetry.NewMetrics(reg, cfg),
-		AccessLog: telemetry.NewAccessLog(slog.New(slog.NewJSONHandler(io.Discard, nil)), cfg.Telemetry)}
+		AccessLog: telemetry.NewAccessLog(slog.New(slog.NewJSONHandler(io.Discard, nil)), cfg.Telemetry), Proof: o.Proof}
 	cleanup := func() {}
 	if o.RedisAddr != "" {
 		rdb, err := redisconn.New(cfg.Redis)

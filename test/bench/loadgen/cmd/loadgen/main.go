@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/grpc/credentials"
 	"io"
 	"log/slog"
 	"net"
@@ -90,7 +91,7 @@ func (l *loadFlags) options() loadgen.Options {
 }
 
 // startServer runs this binary's serve command for target as a child.
-func startServer(ctx context.Context, target string, l *loadFlags, redis, cpuprofile string) (*loadgen.Child, error) {
+func startServer(ctx context.Context, target string, l *loadFlags, redis, cpuprofile, tlsDir string) (*loadgen.Child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -107,6 +108,9 @@ func startServer(ctx context.Context, target string, l *loadFlags, redis, cpupro
 	}
 	if l.workers > 0 {
 		cargs = append(cargs, "--stream-workers", strconv.FormatUint(uint64(l.workers), 10))
+	}
+	if tlsDir != "" {
+		cargs = append(cargs, "--tls-dir", tlsDir)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -128,7 +132,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *addr == "" {
-		child, err := startServer(ctx, *target, &l, *redis, *cpuprofile)
+		child, err := startServer(ctx, *target, &l, *redis, *cpuprofile, "")
 		if err != nil {
 			return err
 		}
@@ -160,18 +164,36 @@ func compare(args []string) error {
 	minRPS := fs.Float64("min-rps-ratio", 0.8, "throughput target: pairs at or above it are counted")
 	maxP99 := fs.Float64("max-p99-ratio", 1.5, "message p99 target: pairs at or below it are counted")
 	out := fs.String("o", "", "write the JSON comparison here (default stdout)")
+	tlsCost := fs.Bool("tls-cost", false, "compare swarmgate over plaintext (baseline) with swarmgate over mutual TLS with a client allow-list (target)")
 	_ = fs.Parse(args)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	targets := []string{loadgen.TargetBaseline, loadgen.TargetSwarmgate}
+	tlsDirs := []string{"", ""}
+	var clientCreds credentials.TransportCredentials
+	if *tlsCost {
+		dir, err := os.MkdirTemp("", "loadgen-tls")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if clientCreds, err = loadgen.WriteTLS(dir); err != nil {
+			return err
+		}
+		targets, tlsDirs = []string{loadgen.TargetSwarmgate, loadgen.TargetSwarmgate}, []string{"", dir}
+	}
 	var ends [2]loadgen.Endpoint
-	for i, target := range []string{loadgen.TargetBaseline, loadgen.TargetSwarmgate} {
-		child, err := startServer(ctx, target, &l, "", "")
+	for i, target := range targets {
+		child, err := startServer(ctx, target, &l, "", "", tlsDirs[i])
 		if err != nil {
 			return err
 		}
 		defer func() { _ = child.Stop(10 * time.Second) }()
 		ends[i] = loadgen.Endpoint{Label: target, Addr: child.Addr, PID: child.PID}
+		if tlsDirs[i] != "" {
+			ends[i].Label, ends[i].Creds = target+"+mtls", clientCreds
+		}
 	}
 	c, err := loadgen.Compare(ctx, loadgen.CompareOptions{Baseline: ends[0], Target: ends[1], Load: l.options(), Pairs: *pairs})
 	if err != nil {
@@ -255,6 +277,7 @@ func serve(args []string) error {
 	redis := fs.String("redis", "", "Redis address for the ledger (swarmgate)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile here on exit")
 	workers := fs.Uint("stream-workers", 0, "grpc.NumStreamWorkers (0: a goroutine per stream)")
+	tlsDir := fs.String("tls-dir", "", "serve mutual TLS with the certificates loadgen.WriteTLS wrote here (client allow-list and stream proof as `swarmgate serve`)")
 	_ = fs.Parse(args)
 
 	host, _, err := net.SplitHostPort(*listen)
@@ -264,8 +287,14 @@ func serve(args []string) error {
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return errors.New("serve listens on a loopback address only")
 	}
-	gs, cleanup, err := loadgen.NewTarget(*target, loadgen.TargetOptions{RenameModel: *rename, RedisAddr: *redis, StreamWorkers: uint32(*workers),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	topts := loadgen.TargetOptions{RenameModel: *rename, RedisAddr: *redis, StreamWorkers: uint32(*workers),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if *tlsDir != "" {
+		if topts.Creds, topts.Proof, err = loadgen.ServerTLS(*tlsDir); err != nil {
+			return err
+		}
+	}
+	gs, cleanup, err := loadgen.NewTarget(*target, topts)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/trust"
+	"github.com/swarmgate/swarmgate/internal/trust/trusttest"
+	"github.com/swarmgate/swarmgate/xds/gatewayconfig"
+)
+
+const (
+	idXDS     = "spiffe://swarmgate.test/sa/xds"
+	idEnvoy   = "spiffe://swarmgate.test/sa/envoy"
+	idExtProc = "spiffe://swarmgate.test/sa/extproc"
+	idWorker  = "spiffe://swarmgate.test/sa/worker"
+)
+
+// TestNodeGroupsOverMutualTLS: over real mutual TLS, a client subscribes
+// only as the node groups its certificate identity is granted; the
+// GatewayConfig (virtual-key hashes) reaches ext_proc replicas only.
+func TestNodeGroupsOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := trusttest.NewCA(t, dir, "mesh")
+	srv := ca.Issue(t, dir, "xds", idXDS)
+	leaves := map[string]trusttest.Leaf{
+		idEnvoy: ca.Issue(t, dir, "envoy", idEnvoy), idExtProc: ca.Issue(t, dir, "extproc", idExtProc),
+		idWorker: ca.Issue(t, dir, "worker", idWorker),
+	}
+	creds, err := trust.ServerCredentials(trust.ServerPolicy{Files: trust.Files{Cert: srv.CertFile, Key: srv.KeyFile, CA: ca.CAFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := New(Options{ServerOptions: []grpc.ServerOption{grpc.Creds(creds)}, NodeGroups: []config.NodeGroupGrant{
+		{Identity: idEnvoy, Groups: []string{config.GroupEnvoy}},
+		{Identity: idExtProc, Groups: []string{config.GroupExtProc, config.GroupRateLimit}},
+	}})
+	cfg := parseConfig(t, gatewayYAML(map[string][]string{"m": {"a@127.0.0.1:1,1,0"}}))
+	if err := cp.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	addr := startControlPlane(t, cp)
+
+	dial := func(t *testing.T, id string) *grpc.ClientConn {
+		p := trust.ClientPolicy{Files: trust.Files{CA: ca.CAFile}, ServerIdentity: idXDS}
+		if l, ok := leaves[id]; ok {
+			p.Cert, p.Key = l.CertFile, l.KeyFile
+		}
+		c, err := trust.ClientCredentials(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dialWith(t, addr, c)
+	}
+	tests := []struct {
+		name, id string
+		node     *corev3.Node
+		typeURL  string
+		delta    bool
+		want     codes.Code
+	}{
+		{"envoy as the gateway group", idEnvoy, &corev3.Node{Id: "e1", Cluster: cfg.Envoy.NodeCluster}, resource.ClusterType, false, codes.OK},
+		{"envoy of an existing mesh (own node cluster)", idEnvoy, &corev3.Node{Id: "e2", Cluster: "mesh-gw"}, resource.ClusterType, false, codes.OK},
+		{"envoy over delta", idEnvoy, &corev3.Node{Id: "e3", Cluster: cfg.Envoy.NodeCluster}, resource.ClusterType, true, codes.OK},
+		{"envoy claiming the ext_proc group", idEnvoy, &corev3.Node{Id: "e4", Cluster: contract.NodeExtProc}, gatewayconfig.TypeURL, false, codes.PermissionDenied},
+		{"envoy claiming the ext_proc group by node id", idEnvoy, &corev3.Node{Id: contract.NodeExtProc}, gatewayconfig.TypeURL, true, codes.PermissionDenied},
+		{"ext_proc replica", idExtProc, &corev3.Node{Id: "r1", Cluster: contract.NodeExtProc}, gatewayconfig.TypeURL, false, codes.OK},
+		{"rate-limit service", idExtProc, &corev3.Node{Id: contract.NodeRateLimit, Cluster: contract.NodeRateLimit}, resource.RateLimitConfigType, false, codes.OK},
+		{"ext_proc identity as Envoy", idExtProc, &corev3.Node{Id: "r2", Cluster: cfg.Envoy.NodeCluster}, resource.ClusterType, false, codes.PermissionDenied},
+		{"identity without a grant", idWorker, &corev3.Node{Id: "w", Cluster: contract.NodeExtProc}, gatewayconfig.TypeURL, false, codes.PermissionDenied},
+		{"no client certificate", "", &corev3.Node{Id: "anon", Cluster: contract.NodeExtProc}, gatewayconfig.TypeURL, false, codes.Unavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn := dial(t, tt.id)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+			var n int
+			var err error
+			if tt.delta {
+				n, err = deltaOnce(ctx, ads, tt.node, tt.typeURL)
+			} else {
+				n, err = sotwOnce(ctx, ads, tt.node, tt.typeURL)
+			}
+			if status.Code(err) != tt.want {
+				t.Fatalf("got %v (%d resources), want %v", err, n, tt.want)
+			}
+			if tt.want == codes.OK && n == 0 {
+				t.Fatal("no resources")
+			}
+		})
+	}
+}
+
+func dialWith(t *testing.T, addr string, c credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func sotwOnce(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient, node *corev3.Node, typeURL string) (int, error) {
+	st, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL}); err != nil {
+		_, err = st.Recv()
+		return 0, err
+	}
+	resp, err := st.Recv()
+	return len(resp.GetResources()), err
+}
+
+func deltaOnce(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient, node *corev3.Node, typeURL string) (int, error) {
+	st, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL}); err != nil {
+		_, err = st.Recv()
+		return 0, err
+	}
+	resp, err := st.Recv()
+	return len(resp.GetResources()), err
+}
