@@ -379,6 +379,11 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 		ok, ra := s.opts.Keys.Available(r.backends)
 		if ok {
 			ra = time.Second
+		} else if r.status == http.StatusServiceUnavailable && !s.opts.Keys.Failing(r.backends) {
+			// No healthy host because every key of the pool is rate
+			// limited or busy (EDS follows the keys): capacity comes
+			// back, so the answer SDKs back off on.
+			return errKeysExhausted(r.alias, ra, false)
 		}
 		msg := "No upstream for `" + r.alias + "` could take the request (every relay is down or failing); retry later."
 		code := "upstream_unavailable"

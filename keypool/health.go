@@ -91,6 +91,15 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 		}
 		known = true
 		kp.mu.Lock()
+		// A backend the damper holds down is not in Envoy's load
+		// balancing (EDS says unhealthy): its keys cannot serve.
+		if held, until := kp.damper.heldDown(now); held {
+			kp.mu.Unlock()
+			if ra := until.Sub(now); best < 0 || ra < best {
+				best = ra
+			}
+			continue
+		}
 		for _, k := range kp.keys {
 			if k.cfg.Weight > 0 && kp.eligible(&in, &req, k) {
 				kp.mu.Unlock()
@@ -158,6 +167,17 @@ func (p *Pools) Run(ctx context.Context) error {
 	}
 }
 
+// freeFlips is how many times a backend may go down within the flap
+// window before coming back is held.
+const freeFlips = 2
+
+// heldDown reports whether the damper keeps the backend reported unhealthy
+// at now, and until when.
+func (d *healthDamper) heldDown(now time.Time) (bool, time.Time) {
+	at := d.releaseAt()
+	return d.down && now.Before(at), at
+}
+
 // healthPolicy is breaker.health_hold and health_flap_window.
 type healthPolicy struct {
 	hold, maxHold, window time.Duration
@@ -165,9 +185,12 @@ type healthPolicy struct {
 
 // healthDamper is the hysteresis between a backend's raw health (some key
 // not open) and what the control plane pushes to Envoy. A backend goes
-// unhealthy at once (fail over fast); it is reported healthy again only
-// after a hold that starts at health_hold and doubles with each time it
-// went unhealthy within health_flap_window, capped at max_cooldown.
+// unhealthy at once (fail over fast) and, the first times, comes back as
+// soon as a key is usable again. Once it flaps (freeFlips downs within
+// health_flap_window) it is reported healthy again only after a hold that
+// starts at health_hold and doubles with each further down, capped at
+// max_cooldown: a flaky key cannot make the fleet churn, and a backend that
+// trips now and then is not kept from traffic it could serve.
 // Guarded by the KeyPool's mutex.
 type healthDamper struct {
 	down      bool      // reported unhealthy
@@ -188,11 +211,14 @@ func (d *healthDamper) report(now time.Time, raw bool, p *healthPolicy) bool {
 			}
 		}
 		d.flips = append(kept, now)
-		d.hold = p.hold
-		for i := 1; i < len(d.flips) && d.hold < p.maxHold; i++ {
-			d.hold *= 2
+		d.hold = 0
+		if n := len(d.flips); n > freeFlips {
+			d.hold = p.hold
+			for i := freeFlips + 1; i < n && d.hold < p.maxHold; i++ {
+				d.hold *= 2
+			}
+			d.hold = min(d.hold, p.maxHold)
 		}
-		d.hold = min(d.hold, p.maxHold)
 	case d.down && raw && !now.Before(d.downSince.Add(d.hold)):
 		d.down = false
 	}

@@ -124,27 +124,33 @@ func TestHealthDampingTable(t *testing.T) {
 		name  string
 		steps []step
 	}{
-		{"down at once, back after the hold", []step{
-			{0, true, true}, {time.Second, false, false}, {1500 * time.Millisecond, true, false}, {2 * time.Second, true, true},
+		{"the first downs come back at once", []step{
+			{0, true, true}, {time.Second, false, false}, {1500 * time.Millisecond, true, true},
+			{2 * time.Second, false, false}, {2100 * time.Millisecond, true, true},
 		}},
-		{"each flip in the window doubles the hold", []step{
-			{0, false, false}, {time.Second, true, true}, // hold 1s
-			{2 * time.Second, false, false}, {3 * time.Second, true, false}, {4 * time.Second, true, true}, // hold 2s
-			{5 * time.Second, false, false}, {8 * time.Second, true, false}, {9 * time.Second, true, true}, // hold 4s
+		{"from the third down in the window, held; each further down doubles", []step{
+			{0, false, false}, {time.Second, true, true},
+			{2 * time.Second, false, false}, {3 * time.Second, true, true},
+			{4 * time.Second, false, false}, {4500 * time.Millisecond, true, false}, {5 * time.Second, true, true}, // hold 1s
+			{6 * time.Second, false, false}, {7 * time.Second, true, false}, {8 * time.Second, true, true}, // hold 2s
+			{9 * time.Second, false, false}, {12 * time.Second, true, false}, {13 * time.Second, true, true}, // hold 4s
 		}},
 		{"the hold is capped", []step{
 			{0, false, false}, {1 * time.Second, true, true},
-			{2 * time.Second, false, false}, {4 * time.Second, true, true},
-			{5 * time.Second, false, false}, {9 * time.Second, true, true},
-			{10 * time.Second, false, false}, {18 * time.Second, true, true},
-			{19 * time.Second, false, false}, {26 * time.Second, true, false}, {27 * time.Second, true, true}, // 8s, not 16s
+			{2 * time.Second, false, false}, {3 * time.Second, true, true},
+			{4 * time.Second, false, false}, {5 * time.Second, true, true}, // 1s
+			{6 * time.Second, false, false}, {8 * time.Second, true, true}, // 2s
+			{9 * time.Second, false, false}, {13 * time.Second, true, true}, // 4s
+			{14 * time.Second, false, false}, {22 * time.Second, true, true}, // 8s
+			{23 * time.Second, false, false}, {30 * time.Second, true, false}, {31 * time.Second, true, true}, // 8s, not 16s
 		}},
-		{"flips older than the window are forgotten", []step{
-			{0, false, false}, {time.Second, true, true},
-			{2 * time.Minute, false, false}, {2*time.Minute + time.Second, true, true},
+		{"downs older than the window are forgotten", []step{
+			{0, false, false}, {time.Second, true, true}, {2 * time.Second, false, false}, {3 * time.Second, true, true},
+			{2 * time.Minute, false, false}, {2*time.Minute + 100*time.Millisecond, true, true},
 		}},
 		{"still unhealthy after the hold stays down", []step{
-			{0, false, false}, {5 * time.Second, false, false}, {6 * time.Second, true, true},
+			{0, false, false}, {1, true, true}, {2, false, false}, {3, true, true},
+			{4, false, false}, {5 * time.Second, false, false}, {6 * time.Second, true, true},
 		}},
 	}
 	for _, tc := range tests {
@@ -182,9 +188,9 @@ func TestHealthDampingFlakyKey(t *testing.T) {
 			flips, last = flips+1, h
 		}
 	}
-	// Undamped this is 88 flips; the doubling hold (1, 2, 4, 8, 16 s)
-	// leaves about a dozen.
-	if flips > 14 {
+	// Undamped this is 88 flips; two free downs, then the doubling hold
+	// (1, 2, 4, 8, 16 s) leaves about fifteen.
+	if flips > 16 {
 		t.Fatalf("%d health flips in 44 s", flips)
 	}
 	t.Logf("%d health flips in 44 s of a key failing every second", flips)
@@ -213,5 +219,32 @@ func TestFailingTellsFailureFromCapacity(t *testing.T) {
 	}
 	if p.Failing([]string{"a", "b"}) || p.Failing([]string{"unknown"}) {
 		t.Fatal("failing needs every known backend failing")
+	}
+}
+
+// Admission must agree with EDS: a backend the damper holds down gets no
+// traffic from Envoy, so its keys do not make a request admissible.
+func TestAvailableFollowsTheDampedHealth(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, "breaker: {consecutive_429: 1, consecutive_5xx: 1, cooldown: 1s, max_cooldown: 30s, sync_interval: 1s, jitter: 0, health_hold: 20s, health_flap_window: 2m}\n",
+		map[string][]key{"b": {{id: "k"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	for i := range freeFlips + 1 { // the third down is held
+		_ = p.Report(t.Context(), "b", "k", "", status(500))
+		p.BackendHealth()
+		if i < freeFlips {
+			clk.Advance(10 * time.Second) // the key half-opens; the backend is back
+			if !p.BackendHealth()["b"] {
+				t.Fatalf("down %d: not back after the open period", i+1)
+			}
+		}
+	}
+	clk.Advance(10 * time.Second) // the key half-opens, the backend is held
+	if ok, ra := p.Available([]string{"b"}); ok || ra != 10*time.Second {
+		t.Fatalf("held-down backend: Available = %v, %s; want false, the hold's 10s left", ok, ra)
+	}
+	clk.Advance(10 * time.Second)
+	if ok, _ := p.Available([]string{"b"}); !ok {
+		t.Fatal("after the hold the half-open key is available again")
 	}
 }

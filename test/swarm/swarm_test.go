@@ -183,7 +183,9 @@ func TestSwarm(t *testing.T) {
 			c := s.relay(r.name).Total()
 			per = append(per, fmt.Sprintf("%s ok %d 429 %d err %d 401 %d", r.name, c.OK, c.RateLimited, c.Errors, c.Unauthorized))
 		}
-		t.Logf("upstream: %s; envoysim retries %d", strings.Join(per, "; "), s.sim.Stats().Retries)
+		st := s.sim.Stats()
+		t.Logf("upstream: %s; envoysim retries %d (overflow %d, limit exceeded %d), no healthy upstream %d, upstream local replies %d",
+			strings.Join(per, "; "), st.Retries, st.RetryOverflow, st.RetryLimitExceeded, st.NoHealthyUpstream, st.UpstreamImmediateResponses)
 		return res
 	}
 	var policy, policyRPM swarmResult
