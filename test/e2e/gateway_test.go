@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,8 @@ import (
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/keypool"
 	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/ratelimit/rlstest"
+	"github.com/swarmgate/swarmgate/ratelimit/service"
 	"github.com/swarmgate/swarmgate/telemetry"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 	"github.com/swarmgate/swarmgate/xds/translator"
@@ -180,7 +183,17 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 	return srv, lis.Addr().String()
 }
 
-func startGateway(t *testing.T) *gateway {
+func startGateway(t *testing.T) *gateway { return startGatewayWith(t, gatewayOptions{}) }
+
+// gatewayOptions change the stack startGateway builds.
+type gatewayOptions struct {
+	// rateLimits charges TPM through Envoy's rate-limit filter
+	// (accounting.token_limits: ratelimit) against the real
+	// envoyproxy/ratelimit service, which the sim then calls.
+	rateLimits bool
+}
+
+func startGatewayWith(t *testing.T, o gatewayOptions) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -194,6 +207,16 @@ func startGateway(t *testing.T) *gateway {
 		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := upstreamKeys[k]; return v, ok }})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var rls rlspb.RateLimitServiceClient
+	if o.rateLimits {
+		cfg.Accounting.TokenLimits = translator.TokenLimitsRateLimit
+		x := rlstest.StartXDS(t)
+		x.Set(t, translator.RateLimitConfig(cfg))
+		rcfg := *cfg
+		rcfg.Listen.RateLimit, rcfg.Envoy.XDSAddress = "127.0.0.1:0", x.Addr
+		svc := rlstest.StartService(t, &rcfg, service.Options{})
+		rls = rlspb.NewRateLimitServiceClient(rlstest.Dial(t, svc.Addr))
 	}
 	g.cfg = cfg
 	g.ledger = ledger.New(rdb, ledger.OptionsFrom(cfg))
@@ -215,7 +238,8 @@ func startGateway(t *testing.T) *gateway {
 	}
 	clas := translator.Endpoints(res.IR, translator.EndpointState{})
 	sim, err := envoysim.FromXDS(res.Listeners[0], res.Routes, res.Clusters, clas, envoysim.XDSOptions{
-		RoleHeader: contract.GRPCRoleHeader,
+		RoleHeader:      contract.GRPCRoleHeader,
+		RateLimitClient: rls,
 		ExtProcTargets: func(role string) []string {
 			if role == contract.RoleUpstream {
 				return []string{upAddr, upAddr2}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -207,4 +208,59 @@ func TestReusedClientRequestIDIsBilledEachTime(t *testing.T) {
 		}
 		return reqs == n
 	})
+}
+
+// With TPM charged by Envoy's rate-limit filter, the completion tokens of
+// a stream reach the rate-limit service when the stream is done. The
+// filter rebuilds those descriptors in onDestroy from the request header
+// map as the upstream filters left it (ratelimit.cc, Envoy 1.38): they come
+// from the admission metadata, because no internal header survives.
+func TestCompletionTokensReachTheRateLimitServiceAtStreamEnd(t *testing.T) {
+	g := startGatewayWith(t, gatewayOptions{rateLimits: true})
+	ctx := testCtx(t)
+	stream := g.chat(keyTeam).NewStreaming(ctx, chatParams("gpt-4o-mini"), option.WithHeader("x-request-id", "tpm-stream"))
+	for stream.Next() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := waitRecord(t, g.sim, "tpm-stream")
+	if !ok {
+		t.Fatal("no record")
+	}
+	for k := range rec.RequestHeader {
+		if strings.HasPrefix(k, contract.HeaderPrefix) {
+			t.Errorf("internal header %s survived the upstream filter", k)
+		}
+	}
+	var atRequest, atDone []string
+	for _, c := range rec.RateLimitCalls {
+		if c.Err != "" {
+			t.Fatalf("rate-limit call failed: %s", c.Err)
+		}
+		for _, d := range c.Request.GetDescriptors() {
+			var es []string
+			for _, e := range d.GetEntries() {
+				es = append(es, e.GetKey()+"="+e.GetValue())
+			}
+			s := strings.Join(es, ",")
+			if d.GetHitsAddend() != nil {
+				s += fmt.Sprintf("+%d", d.GetHitsAddend().GetValue())
+			}
+			if c.StreamDone {
+				atDone = append(atDone, s)
+			} else {
+				atRequest = append(atRequest, s)
+			}
+		}
+	}
+	// The mock reports 7 completion tokens; the prompt it reports is not
+	// above the estimate, so the top-up is the completion.
+	want := []string{"tenant=team,limit=tpm+7", "tenant=team,model=gpt-4o-mini,limit=tpm+7"}
+	if strings.Join(atDone, " ") != strings.Join(want, " ") {
+		t.Fatalf("stream-done descriptors %q, want %q (request time: %q)", atDone, want, atRequest)
+	}
+	if len(atRequest) == 0 || !strings.Contains(strings.Join(atRequest, " "), "tenant=team,limit=tpm+") {
+		t.Errorf("request-time descriptors %q", atRequest)
+	}
 }
