@@ -17,6 +17,7 @@ type index struct {
 	keys     map[[sha256.Size]byte]KeyOwner // virtual-key SHA-256 -> owner
 	identity []byte                         // see IdentityKey
 	static   map[string]bool                // see StaticHeader
+	joined   map[string]string              // see TargetBackends
 }
 
 // KeyOwner is the tenant and virtual key a presented key hash belongs to.
@@ -44,8 +45,18 @@ func (c *Config) buildIndex() {
 			c.index.static[strings.ToLower(h)] = true
 		}
 	}
+	c.index.joined = make(map[string]string, len(c.Models))
 	for i := range c.Models {
-		c.index.models[c.Models[i].Name] = &c.Models[i]
+		m := &c.Models[i]
+		c.index.models[m.Name] = m
+		var b strings.Builder
+		for j, t := range m.Targets {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(t.Backend)
+		}
+		c.index.joined[m.Name] = b.String()
 	}
 	c.index.identity = c.identityKey()
 	for i := range c.Tenants {
@@ -211,3 +222,7 @@ func (b *Backend) SetsHeader(lower string) bool {
 	}
 	return false
 }
+
+// TargetBackends is the model's target backends in config order, joined
+// with commas (computed once: the data path passes it on per request).
+func (c *Config) TargetBackends(model string) string { return c.index.joined[model] }

@@ -86,7 +86,8 @@ func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
 		m.outer.Fields = map[string]*structpb.Value{contract.MetadataNamespace: &m.ns}
 	}
 	m.scratch = a.appendSigned(m.scratch[:0])
-	sig := string(sg.Sign(nil, m.scratch))
+	var sb [identity.SigLen]byte
+	sig := string(sg.Sign(sb[:0], m.scratch))
 	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.backends, a.reservation, sig} {
 		m.strKinds[i].StringValue = v
 	}

@@ -443,6 +443,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		a.set(contract.HeaderLong, "1")
 	}
 	bodyBytes := len(body)
+	backends := r.cfg.TargetBackends(alias)
+	if fits < len(model.Targets) {
+		backends = strings.Join(r.backends, ",")
+	}
 	if r.stream && !r.clientUsage {
 		// Positions from the Scan above: no second pass. The answer is
 		// encoded before Send returns, so the stream's buffer is reused.
@@ -463,7 +467,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	resp.DynamicMetadata = r.reqMeta.fill(s.signer(r.cfg), admitted{
 		requestID: r.requestID, tenant: tenant.Name, virtualKey: r.owner.Key.ID, model: alias,
-		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath, backends: strings.Join(r.backends, ","),
+		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath, backends: backends,
 		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: r.reservation.ID,
 	})
 	return resp
