@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"encoding/base64"
 	"strings"
 	"time"
 
@@ -52,23 +53,35 @@ func (a *admitted) appendSigned(msg []byte) []byte {
 
 // requestMeta is a reusable dynamic-metadata struct for the request-body
 // answer (one per pooled router stream): it is filled per request and
-// marshalled inside Send, like tokenMeta.
+// marshalled inside Send, like tokenMeta. It carries two namespaces:
+//
+//   - contract.MetadataNamespace, plain fields for Envoy's other filters (the
+//     rate-limit filter's descriptors and hits_addend) and the response path;
+//   - contract.AdmissionNamespace, one string: the signed admission token,
+//     the only thing forwarded to the upstream filter of each attempt, so an
+//     attempt decodes one field instead of a Struct of a dozen.
 type requestMeta struct {
-	outer, inner structpb.Struct
-	ns           structpb.Value
-	nsKind       structpb.Value_StructValue
-	strs         [len(requestMetaStrings)]structpb.Value
-	strKinds     [len(requestMetaStrings)]structpb.Value_StringValue
-	nums         [len(requestMetaNumbers)]structpb.Value
-	numKinds     [len(requestMetaNumbers)]structpb.Value_NumberValue
-	scratch      []byte
+	outer, inner, adm structpb.Struct
+	ns, admNS         structpb.Value
+	nsKind, admKind   structpb.Value_StructValue
+	token             structpb.Value
+	tokenKind         structpb.Value_StringValue
+	strs              [len(requestMetaStrings)]structpb.Value
+	strKinds          [len(requestMetaStrings)]structpb.Value_StringValue
+	nums              [len(requestMetaNumbers)]structpb.Value
+	numKinds          [len(requestMetaNumbers)]structpb.Value_NumberValue
+	scratch, tok      []byte
 }
 
 var (
 	requestMetaStrings = [...]string{contract.MetaRequestID, contract.MetaTenant, contract.MetaVirtualKey, contract.MetaModel,
-		contract.MetaSticky, contract.MetaPath, contract.MetaBackends, contract.MetaReservation, contract.MetaSignature}
-	requestMetaNumbers = [...]string{contract.MetaEstTokens, contract.MetaMaxTokens, contract.MetaBodyBytes, contract.MetaIssued}
+		contract.MetaReservation}
+	requestMetaNumbers = [...]string{contract.MetaEstTokens, contract.MetaMaxTokens}
 )
+
+// tokenEncoding encodes the signed message in the token (a metadata string
+// must be UTF-8; the message is length-prefixed binary).
+var tokenEncoding = base64.RawURLEncoding
 
 func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
 	if m.inner.Fields == nil {
@@ -83,43 +96,60 @@ func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
 		}
 		m.nsKind.StructValue = &m.inner
 		m.ns.Kind = &m.nsKind
-		m.outer.Fields = map[string]*structpb.Value{contract.MetadataNamespace: &m.ns}
+		m.token.Kind = &m.tokenKind
+		m.adm.Fields = map[string]*structpb.Value{contract.MetaAdmission: &m.token}
+		m.admKind.StructValue = &m.adm
+		m.admNS.Kind = &m.admKind
+		m.outer.Fields = map[string]*structpb.Value{contract.MetadataNamespace: &m.ns, contract.AdmissionNamespace: &m.admNS}
 	}
 	m.scratch = a.appendSigned(m.scratch[:0])
-	var sb [identity.SigLen]byte
-	sig := string(sg.Sign(sb[:0], m.scratch))
-	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.backends, a.reservation, sig} {
+	m.tok = tokenEncoding.AppendEncode(m.tok[:0], m.scratch)
+	m.tok = append(m.tok, '.')
+	m.tok = sg.Sign(m.tok, m.scratch)
+	m.tokenKind.StringValue = string(m.tok)
+	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.reservation} {
 		m.strKinds[i].StringValue = v
 	}
-	for i, v := range [len(requestMetaNumbers)]int64{int64(a.estTokens), int64(a.maxTokens), int64(a.bodyBytes), a.issued} {
+	for i, v := range [len(requestMetaNumbers)]int64{int64(a.estTokens), int64(a.maxTokens)} {
 		m.numKinds[i].NumberValue = float64(v)
 	}
 	return &m.outer
 }
 
-// readAdmitted reads and verifies the admission facts Envoy forwarded to an
+// readAdmitted reads and verifies the admission token Envoy forwarded to an
 // upstream attempt (metadata_context, metadata_options.forwarding_namespaces).
-// ok is false when they are missing, altered, signed with another key or
-// too old: the attempt did not come through admission.
-func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time) (a admitted, ok bool) {
-	f := md.GetFields()
-	str := func(k string) string { return f[k].GetStringValue() }
-	num := func(k string) int64 { return int64(f[k].GetNumberValue()) }
-	a = admitted{
-		requestID: str(contract.MetaRequestID), tenant: str(contract.MetaTenant), virtualKey: str(contract.MetaVirtualKey),
-		model: str(contract.MetaModel), sticky: str(contract.MetaSticky), path: str(contract.MetaPath), backends: str(contract.MetaBackends),
-		estTokens: int(num(contract.MetaEstTokens)), maxTokens: int(num(contract.MetaMaxTokens)),
-		bodyBytes: int(num(contract.MetaBodyBytes)), issued: num(contract.MetaIssued), reservation: str(contract.MetaReservation),
+// buf is scratch space (returned grown, for reuse). ok is false when the
+// token is missing, altered, signed with another key or too old: the
+// attempt did not come through admission.
+func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time, buf []byte) (a admitted, _ []byte, ok bool) {
+	tok := md.GetFields()[contract.MetaAdmission].GetStringValue()
+	dot := strings.LastIndexByte(tok, '.')
+	if dot < 0 {
+		return a, buf, false
 	}
-	if a.requestID == "" || a.path == "" {
-		return a, false
+	msg, err := tokenEncoding.AppendDecode(buf[:0], []byte(tok[:dot]))
+	if err != nil || !sg.Verify(tok[dot+1:], msg) {
+		return a, msg, false
 	}
-	var buf [512]byte
-	if !sg.Verify(str(contract.MetaSignature), a.appendSigned(buf[:0])) {
-		return a, false
+	// The fields in appendSigned's order; only what an attempt uses is
+	// kept as a string.
+	var f [7][]byte
+	rest := msg
+	for i := range f {
+		if f[i], rest, ok = identity.ReadField(rest); !ok {
+			return a, msg, false
+		}
 	}
+	var n [4]int64
+	for i := range n {
+		if n[i], rest, ok = identity.ReadInt(rest); !ok {
+			return a, msg, false
+		}
+	}
+	a = admitted{requestID: string(f[0]), model: string(f[3]), sticky: string(f[4]), path: string(f[5]), backends: string(f[6]),
+		estTokens: int(n[0]), maxTokens: int(n[1]), bodyBytes: int(n[2]), issued: n[3]}
 	age := now.Sub(time.Unix(a.issued, 0))
-	return a, age > -time.Minute && age < maxIdentityAge
+	return a, msg, len(rest) == 0 && a.requestID != "" && a.path != "" && age > -time.Minute && age < maxIdentityAge
 }
 
 // signerFor is the identity.Signer of a config snapshot; its key is

@@ -74,7 +74,8 @@ func TestReusedClientRequestIDIsNotTheIdentity(t *testing.T) {
 	ids := map[string]bool{}
 	for range 3 {
 		md := admission(t, h, chatBody, "x-request-id", "same-id")
-		ids[md.GetFields()[contract.MetaRequestID].GetStringValue()] = true
+		ad, _ := h.srv.ReadAdmission(md)
+		ids[ad.RequestID] = true
 	}
 	if len(ids) != 3 {
 		t.Fatalf("3 requests with one client id got %d identities", len(ids))
@@ -88,7 +89,8 @@ func TestReusedClientRequestIDIsNotTheIdentity(t *testing.T) {
 func TestClientLabelsAreSanitised(t *testing.T) {
 	h := newHarness(t, testConfig(t))
 	md := admission(t, h, chatBody, "x-session-id", "s-1\r\nx-evil: 1")
-	if s := md.GetFields()[contract.MetaSticky].GetStringValue(); strings.ContainsAny(s, "\r\n") || s == "s-1\r\nx-evil: 1" {
+	ad, _ := h.srv.ReadAdmission(md)
+	if s := ad.Sticky; strings.ContainsAny(s, "\r\n") || s == "s-1\r\nx-evil: 1" {
 		t.Fatalf("sticky value %q", s)
 	}
 }

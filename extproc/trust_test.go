@@ -39,7 +39,7 @@ func TestStreamWithoutProofIsRefused(t *testing.T) {
 	// Envoy forwards to the attempt.
 	rt := open(contract.RoleRouter, secret)
 	roundTrip(t, rt, reqHeaders(false, chatHeaders(keyAlpha)...))
-	md := roundTrip(t, rt, reqBody(chatBody)).GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue()
+	md := roundTrip(t, rt, reqBody(chatBody)).GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
 	if md == nil {
 		t.Fatal("a proven router stream admitted nothing")
 	}

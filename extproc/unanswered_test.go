@@ -50,7 +50,7 @@ func TestUnansweredAttempts(t *testing.T) {
 				if admitted.GetRequestBody() == nil {
 					t.Fatalf("not admitted: %v", admitted)
 				}
-				md := admitted.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue()
+				md := admitted.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
 				up, cancelAttempt := h.stream(t, contract.RoleUpstream)
 				// No session stickiness: the attempts spread over both keys.
 				resp := roundTrip(t, up, upstreamReq(t, "big", "", 1, true, md, routedHeaders("x-request-id", id)...))

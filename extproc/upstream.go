@@ -32,7 +32,8 @@ type upstreamStream struct {
 	upstreamModel string
 	alias         string
 	rewrite       bool
-	reported      bool // the attempt's response headers were reported
+	reported      bool   // the attempt's response headers were reported
+	scratch       []byte // the decoded admission token; kept across pooled uses
 	ans           *answer
 }
 
@@ -50,7 +51,7 @@ var bodyOverride = &extprocfilter.ProcessingMode{
 
 func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) error {
 	u := s.upstreams.Get().(*upstreamStream)
-	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans}
+	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans, scratch: u.scratch}
 	if u.ans == nil {
 		u.ans = &answer{}
 	}
@@ -172,7 +173,10 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 			a.remove(k) // another backend's static header
 		}
 	}
-	ad, ok := readAdmitted(req.GetMetadataContext().GetFilterMetadata()[contract.MetadataNamespace], s.signer(u.cfg), s.opts.Now())
+	ad, scratch, ok := readAdmitted(req.GetMetadataContext().GetFilterMetadata()[contract.AdmissionNamespace], s.signer(u.cfg), s.opts.Now(), u.scratch)
+	if cap(scratch) <= 64<<10 {
+		u.scratch = scratch
+	}
 	if !ok {
 		// No signed admission: the router-level filter did not admit this
 		// request (it failed open, or the stream is not Envoy's). No key.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -24,7 +27,7 @@ func admission(t testing.TB, h *harness, body string, extra ...string) *structpb
 	t.Cleanup(cancel)
 	roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha, extra...)...))
 	resp := roundTrip(t, st, reqBody(body))
-	md := resp.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue()
+	md := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
 	if resp.GetRequestBody() == nil || md == nil {
 		t.Fatalf("not admitted, or no admission metadata: %v", resp)
 	}
@@ -49,7 +52,7 @@ func upstreamReq(t testing.TB, backend, model string, attempt int, eos bool, md 
 		contract.AttrAttemptCount:         structpb.NewNumberValue(float64(attempt)),
 	}}}
 	if md != nil {
-		r.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{contract.MetadataNamespace: md}}
+		r.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{contract.AdmissionNamespace: md}}
 	}
 	return r
 }
@@ -222,20 +225,37 @@ func noSecret(t *testing.T, resp *extprocv3.ProcessingResponse) {
 func TestUpstreamWithoutValidAdmissionGetsNoKey(t *testing.T) {
 	h := newHarness(t, testConfig(t))
 	good := admission(t, h, chatBody)
-	tamper := func(k string, v *structpb.Value) *structpb.Struct {
-		c := proto.Clone(good).(*structpb.Struct)
-		c.Fields[k] = v
-		return c
+	token := good.GetFields()[contract.MetaAdmission].GetStringValue()
+	with := func(tok string) *structpb.Struct {
+		return &structpb.Struct{Fields: map[string]*structpb.Value{contract.MetaAdmission: structpb.NewStringValue(tok)}}
 	}
+	dot := strings.LastIndexByte(token, '.')
+	flip := func(s string, i int) string {
+		b := []byte(s)
+		b[i] ^= 0x01
+		return string(b)
+	}
+	// Tokens that are genuine but not this gateway's, or too old.
+	otherCfg := testConfig(t)
+	otherCfg.Identity.SigningKey = config.SecretFromValue("env:OTHER", "another fleet's signing key")
+	if err := otherCfg.Prepare(config.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	other := admission(t, newHarness(t, otherCfg), chatBody)
+	old := admission(t, newHarness(t, testConfig(t), func(o *extproc.Options) {
+		o.Now = func() time.Time { return time.Now().Add(-3 * time.Hour) }
+	}), chatBody)
 	tests := []struct {
 		name string
 		md   *structpb.Struct
 	}{
 		{"no metadata", nil},
-		{"tenant changed", tamper(contract.MetaTenant, structpb.NewStringValue("beta"))},
-		{"estimate lowered", tamper(contract.MetaEstTokens, structpb.NewNumberValue(1))},
-		{"signature missing", tamper(contract.MetaSignature, structpb.NewStringValue(""))},
-		{"issued long ago", tamper(contract.MetaIssued, structpb.NewNumberValue(1))},
+		{"no token", with("")},
+		{"fields altered", with(flip(token, dot/2))},
+		{"signature altered", with(flip(token, dot+3))},
+		{"signature missing", with(token[:dot])},
+		{"signed with another key", other},
+		{"issued three hours ago", old},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

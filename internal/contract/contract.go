@@ -53,13 +53,13 @@ const (
 	EndpointUpstreamModel = "upstream_model" // model name the backend expects
 )
 
-// Request metadata: what the router-level ext_proc admits a request with. It
-// is returned as dynamic metadata with the request-body answer (kept by Envoy
-// for receiving_namespaces), forwarded to the upstream ext_proc of every
-// attempt (metadata_options.forwarding_namespaces, as metadata_context) and
-// read by the rate-limit filter's metadata actions and hits_addend, at
-// request time and at stream done. MetaSignature authenticates the rest, so a
-// stream that did not come through admission gets no upstream key.
+// Request metadata: what the router-level ext_proc admitted a request with,
+// returned as dynamic metadata with the request-body answer (Envoy keeps it
+// for receiving_namespaces and merges later answers into it per key).
+//
+// In MetadataNamespace, plain fields for Envoy's other filters: the
+// rate-limit filter's metadata actions and hits_addend read them, at
+// request time and at stream done.
 const (
 	MetaRequestID   = "rid"        // gateway-minted request identity
 	MetaTenant      = "tenant"     // tenant name (rate-limit descriptor)
@@ -67,13 +67,20 @@ const (
 	MetaModel       = "model"      // public model alias (descriptor)
 	MetaEstTokens   = "est_tokens" // prompt-token estimate (hits_addend at request time)
 	MetaMaxTokens   = "max_tokens" // output tokens reserved for this request
-	MetaSticky      = "sticky"     // stickiness key for upstream key choice
-	MetaPath        = "path"       // the client's :path, from which each attempt builds its own
-	MetaBackends    = "backends"   // the backends the request may be served by, comma-separated
-	MetaBodyBytes   = "body_bytes" // length of the body the router-level filter passed on
-	MetaIssued      = "iat"        // unix seconds the identity was minted
-	MetaSignature   = "sig"        // HMAC-SHA256 over the fields above (identity.Sign)
 	MetaReservation = "reservation"
+)
+
+// AdmissionNamespace holds one string, MetaAdmission: the admission token
+// the upstream filter of every attempt gets (forwarding_namespaces lists
+// only this namespace). It is the request id, tenant, virtual key, model,
+// sticky key, the client's :path, the backends that may serve it, the
+// estimate, the output reservation, the body size and the issue time,
+// length-prefixed, base64url, then "." and an HMAC-SHA256 (128 bits, hex)
+// with identity.signing_key: a stream that did not come through admission
+// gets no upstream key.
+const (
+	AdmissionNamespace = "swarmgate_admission"
+	MetaAdmission      = "token"
 )
 
 // Dynamic metadata keys the router-level ext_proc emits on the response.

@@ -51,6 +51,26 @@ func AppendInt(msg []byte, n int64) []byte {
 	return append(msg, d...)
 }
 
+// ReadField reads the field AppendField wrote at the start of msg and
+// returns it with the rest of msg; ok is false when msg is malformed.
+func ReadField(msg []byte) (field, rest []byte, ok bool) {
+	n, w := binary.Uvarint(msg)
+	if w <= 0 || n > uint64(len(msg)-w) {
+		return nil, nil, false
+	}
+	return msg[w : w+int(n)], msg[w+int(n):], true
+}
+
+// ReadInt reads a field AppendInt wrote.
+func ReadInt(msg []byte) (n int64, rest []byte, ok bool) {
+	f, rest, ok := ReadField(msg)
+	if !ok || len(f) == 0 || len(f) > 19 {
+		return 0, nil, false
+	}
+	n, err := strconv.ParseInt(string(f), 10, 64)
+	return n, rest, err == nil
+}
+
 // Signer signs and verifies messages built with AppendField with
 // HMAC-SHA256. It is safe for concurrent use.
 type Signer struct {

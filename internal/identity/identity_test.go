@@ -76,3 +76,25 @@ func BenchmarkSign(b *testing.B) {
 		buf = s.Sign(buf[:0], msg)
 	}
 }
+
+func TestReadFieldRoundTrip(t *testing.T) {
+	msg := AppendField(nil, "sg-1")
+	msg = AppendField(msg, "")
+	msg = AppendInt(msg, -42)
+	f, rest, ok := ReadField(msg)
+	if !ok || string(f) != "sg-1" {
+		t.Fatalf("first field %q %v", f, ok)
+	}
+	if f, rest, ok = ReadField(rest); !ok || len(f) != 0 {
+		t.Fatalf("empty field %q %v", f, ok)
+	}
+	n, rest, ok := ReadInt(rest)
+	if !ok || n != -42 || len(rest) != 0 {
+		t.Fatalf("int %d %v rest %q", n, ok, rest)
+	}
+	for _, bad := range [][]byte{{0x05, 'a'}, {0xff}, nil} {
+		if _, _, ok := ReadField(bad); ok {
+			t.Errorf("ReadField(%q) ok", bad)
+		}
+	}
+}

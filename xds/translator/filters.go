@@ -53,7 +53,7 @@ func RouterExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 		},
 		MetadataOptions: &extprocv3.MetadataOptions{
 			ReceivingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
-				Untyped: []string{contract.MetadataNamespace},
+				Untyped: []string{contract.MetadataNamespace, contract.AdmissionNamespace},
 			},
 		},
 		// ext_proc skips the response body of non-JSON/SSE answers.
@@ -102,7 +102,7 @@ func UpstreamExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 		// ext_proc.cc Filter::addDynamicMetadata, Envoy 1.38).
 		MetadataOptions: &extprocv3.MetadataOptions{
 			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
-				Untyped: []string{contract.MetadataNamespace},
+				Untyped: []string{contract.AdmissionNamespace},
 			},
 		},
 	}

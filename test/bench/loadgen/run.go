@@ -551,8 +551,8 @@ func (w *worker) exchange(s *sample, start time.Time) error {
 	// (receiving_namespaces) reaches the attempt's upstream filter as
 	// metadata_context (forwarding_namespaces).
 	m.upHeaders.MetadataContext = nil
-	if ns := resp.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue(); ns != nil {
-		m.upHeaders.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{contract.MetadataNamespace: ns}}
+	if ns := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue(); ns != nil {
+		m.upHeaders.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{contract.AdmissionNamespace: ns}}
 	}
 
 	if err := w.attempt(s); err != nil {
