@@ -19,6 +19,9 @@ type Request struct {
 	Class     int     // priority, 0 first
 	ClassName string
 	MaxWait   time.Duration
+	// OnWait, when set, is called once before the request starts waiting
+	// (never when it is admitted at once).
+	OnWait func()
 }
 
 // Capacity reports whether the keys could serve a request now, when they
@@ -143,6 +146,9 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 		return q.refuse(req, ReasonFull, max(ra, d.Wait), start)
 	}
 	defer q.dequeue(w)
+	if req.OnWait != nil {
+		req.OnWait()
+	}
 	q.opts.Metrics.waiting(req, 1)
 	defer q.opts.Metrics.waiting(req, -1)
 

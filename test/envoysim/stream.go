@@ -143,6 +143,7 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 	t := time.NewTimer(to)
 	defer t.Stop()
 	headerState := want == "request_headers" || want == "response_headers"
+	extended := false
 	for {
 		select {
 		case res := <-r.recv:
@@ -151,10 +152,15 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 			}
 			resp := res.resp
 			if d := resp.GetOverrideMessageTimeout(); d != nil {
-				// Filter::onNewTimeout: honoured only up to max_message_timeout
-				// (zero: never).
-				if nd := d.AsDuration(); r.f.MaxMessageTimeout > 0 && nd >= time.Millisecond && nd <= r.f.MaxMessageTimeout {
+				// Filter::onNewTimeout: honoured only from 1 ms up to
+				// max_message_timeout (zero: never), and only once per
+				// message: ProcessorState::restartMessageTimer sets
+				// new_timeout_received_, cleared only when the next call
+				// starts or this one finishes (processor_state.cc, v1.38.0).
+				// The timer restarts from the override's arrival.
+				if nd := d.AsDuration(); !extended && r.f.MaxMessageTimeout > 0 && nd >= time.Millisecond && nd <= r.f.MaxMessageTimeout {
 					t.Reset(nd)
+					extended = true
 				}
 				continue
 			}
