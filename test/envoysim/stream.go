@@ -40,6 +40,8 @@ type filterRun struct {
 	// md is the stream's dynamic metadata, shared by every filter of the
 	// request.
 	md *dynMetadata
+	// down is closed when the downstream request is gone.
+	down <-chan struct{}
 }
 
 type recvResult struct {
@@ -68,6 +70,10 @@ func (s *Sim) openFilter(ctx context.Context, f *Filter, md *dynMetadata) (*filt
 		return nil, err
 	}
 	run.cancel, run.stream = cancel, st
+	// The downstream request going away destroys the filter, which closes
+	// the stream at once without waiting for the answer (ext_proc.cc
+	// Filter::onDestroy -> closeStreamMaybeGraceful -> closeStream, v1.38.0).
+	run.down = ctx.Done()
 	run.recv = make(chan recvResult, 4)
 	s.stats.streams.Add(1)
 	go func() {
@@ -112,6 +118,9 @@ func (r *filterRun) close(reset bool) {
 	}
 	r.stream = nil
 }
+
+// errDownstreamGone: the client went away while an answer was awaited.
+var errDownstreamGone = errors.New("envoysim: downstream request gone")
 
 // exchange sends one message and waits for its answer, bounded by
 // message_timeout, as ext_proc.cc Filter::onReceiveMessage (v1.38.0) reads
@@ -177,6 +186,9 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 		case <-t.C:
 			r.sim.stats.messageTimeouts.Add(1)
 			return nil, errMessageTimeout
+		case <-r.down:
+			r.cancel()
+			return nil, errDownstreamGone
 		}
 	}
 }
