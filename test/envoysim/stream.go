@@ -153,6 +153,13 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 	defer t.Stop()
 	headerState := want == "request_headers" || want == "response_headers"
 	extended := false
+	// Only while the request is still being decoded: later, Go's server
+	// also ends the request context when the handler finishes normally,
+	// which is not a downstream reset.
+	var down <-chan struct{}
+	if want == "request_headers" || want == "request_body" {
+		down = r.down
+	}
 	for {
 		select {
 		case res := <-r.recv:
@@ -186,7 +193,7 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 		case <-t.C:
 			r.sim.stats.messageTimeouts.Add(1)
 			return nil, errMessageTimeout
-		case <-r.down:
+		case <-down:
 			r.cancel()
 			return nil, errDownstreamGone
 		}
