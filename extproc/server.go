@@ -149,10 +149,11 @@ func (s *Server) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	case contract.RoleUpstream:
 		return s.serveUpstream(st)
 	case contract.RoleRouter:
-		if s.opts.Queue != nil {
+		if cfg := s.cfg.Load(); s.opts.Queue != nil && cfg.Admission.MaxWait.Duration > 0 {
 			// The queue extends Envoy's message timer on this stream
-			// while a request waits (queue.go).
-			st = withTimerExtension(st, s.cfg.Load())
+			// while a request waits (queue.go); with queueing off a stream
+			// costs nothing more.
+			st = withTimerExtension(st, cfg)
 		}
 		return s.serveRouter(st)
 	}
