@@ -95,6 +95,13 @@ func (c *Config) applyDefaults() {
 	defDur(&c.Breaker.AuthCooldown, 30*time.Minute)
 	defDur(&c.Breaker.HealthFlapWindow, 2*time.Minute)
 
+	defInt(&c.Admission.MaxQueue, 1024)
+	defDur(&c.Admission.Poll, 20*time.Millisecond)
+	defDur(&c.Admission.RedisTimeout, 50*time.Millisecond)
+	for i := range c.Tenants {
+		defInt(&c.Tenants[i].Weight, 1)
+	}
+
 	defDur(&c.Retry.BackoffBase, 250*time.Millisecond)
 	defDur(&c.Retry.BackoffMax, 5*time.Second)
 	if c.Retry.BudgetPercent == 0 {
@@ -111,6 +118,7 @@ func (c *Config) applyDefaults() {
 	defMode(&c.FailureModes.Budget, FailOpen)
 	defMode(&c.FailureModes.Reservation, FailOpen)
 	defMode(&c.FailureModes.BreakerSync, FailOpen)
+	defMode(&c.FailureModes.AdmissionOrder, FailOpen)
 
 	def(&c.Accounting.BillOnDisconnect, "reported")
 	defDur(&c.Accounting.ReservationTTL, 10*time.Minute)

@@ -3,6 +3,8 @@
 // produced by Load or Parse; none of them re-parses YAML.
 package config
 
+import "time"
+
 // Config is the whole gateway configuration, one YAML file.
 type Config struct {
 	Listen       Listen        `yaml:"listen" json:"listen"`
@@ -11,6 +13,7 @@ type Config struct {
 	Request      RequestPolicy `yaml:"request" json:"request"`
 	Breaker      BreakerPolicy `yaml:"breaker" json:"breaker"`
 	Retry        RetryPolicy   `yaml:"retry" json:"retry"`
+	Admission    Admission     `yaml:"admission" json:"admission"`
 	FailureModes FailureModes  `yaml:"failure_modes" json:"failure_modes"`
 	Accounting   Accounting    `yaml:"accounting" json:"accounting"`
 	Alerts       Alerts        `yaml:"alerts" json:"alerts"`
@@ -155,6 +158,41 @@ type FailureModes struct {
 	Budget      FailureMode `yaml:"budget" json:"budget"`           // Redis down while checking budgets
 	Reservation FailureMode `yaml:"reservation" json:"reservation"` // Redis down while reserving TPM
 	BreakerSync FailureMode `yaml:"breaker_sync" json:"breaker_sync"`
+	// AdmissionOrder: Redis down while queueing (open: each replica keeps
+	// its own order; closed: refuse with 429 as without a queue).
+	AdmissionOrder FailureMode `yaml:"admission_order" json:"admission_order"`
+}
+
+// MaxMessageTimeout is the largest max_message_timeout Envoy's ext_proc
+// filter accepts (ext_proc.proto, max_message_timeout: lte 3600s).
+const MaxMessageTimeout = time.Hour
+
+// Admission configures the admission queue: requests refused only for
+// capacity that comes back soon wait for it instead (docs/admission.md).
+type Admission struct {
+	// MaxWait is the longest a request waits (0: queueing off, refuse at
+	// once as before). Tenants and classes may set their own.
+	MaxWait  Duration `yaml:"max_wait" json:"max_wait"`
+	MaxQueue int      `yaml:"max_queue" json:"max_queue"` // per replica
+	// Poll is how often a replica's first waiter of a backend set asks the
+	// shared order again.
+	Poll Duration `yaml:"poll" json:"poll"`
+	// RedisTimeout bounds each step of the shared order.
+	RedisTimeout Duration `yaml:"redis_timeout" json:"redis_timeout"`
+	// Pace admits to a backend set at its keys' request rate (rpm, or the
+	// x-ratelimit-limit-requests providers report).
+	Pace bool `yaml:"pace" json:"pace"`
+	// ClassHeader names the request header that may choose a class, for
+	// virtual keys that list it in header_classes.
+	ClassHeader string           `yaml:"class_header" json:"class_header"`
+	Classes     []AdmissionClass `yaml:"classes" json:"classes"`
+}
+
+// AdmissionClass is a priority class (planner, critic, bulk workers).
+type AdmissionClass struct {
+	Name     string   `yaml:"name" json:"name"`
+	Priority int      `yaml:"priority" json:"priority"` // 0 first
+	MaxWait  Duration `yaml:"max_wait" json:"max_wait"`
 }
 
 // Accounting configures the ledger and reservations.
@@ -270,6 +308,10 @@ type Tenant struct {
 	Budget      *Budget           `yaml:"budget" json:"budget"`
 	// Sticky keeps each of the tenant's virtual keys on one upstream key.
 	Sticky bool `yaml:"sticky" json:"sticky"`
+	// Weight is the tenant's share of a backend set while requests queue
+	// (default 1); MaxWait overrides admission.max_wait.
+	Weight  int      `yaml:"weight" json:"weight"`
+	MaxWait Duration `yaml:"max_wait" json:"max_wait"`
 }
 
 // VirtualKey is a caller credential. Only its SHA-256 hash is kept.
@@ -280,6 +322,11 @@ type VirtualKey struct {
 	Hash    string `yaml:"hash" json:"hash"`
 	Secret  Secret `yaml:"secret" json:"secret"`
 	Revoked bool   `yaml:"revoked" json:"revoked"`
+	// Class is the admission class of the key's requests; HeaderClasses
+	// the classes admission.class_header may choose instead (nothing a
+	// client sends chooses a class otherwise).
+	Class         string   `yaml:"class" json:"class"`
+	HeaderClasses []string `yaml:"header_classes" json:"header_classes"`
 
 	derived bool // Hash was computed from Secret
 }

@@ -59,6 +59,7 @@ func (c *Config) validate(opts Options) Errors {
 	c.validateSecurity(v)
 	c.validateRedis(v)
 	c.validatePolicies(v)
+	c.validateAdmission(v)
 	c.validateAdmin(v)
 	backends := c.validateBackends(v)
 	models := c.validateModels(v, backends)
@@ -246,6 +247,7 @@ func (c *Config) validatePolicies(v *validator) {
 		{"failure_modes.extproc", f.ExtProc}, {"failure_modes.ratelimit", f.RateLimit},
 		{"failure_modes.budget", f.Budget}, {"failure_modes.reservation", f.Reservation},
 		{"failure_modes.breaker_sync", f.BreakerSync},
+		{"failure_modes.admission_order", f.AdmissionOrder},
 	} {
 		if m.val != FailOpen && m.val != FailClosed {
 			v.add(m.path, "unknown failure mode %q: want open or closed", m.val)

@@ -212,3 +212,35 @@ func (e *NoKeyError) Error() string { return ErrNoKey.Error() }
 
 // Is makes errors.Is(err, ErrNoKey) true.
 func (e *NoKeyError) Is(target error) bool { return target == ErrNoKey }
+
+// AdmissionQueue holds a request whose only obstacle is capacity that comes
+// back soon, until it can be admitted or its wait ends (package admission).
+type AdmissionQueue interface {
+	Admit(ctx context.Context, req QueueRequest, capacity func() (ready bool, retryAfter time.Duration, ratePerSec float64)) QueueResult
+}
+
+// QueueRequest is one request asking the queue. OnWait is called once,
+// before it starts waiting (not when it is admitted at once).
+type QueueRequest struct {
+	Scope    string // the target backends
+	Tenant   string
+	Class    string
+	Priority int
+	Weight   float64
+	MaxWait  time.Duration
+	OnWait   func()
+}
+
+// QueueResult is the queue's answer. Reason is set when not admitted.
+type QueueResult struct {
+	Admitted   bool
+	Reason     string
+	Waited     time.Duration
+	RetryAfter time.Duration
+}
+
+// KeyPacer is what a KeyPicker may also offer: the request rate (per
+// second) the usable keys of backends can take, 0 when unknown.
+type KeyPacer interface {
+	Pace(backends []string) float64
+}

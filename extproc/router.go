@@ -367,8 +367,8 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 
 	// Admission: keys, budget, token reservation.
-	if ok, retry := s.opts.Keys.Available(r.backends); !ok {
-		return s.refuse(r, errKeysExhausted(alias, retry, s.opts.Keys.Failing(r.backends)))
+	if refusal := s.admitKeys(ctx, r); refusal != nil {
+		return refusal
 	}
 	reserving := r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil
 	// With reservations the money hold covers the hard cap atomically;

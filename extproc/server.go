@@ -63,6 +63,9 @@ type Options struct {
 	// (the stream's context is gone by then). Default 5 s.
 	SettleTimeout time.Duration
 	Now           func() time.Time
+	// Queue, when set, holds requests refused only for capacity that
+	// comes back soon (admission.max_wait > 0); nil refuses at once.
+	Queue AdmissionQueue
 }
 
 // Server implements the ExternalProcessor service.
@@ -146,6 +149,12 @@ func (s *Server) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	case contract.RoleUpstream:
 		return s.serveUpstream(st)
 	case contract.RoleRouter:
+		if cfg := s.cfg.Load(); s.opts.Queue != nil && cfg.Admission.MaxWait.Duration > 0 {
+			// The queue extends Envoy's message timer on this stream
+			// while a request waits (queue.go); with queueing off a stream
+			// costs nothing more.
+			st = withTimerExtension(st, cfg)
+		}
 		return s.serveRouter(st)
 	}
 	return status.Errorf(codes.InvalidArgument, "unknown %s %q", contract.GRPCRoleHeader, role)

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/swarmgate/swarmgate/admission"
+	"github.com/swarmgate/swarmgate/internal/identity"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -248,7 +250,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 				return nil
 			})
 		}
-		ep, err := extproc.New(extproc.Options{Tracer: tracer,
+		// The admission queue (used while admission.max_wait > 0): one order
+		// for every replica in Redis. Ticket ids must be unique across
+		// replicas, so they carry a random per-process id. Queue length,
+		// poll and Redis bound are read at start.
+		queue := admission.New(admission.Options{ReplicaID: identity.NewRequestID(),
+			Order:    admission.NewRedisOrder(rdb, cfg.Redis.KeyPrefix),
+			MaxQueue: cfg.Admission.MaxQueue, Poll: cfg.Admission.Poll.D(), StepTimeout: cfg.Admission.RedisTimeout.D(),
+			FailOpen: cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
+			Metrics: admission.NewMetrics(reg)})
+		ep, err := extproc.New(extproc.Options{Tracer: tracer, Queue: wire.Queue(queue),
 			Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: reg,
 			Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, g.Config),
 			Reserver: wire.Reserver(res, g.Config), Budgets: wire.Budgets(budgets),

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/swarmgate/swarmgate/admission"
 	"time"
 
 	"github.com/swarmgate/swarmgate/accounting/ledger"
@@ -136,4 +137,22 @@ type refusals struct{ l *admin.RefusalLog }
 
 func (r refusals) Refused(tenant, model string, status int, code, reason string) {
 	r.l.Add(admin.Refusal{Tenant: tenant, Model: model, Status: status, Reason: code + ": " + reason})
+}
+
+// Pace implements extproc.KeyPacer.
+func (k keys) Pace(backends []string) float64 { return k.p.Pace(backends) }
+
+// Queue adapts an *admission.Queue to extproc.AdmissionQueue.
+func Queue(q *admission.Queue) extproc.AdmissionQueue { return queue{q} }
+
+type queue struct{ q *admission.Queue }
+
+func (a queue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func() (bool, time.Duration, float64)) extproc.QueueResult {
+	res := a.q.Admit(ctx, admission.Request{Scope: r.Scope, Tenant: r.Tenant, Weight: r.Weight, Class: r.Priority,
+		ClassName: r.Class, MaxWait: r.MaxWait, OnWait: r.OnWait},
+		func() (bool, time.Duration, admission.Pace) {
+			ok, ra, rate := capacity()
+			return ok, ra, admission.Pace{Rate: rate, Burst: 1}
+		})
+	return extproc.QueueResult{Admitted: res.Admitted, Reason: string(res.Reason), Waited: res.Waited, RetryAfter: res.RetryAfter}
 }

@@ -40,6 +40,8 @@ type filterRun struct {
 	// md is the stream's dynamic metadata, shared by every filter of the
 	// request.
 	md *dynMetadata
+	// down is closed when the downstream request is gone.
+	down <-chan struct{}
 }
 
 type recvResult struct {
@@ -68,6 +70,10 @@ func (s *Sim) openFilter(ctx context.Context, f *Filter, md *dynMetadata) (*filt
 		return nil, err
 	}
 	run.cancel, run.stream = cancel, st
+	// The downstream request going away destroys the filter, which closes
+	// the stream at once without waiting for the answer (ext_proc.cc
+	// Filter::onDestroy -> closeStreamMaybeGraceful -> closeStream, v1.38.0).
+	run.down = ctx.Done()
 	run.recv = make(chan recvResult, 4)
 	s.stats.streams.Add(1)
 	go func() {
@@ -113,6 +119,9 @@ func (r *filterRun) close(reset bool) {
 	r.stream = nil
 }
 
+// errDownstreamGone: the client went away while an answer was awaited.
+var errDownstreamGone = errors.New("envoysim: downstream request gone")
+
 // exchange sends one message and waits for its answer, bounded by
 // message_timeout, as ext_proc.cc Filter::onReceiveMessage (v1.38.0) reads
 // the answers:
@@ -143,6 +152,14 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 	t := time.NewTimer(to)
 	defer t.Stop()
 	headerState := want == "request_headers" || want == "response_headers"
+	extended := false
+	// Only while the request is still being decoded: later, Go's server
+	// also ends the request context when the handler finishes normally,
+	// which is not a downstream reset.
+	var down <-chan struct{}
+	if want == "request_headers" || want == "request_body" {
+		down = r.down
+	}
 	for {
 		select {
 		case res := <-r.recv:
@@ -151,10 +168,15 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 			}
 			resp := res.resp
 			if d := resp.GetOverrideMessageTimeout(); d != nil {
-				// Filter::onNewTimeout: honoured only up to max_message_timeout
-				// (zero: never).
-				if nd := d.AsDuration(); r.f.MaxMessageTimeout > 0 && nd >= time.Millisecond && nd <= r.f.MaxMessageTimeout {
+				// Filter::onNewTimeout: honoured only from 1 ms up to
+				// max_message_timeout (zero: never), and only once per
+				// message: ProcessorState::restartMessageTimer sets
+				// new_timeout_received_, cleared only when the next call
+				// starts or this one finishes (processor_state.cc, v1.38.0).
+				// The timer restarts from the override's arrival.
+				if nd := d.AsDuration(); !extended && r.f.MaxMessageTimeout > 0 && nd >= time.Millisecond && nd <= r.f.MaxMessageTimeout {
 					t.Reset(nd)
+					extended = true
 				}
 				continue
 			}
@@ -171,6 +193,9 @@ func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*ex
 		case <-t.C:
 			r.sim.stats.messageTimeouts.Add(1)
 			return nil, errMessageTimeout
+		case <-down:
+			r.cancel()
+			return nil, errDownstreamGone
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/swarmgate/swarmgate/admission"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
@@ -54,6 +55,8 @@ type stackSpec struct {
 	routerOn, upstreamOn []int
 	breaker              string // YAML body of "breaker:"
 	numRetries           int
+	// admission is the YAML body of "admission:" (empty: no queue).
+	admission string
 }
 
 type stack struct {
@@ -67,6 +70,7 @@ type stack struct {
 	eds    *edsFeed
 	health *tappedHealth
 	http   *http.Client
+	queues []*admission.Queue // per replica, when queueing
 }
 
 func relayKeyID(relay string, i int) string  { return fmt.Sprintf("%s-k%d", relay, i+1) }
@@ -78,6 +82,9 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 	b.WriteString("request:\n  message_timeout: 5s\n  timeout: 20s\n")
 	fmt.Fprintf(&b, "retry:\n  num_retries: %d\n  backoff_base: 5ms\n  backoff_max: 50ms\n  budget_percent: 100\n", max(sp.numRetries, 0))
 	b.WriteString("breaker:\n" + sp.breaker + "\n")
+	if sp.admission != "" {
+		b.WriteString("admission:\n" + sp.admission + "\n")
+	}
 	b.WriteString("backends:\n")
 	for _, r := range sp.relays {
 		fmt.Fprintf(&b, "  - name: %s\n    base_url: http://%s/v1\n    auth: bearer\n    keys:\n", r.name, relayAddr[r.name])
@@ -142,7 +149,16 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = pools.Run(ctx) }()
-		ep, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage()})
+		opts := extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage()}
+		if sp.admission != "" {
+			// One order for every replica, in the shared redis-server.
+			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
+				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
+				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue})
+			s.queues = append(s.queues, q)
+			opts.Queue = wire.Queue(q)
+		}
+		ep, err := extproc.New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,10 @@ type Gateway struct {
 	RateLimitAddress string
 	RateLimitDomain  string
 
-	MessageTimeout      time.Duration
+	MessageTimeout time.Duration
+	// AdmissionMaxWait is the longest admission wait of any tenant or
+	// class: the router-level ext_proc holds the body message that long.
+	AdmissionMaxWait    time.Duration
 	ExtProcFailOpen     bool
 	RateLimitFailClosed bool
 	TokenLimits         bool // tenant TPM is enforced by the Envoy rate-limit filter
@@ -96,6 +99,7 @@ func Build(cfg *config.Config) *Gateway {
 		RateLimitAddress:    cfg.Envoy.RateLimitAddress,
 		RateLimitDomain:     cfg.Envoy.RateLimitDomain,
 		MessageTimeout:      cfg.Request.MessageTimeout.D(),
+		AdmissionMaxWait:    cfg.LongestAdmissionWait(),
 		ExtProcFailOpen:     cfg.FailureModes.ExtProc == config.FailOpen,
 		RateLimitFailClosed: cfg.FailureModes.RateLimit == config.FailClosed,
 		TokenLimits:         cfg.Accounting.TokenLimits == "ratelimit",

@@ -108,8 +108,14 @@ func UpstreamExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 	}
 }
 
+// maxMessageTimeout bounds the override_message_timeout the router-level
+// ext_proc sends to hold a request in the admission queue: it covers the
+// longest wait plus the answer's own message_timeout. Envoy honours one
+// override per message, between 1 ms and this bound (ext_proc.cc
+// Filter::onNewTimeout, processor_state.cc restartMessageTimer, v1.38.0);
+// config validation keeps it within the proto's 1h.
 func maxMessageTimeout(g *ir.Gateway) time.Duration {
-	return max(g.MessageTimeout, 30*time.Second)
+	return max(g.MessageTimeout, 30*time.Second, g.AdmissionMaxWait+g.MessageTimeout)
 }
 
 // RateLimitFilter is the global rate-limit filter. Its descriptors are the

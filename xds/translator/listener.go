@@ -56,7 +56,8 @@ func HTTPConnectionManager(g *ir.Gateway) *hcmv3.HttpConnectionManager {
 		},
 		// A long non-streaming job sends no byte for minutes: the default
 		// 5 min stream idle timeout would cut it before the route timeout.
-		StreamIdleTimeout: dur(maxPoolTimeout(g) + g.MessageTimeout),
+		// A request waiting in the admission queue sends nothing either.
+		StreamIdleTimeout: dur(max(maxPoolTimeout(g), g.AdmissionMaxWait) + g.MessageTimeout),
 		UseRemoteAddress:  wrapperspb.Bool(true),
 		NormalizePath:     wrapperspb.Bool(true),
 		MergeSlashes:      true,

@@ -1,0 +1,103 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// LocalOrder is the order within one process: tests, a single replica, and
+// the fail-open fallback while Redis is unreachable. Same semantics as
+// RedisOrder.
+type LocalOrder struct {
+	mu     sync.Mutex
+	now    func() time.Time
+	scopes map[string]*localScope
+}
+
+type localScope struct {
+	v, tat  float64 // virtual time; GCRA theoretical arrival (ms)
+	fin     map[string]float64
+	tickets map[string]localEntry
+}
+
+type localEntry struct {
+	tag      float64
+	class    int
+	deadline time.Time
+}
+
+// NewLocalOrder returns an empty order.
+func NewLocalOrder() *LocalOrder {
+	return &LocalOrder{now: time.Now, scopes: map[string]*localScope{}}
+}
+
+func (o *LocalOrder) scope(name string) *localScope {
+	s := o.scopes[name]
+	if s == nil {
+		s = &localScope{fin: map[string]float64{}, tickets: map[string]localEntry{}}
+		o.scopes[name] = s
+	}
+	return s
+}
+
+// Step implements Order.
+func (o *LocalOrder) Step(_ context.Context, t *Ticket, p Pace, ready bool) (Decision, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.now()
+	nowMs := float64(now.UnixMicro()) / 1000
+	s := o.scope(t.Scope)
+	for id, e := range s.tickets {
+		if now.After(e.deadline) {
+			delete(s.tickets, id) // a dead waiter's
+		}
+	}
+	me, joined := s.tickets[t.ID]
+	if !joined {
+		finish := max(s.v, s.fin[t.Tenant]) + 1/t.Weight
+		s.fin[t.Tenant] = finish
+		if ready && len(s.tickets) == 0 {
+			if wait, next := gcraWait(s.tat, nowMs, p); wait == 0 {
+				s.tat, s.v = next, finish
+				return Decision{Admitted: true}, nil
+			}
+		}
+		me = localEntry{tag: float64(t.Class)*classSpan + finish, class: t.Class, deadline: t.Deadline}
+		s.tickets[t.ID] = me
+	}
+	var ahead int64
+	for id, e := range s.tickets {
+		if e.tag < me.tag || (e.tag == me.tag && id < t.ID) {
+			ahead++
+		}
+	}
+	d := Decision{Joined: true, Ahead: ahead, Tag: me.tag}
+	if ahead > 0 || !ready {
+		return d, nil
+	}
+	wait, next := gcraWait(s.tat, nowMs, p)
+	if wait > 0 {
+		d.Wait = wait
+		return d, nil
+	}
+	s.tat = next
+	delete(s.tickets, t.ID)
+	s.v = max(s.v, me.tag-float64(me.class)*classSpan)
+	return Decision{Admitted: true, Tag: me.tag}, nil
+}
+
+// Leave implements Order.
+func (o *LocalOrder) Leave(_ context.Context, t *Ticket) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.scope(t.Scope).tickets, t.ID)
+	return nil
+}
+
+// Depth implements Order.
+func (o *LocalOrder) Depth(_ context.Context, scope string) (int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return int64(len(o.scope(scope).tickets)), nil
+}

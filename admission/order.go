@@ -1,0 +1,75 @@
+package admission
+
+import (
+	"context"
+	"time"
+)
+
+// Pace is a scope's admission rate.
+type Pace struct {
+	// Rate is requests per second; 0 admits whenever capacity is there.
+	Rate float64
+	// Burst is how many may be admitted back to back (at least 1).
+	Burst int
+}
+
+// Ticket is one waiting request in the order.
+type Ticket struct {
+	ID     string
+	Scope  string
+	Tenant string
+	Weight float64 // > 0
+	Class  int     // 0 first
+	// Deadline is when the ticket leaves by itself (its maximum wait),
+	// also if its replica dies and never removes it.
+	Deadline time.Time
+}
+
+// Decision is the order's answer for one ticket.
+type Decision struct {
+	Admitted bool
+	// Joined: the ticket is now in the order (it must Leave when it stops
+	// waiting without being admitted).
+	Joined bool
+	// Wait is how long until the pace lets the next ticket through (0 when
+	// the ticket only waits for those ahead of it).
+	Wait time.Duration
+	// Ahead is how many tickets are before it.
+	Ahead int64
+	// Tag is the ticket's place in the order (lower first).
+	Tag float64
+}
+
+// Order is the admission order of every replica. Each call is one bounded
+// decision.
+type Order interface {
+	// Step puts t in the order if it is not there yet and, when ready
+	// (the keys have capacity now), admits it if it is first and the pace
+	// allows. A ticket admitted at once, with nobody waiting, never joins.
+	Step(ctx context.Context, t *Ticket, p Pace, ready bool) (Decision, error)
+	// Leave removes t without admitting it (timed out or cancelled).
+	Leave(ctx context.Context, t *Ticket) error
+	// Depth is the number of tickets waiting in scope.
+	Depth(ctx context.Context, scope string) (int64, error)
+}
+
+// classSpan separates classes in a tag: virtual time stays far below it
+// (2^40 weighted requests per scope).
+const classSpan = float64(1 << 40)
+
+// gcraWait is the pace decision: the wait before the next admission, and
+// the theoretical arrival time after admitting now (ms).
+func gcraWait(tat, nowMs float64, p Pace) (wait time.Duration, next float64) {
+	if p.Rate <= 0 {
+		return 0, tat
+	}
+	interval := 1000 / p.Rate
+	burst := float64(max(p.Burst, 1)-1) * interval
+	if tat < nowMs {
+		tat = nowMs
+	}
+	if d := tat - burst - nowMs; d > 0 {
+		return time.Duration(d * float64(time.Millisecond)), tat
+	}
+	return 0, tat + interval
+}

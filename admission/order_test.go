@@ -1,0 +1,128 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// orders returns each Order implementation, fresh.
+func orders(t *testing.T) map[string]func() Order {
+	srv := redistest.Start(t)
+	n := 0
+	return map[string]func() Order{
+		"local": func() Order { return NewLocalOrder() },
+		"redis": func() Order { n++; return NewRedisOrder(srv.Client(), fmt.Sprintf("t%d:", n)) },
+	}
+}
+
+func ticket(id, tenant string, w float64, class int) *Ticket {
+	return &Ticket{ID: id, Scope: "pool", Tenant: tenant, Weight: w, Class: class, Deadline: time.Now().Add(time.Minute)}
+}
+
+// drain admits the joined tickets one by one (capacity ready, unpaced) and
+// returns the admission order.
+func drain(t *testing.T, o Order, ts []*Ticket) []string {
+	t.Helper()
+	var got []string
+	left := append([]*Ticket(nil), ts...)
+	for len(left) > 0 {
+		progressed := false
+		for i, tk := range left {
+			d, err := o.Step(context.Background(), tk, Pace{}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Admitted {
+				got = append(got, tk.ID)
+				left = append(left[:i], left[i+1:]...)
+				progressed = true
+				break
+			}
+		}
+		if !progressed {
+			t.Fatalf("nobody admitted; left %d", len(left))
+		}
+	}
+	return got
+}
+
+func TestOrderClassesFIFOAndShares(t *testing.T) {
+	for name, mk := range orders(t) {
+		t.Run(name, func(t *testing.T) {
+			o := mk()
+			var ts []*Ticket
+			// Join everything while capacity is missing.
+			add := func(tk *Ticket) {
+				if _, err := o.Step(context.Background(), tk, Pace{}, false); err != nil {
+					t.Fatal(err)
+				}
+				ts = append(ts, tk)
+			}
+			for i := range 4 {
+				add(ticket(fmt.Sprintf("bulk-a%d", i), "a", 3, 1))
+				add(ticket(fmt.Sprintf("bulk-b%d", i), "b", 1, 1))
+			}
+			add(ticket("planner", "b", 1, 0))
+			got := drain(t, o, ts)
+			if got[0] != "planner" {
+				t.Fatalf("class 0 first: %v", got)
+			}
+			// Weight 3 vs 1: a's first three go before b's second.
+			if idx(got, "bulk-a2") > idx(got, "bulk-b1") {
+				t.Errorf("shares 3:1 not kept: %v", got)
+			}
+			for _, p := range [][2]string{{"bulk-a0", "bulk-a1"}, {"bulk-a2", "bulk-a3"}, {"bulk-b0", "bulk-b3"}} {
+				if idx(got, p[0]) > idx(got, p[1]) {
+					t.Errorf("FIFO within a tenant broken (%s after %s): %v", p[0], p[1], got)
+				}
+			}
+		})
+	}
+}
+
+func idx(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestOrderPaceAndLeave(t *testing.T) {
+	for name, mk := range orders(t) {
+		t.Run(name, func(t *testing.T) {
+			o := mk()
+			p := Pace{Rate: 10, Burst: 1} // one per 100 ms
+			d, err := o.Step(context.Background(), ticket("first", "a", 1, 0), p, true)
+			if err != nil || !d.Admitted {
+				t.Fatalf("empty scope admits at once: %+v %v", d, err)
+			}
+			second := ticket("second", "a", 1, 0)
+			d, _ = o.Step(context.Background(), second, p, true)
+			if d.Admitted || d.Wait <= 0 || d.Wait > 100*time.Millisecond {
+				t.Fatalf("paced: want a wait in (0, 100ms], got %+v", d)
+			}
+			third := ticket("third", "a", 1, 0)
+			d, _ = o.Step(context.Background(), third, p, true)
+			if d.Admitted || d.Ahead != 1 {
+				t.Fatalf("third waits behind second: %+v", d)
+			}
+			// The second leaves (its client went away): the third is first.
+			if err := o.Leave(context.Background(), second); err != nil {
+				t.Fatal(err)
+			}
+			d, _ = o.Step(context.Background(), third, p, true)
+			if d.Ahead != 0 {
+				t.Fatalf("a leaver frees its place at once: %+v", d)
+			}
+			if n, _ := o.Depth(context.Background(), "pool"); n != 1 {
+				t.Fatalf("depth %d, want 1", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,310 @@
+package admission
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Request is one request asking to be admitted.
+type Request struct {
+	Scope     string // the order's scope: the request's target backends
+	Tenant    string
+	Weight    float64 // tenant weight, > 0
+	Class     int     // priority, 0 first
+	ClassName string
+	MaxWait   time.Duration
+	// OnWait, when set, is called once before the request starts waiting
+	// (never when it is admitted at once).
+	OnWait func()
+}
+
+// Capacity reports whether the keys could serve a request now, when they
+// will if not, and the scope's pace.
+type Capacity func() (ready bool, retryAfter time.Duration, pace Pace)
+
+// Reason says why a request was not admitted.
+type Reason string
+
+const (
+	ReasonTimeout   Reason = "timeout"    // waited its maximum
+	ReasonTooLong   Reason = "too_long"   // capacity returns after its maximum wait
+	ReasonFull      Reason = "queue_full" // max_queue requests already wait here
+	ReasonCancelled Reason = "cancelled"  // the client went away
+	ReasonOrderDown Reason = "order_down" // Redis unreachable, fail-closed
+)
+
+// Result is the queue's answer.
+type Result struct {
+	Admitted bool
+	Reason   Reason
+	Waited   time.Duration
+	// Paced: the pace, not missing keys, held it back at some point.
+	Paced bool
+	// RetryAfter estimates when capacity returns (refusals).
+	RetryAfter time.Duration
+}
+
+// Options configure a Queue.
+type Options struct {
+	Order    Order // shared order; nil: a LocalOrder
+	MaxQueue int   // per replica; 0: 1024
+	// Poll is how often the first local waiter of a scope asks the order
+	// again while capacity is missing or others are ahead (default 20ms).
+	Poll time.Duration
+	// StepTimeout bounds each Order call (default 50ms).
+	StepTimeout time.Duration
+	// FailOpen: when the shared order fails, keep going in this replica's
+	// own order; otherwise refuse (429).
+	FailOpen  bool
+	ReplicaID string
+	Logger    *slog.Logger
+	Metrics   *Metrics // nil: not recorded
+}
+
+// Queue holds this replica's waiting requests. Only the first local waiter
+// of each scope talks to the order; the others wait for their turn
+// locally, so a replica costs the order one call per Poll per scope
+// however many requests wait in it.
+type Queue struct {
+	opts     Options
+	fallback *LocalOrder
+	seq      atomic.Uint64
+	mu       sync.Mutex
+	waiting  int
+	scopes   map[string]*scopeWait
+}
+
+// New returns a Queue.
+func New(opts Options) *Queue {
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = 1024
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 20 * time.Millisecond
+	}
+	if opts.StepTimeout <= 0 {
+		opts.StepTimeout = 50 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	q := &Queue{opts: opts, fallback: NewLocalOrder(), scopes: map[string]*scopeWait{}}
+	if q.opts.Order == nil {
+		q.opts.Order = q.fallback
+	}
+	return q
+}
+
+// waiter is one local waiting request. turn is closed when it becomes the
+// first local waiter of its scope.
+type waiter struct {
+	t     Ticket
+	req   Request
+	tag   float64
+	seq   uint64
+	index int
+	turn  chan struct{}
+	// signalled is guarded by Queue.mu: turn is closed.
+	signalled bool
+}
+
+type scopeWait struct {
+	h waitHeap
+}
+
+// Admit decides for one request: at once when it can, else after waiting
+// its turn (at most req.MaxWait, less when ctx ends first).
+func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Result {
+	start := time.Now()
+	ready, ra, pace := capacity()
+	if !ready && ra > req.MaxWait {
+		q.opts.Metrics.refused(req, ReasonTooLong)
+		return Result{Reason: ReasonTooLong, RetryAfter: ra}
+	}
+	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{})}
+	w.t = Ticket{ID: q.opts.ReplicaID + "-" + strconv.FormatUint(w.seq, 36), Scope: req.Scope, Tenant: req.Tenant,
+		Weight: req.Weight, Class: req.Class, Deadline: start.Add(req.MaxWait)}
+	order := q.opts.Order
+	d, err := q.step(ctx, &order, &w.t, pace, ready)
+	if err != nil {
+		return q.refuse(req, ReasonOrderDown, ra, start)
+	}
+	if d.Admitted {
+		return Result{Admitted: true}
+	}
+	paced := d.Wait > 0
+	w.tag = d.Tag
+	head, ok := q.enqueue(w)
+	if !ok {
+		q.leave(order, &w.t)
+		return q.refuse(req, ReasonFull, max(ra, d.Wait), start)
+	}
+	defer q.dequeue(w)
+	if req.OnWait != nil {
+		req.OnWait()
+	}
+	q.opts.Metrics.waiting(req, 1)
+	defer q.opts.Metrics.waiting(req, -1)
+
+	turn := w.turn
+	deadline := time.NewTimer(req.MaxWait - time.Since(start))
+	defer deadline.Stop()
+	var poll *time.Timer
+	for {
+		// The first local waiter asks the order every Poll (sooner when
+		// the pace or the keys say so); the others rarely, as a backstop
+		// should the local order ever differ from the shared one.
+		next := max(10*q.opts.Poll, 200*time.Millisecond)
+		if head {
+			next = q.opts.Poll
+			switch {
+			case d.Wait > 0:
+				next = min(d.Wait, next)
+			case !ready && ra > 0:
+				next = min(ra, next)
+			}
+		}
+		if poll == nil {
+			poll = time.NewTimer(next)
+			defer poll.Stop()
+		} else {
+			poll.Reset(next)
+		}
+		select {
+		case <-ctx.Done():
+			q.leave(order, &w.t)
+			q.opts.Metrics.refused(req, ReasonCancelled)
+			return Result{Reason: ReasonCancelled, Waited: time.Since(start)}
+		case <-deadline.C:
+			q.leave(order, &w.t)
+			retry := ra
+			if pace.Rate > 0 {
+				retry = max(retry, time.Duration(float64(d.Ahead+1)/pace.Rate*float64(time.Second)))
+			}
+			return q.refuse(req, ReasonTimeout, max(retry, d.Wait), start)
+		case <-turn:
+			head, turn = true, nil // closed: do not select it again
+			d.Wait = 0
+			continue
+		case <-poll.C:
+		}
+		ready, ra, pace = capacity()
+		d, err = q.step(ctx, &order, &w.t, pace, ready)
+		if err != nil {
+			q.leave(order, &w.t)
+			return q.refuse(req, ReasonOrderDown, ra, start)
+		}
+		paced = paced || d.Wait > 0
+		if d.Admitted {
+			waited := time.Since(start)
+			q.opts.Metrics.admitted(req, waited, paced)
+			return Result{Admitted: true, Waited: waited, Paced: paced}
+		}
+	}
+}
+
+// step runs one order decision, bounded; on failure it falls back to the
+// local order when failing open (and stays there for this request).
+func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, p Pace, ready bool) (Decision, error) {
+	sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
+	d, err := (*order).Step(sctx, t, p, ready)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return d, err
+	}
+	q.opts.Metrics.orderError()
+	q.opts.Logger.Warn("admission order unreachable", "err", err, "fail_open", q.opts.FailOpen)
+	if !q.opts.FailOpen || *order == q.fallback {
+		return d, err
+	}
+	*order = q.fallback
+	return q.fallback.Step(ctx, t, p, ready)
+}
+
+// leave removes a ticket that stops waiting: at once, even when the
+// request's context is gone, bounded by StepTimeout.
+func (q *Queue) leave(order Order, t *Ticket) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.opts.StepTimeout)
+	defer cancel()
+	if err := order.Leave(ctx, t); err != nil && !errors.Is(err, context.Canceled) {
+		// Its deadline removes it from the order anyway.
+		q.opts.Logger.Debug("admission leave failed", "err", err)
+	}
+}
+
+func (q *Queue) refuse(req Request, why Reason, retry time.Duration, start time.Time) Result {
+	q.opts.Metrics.refused(req, why)
+	return Result{Reason: why, RetryAfter: max(retry, time.Second), Waited: time.Since(start)}
+}
+
+// enqueue adds w to its scope; head reports that it is first there (an
+// earlier first that it overtook keeps polling too: harmless, one more
+// caller of the order until it is admitted).
+func (q *Queue) enqueue(w *waiter) (head, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting >= q.opts.MaxQueue {
+		return false, false
+	}
+	q.waiting++
+	s := q.scopes[w.req.Scope]
+	if s == nil {
+		s = &scopeWait{}
+		q.scopes[w.req.Scope] = s
+	}
+	heap.Push(&s.h, w)
+	if s.h[0] == w {
+		w.signalled = true
+		return true, true
+	}
+	return false, true
+}
+
+func (q *Queue) dequeue(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waiting--
+	s := q.scopes[w.req.Scope]
+	heap.Remove(&s.h, w.index)
+	if len(s.h) == 0 {
+		delete(q.scopes, w.req.Scope)
+		return
+	}
+	if first := s.h[0]; !first.signalled {
+		first.signalled = true
+		close(first.turn)
+	}
+}
+
+// Waiting is the number of requests waiting in this replica.
+func (q *Queue) Waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiting
+}
+
+// waitHeap orders local waiters by their tag in the shared order.
+type waitHeap []*waiter
+
+func (h waitHeap) Len() int { return len(h) }
+func (h waitHeap) Less(i, j int) bool {
+	if h[i].tag != h[j].tag {
+		return h[i].tag < h[j].tag
+	}
+	// Ties as Redis orders a sorted set's equal scores: by member.
+	return h[i].t.ID < h[j].t.ID
+}
+func (h waitHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *waitHeap) Push(x any)   { w := x.(*waiter); w.index = len(*h); *h = append(*h, w) }
+func (h *waitHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
+}

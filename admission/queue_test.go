@@ -1,0 +1,113 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+func never() (bool, time.Duration, Pace) { return false, 50 * time.Millisecond, Pace{} }
+
+func TestQueueCancelFreesPlaceAtOnce(t *testing.T) {
+	q := New(Options{ReplicaID: "r0", Order: NewRedisOrder(redistest.Start(t).Client(), "c:")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Result)
+	go func() { done <- q.Admit(ctx, Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, never) }()
+	waitFor(t, func() bool { return q.Waiting() == 1 })
+	cancel()
+	r := <-done
+	if r.Admitted || r.Reason != ReasonCancelled {
+		t.Fatalf("got %+v", r)
+	}
+	if q.Waiting() != 0 {
+		t.Fatal("still counted as waiting")
+	}
+	if n, _ := q.opts.Order.Depth(context.Background(), "s"); n != 0 {
+		t.Fatalf("the shared order still holds %d tickets", n)
+	}
+}
+
+func TestQueueTimeoutAndRefusals(t *testing.T) {
+	q := New(Options{ReplicaID: "r0", MaxQueue: 1})
+	// Capacity returns after the maximum wait: refused at once with it.
+	r := q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: 10 * time.Millisecond},
+		func() (bool, time.Duration, Pace) { return false, 3 * time.Second, Pace{} })
+	if r.Reason != ReasonTooLong || r.RetryAfter != 3*time.Second {
+		t.Fatalf("too long: %+v", r)
+	}
+	// Waits its maximum, then leaves with a Retry-After of at least 1s.
+	r = q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: 80 * time.Millisecond}, never)
+	if r.Reason != ReasonTimeout || r.RetryAfter < time.Second || r.Waited < 80*time.Millisecond {
+		t.Fatalf("timeout: %+v", r)
+	}
+	// Queue full.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Admit(ctx, Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, never)
+	waitFor(t, func() bool { return q.Waiting() == 1 })
+	r = q.Admit(context.Background(), Request{Scope: "s", Tenant: "b", Weight: 1, MaxWait: time.Minute}, never)
+	if r.Reason != ReasonFull {
+		t.Fatalf("full: %+v", r)
+	}
+}
+
+// TestFairnessAcrossReplicas: three replicas (each its own Queue and Redis
+// client) admit two backlogged tenants, weights 3:1, through one paced
+// scope; the shares stay within 5 % of the weights and no ticket is left.
+func TestFairnessAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	pace := func() (bool, time.Duration, Pace) { return true, 0, Pace{Rate: 400, Burst: 1} }
+	var counts [2]atomic.Int64
+	const total = 600
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for r := range 3 {
+		q := New(Options{ReplicaID: fmt.Sprintf("r%d", r), Order: NewRedisOrder(srv.Client(), "f:"), Poll: 5 * time.Millisecond})
+		for ti, tenant := range []string{"a", "b"} {
+			w := []float64{3, 1}[ti]
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						res := q.Admit(ctx, Request{Scope: "s", Tenant: tenant, Weight: w, MaxWait: 10 * time.Second}, pace)
+						if !res.Admitted && ctx.Err() == nil {
+							t.Errorf("not admitted: %+v", res)
+						}
+						if res.Admitted && counts[0].Load()+counts[1].Load() < total {
+							counts[ti].Add(1)
+						}
+					}
+				}()
+			}
+		}
+	}
+	waitFor(t, func() bool { return counts[0].Load()+counts[1].Load() >= total })
+	cancel()
+	wg.Wait()
+	a, b := float64(counts[0].Load()), float64(counts[1].Load())
+	share := a / (a + b)
+	t.Logf("tenant a (weight 3) %.0f, b (weight 1) %.0f: share %.3f (want 0.75)", a, b, share)
+	if share < 0.75*0.95 || share > 0.75*1.05 {
+		t.Fatalf("share of a %.3f not within 5%% of 0.75", share)
+	}
+	if n, _ := NewRedisOrder(srv.Client(), "f:").Depth(context.Background(), "s"); n != 0 {
+		t.Fatalf("%d tickets left in the order after every waiter ended", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

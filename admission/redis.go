@@ -1,0 +1,134 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisOrder keeps the order in Redis so every replica admits from one
+// queue per scope: <prefix>admission:{<scope>}:q (tags), :dl (deadlines)
+// and :s (virtual time, GCRA arrival time, tenants' last tags), in one hash
+// slot. Each decision is one EVALSHA; time is Redis's own (TIME), so
+// replicas' clocks do not skew the pace.
+type RedisOrder struct {
+	rdb    redis.UniversalClient
+	prefix string
+	// TTL bounds how long an idle scope's state is kept.
+	ttl time.Duration
+}
+
+// NewRedisOrder returns an order in rdb under prefix.
+func NewRedisOrder(rdb redis.UniversalClient, prefix string) *RedisOrder {
+	return &RedisOrder{rdb: rdb, prefix: prefix, ttl: 10 * time.Minute}
+}
+
+func (o *RedisOrder) keys(scope string) []string {
+	base := o.prefix + "admission:{" + scope + "}:"
+	return []string{base + "q", base + "dl", base + "s"}
+}
+
+// stepScript: ARGV id, tenant, weight, class, deadline (ms from now), rate
+// (per s), burst, ready (0/1), ttl (ms). Returns {admitted, wait ms, ahead,
+// tag as string}.
+var stepScript = redis.NewScript(`
+local q, dl, st = KEYS[1], KEYS[2], KEYS[3]
+local id, tenant = ARGV[1], ARGV[2]
+local w, class, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local rate, burst, ready, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1', tonumber(ARGV[9])
+local span = 1099511627776
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
+local old = redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 64)
+for _, x in ipairs(old) do redis.call('ZREM', q, x); redis.call('ZREM', dl, x) end
+local v = tonumber(redis.call('HGET', st, 'v') or '0')
+local tat = tonumber(redis.call('HGET', st, 'tat') or '0')
+local function pace()
+  if rate <= 0 then return 0, tat end
+  local iv = 1000 / rate
+  local t = math.max(tat, now)
+  local d = t - (math.max(burst, 1) - 1) * iv - now
+  if d > 0 then return d, t end
+  return 0, t + iv
+end
+redis.call('PEXPIRE', st, ttl)
+local tag = redis.call('ZSCORE', q, id)
+if not tag then
+  local fin = math.max(v, tonumber(redis.call('HGET', st, 'f:' .. tenant) or '0')) + 1 / w
+  redis.call('HSET', st, 'f:' .. tenant, tostring(fin))
+  if ready and redis.call('ZCARD', q) == 0 then
+    local wait, nt = pace()
+    if wait == 0 then
+      redis.call('HSET', st, 'tat', tostring(nt), 'v', tostring(fin))
+      return {1, 0, 0, ''}
+    end
+  end
+  tag = class * span + fin
+  redis.call('ZADD', q, tag, id)
+  redis.call('ZADD', dl, now + left, id)
+  redis.call('PEXPIRE', q, ttl)
+  redis.call('PEXPIRE', dl, ttl)
+else
+  tag = tonumber(tag)
+end
+local rank = redis.call('ZRANK', q, id)
+if rank > 0 or not ready then return {0, 0, rank, string.format('%.17g', tag)} end
+local wait, nt = pace()
+if wait > 0 then return {0, math.ceil(wait), 0, string.format('%.17g', tag)} end
+redis.call('ZREM', q, id)
+redis.call('ZREM', dl, id)
+redis.call('HSET', st, 'tat', tostring(nt), 'v', tostring(math.max(v, tag - class * span)))
+return {1, 0, 0, string.format('%.17g', tag)}
+`)
+
+// Step implements Order.
+func (o *RedisOrder) Step(ctx context.Context, t *Ticket, p Pace, ready bool) (Decision, error) {
+	left := max(time.Until(t.Deadline), time.Millisecond)
+	r := "0"
+	if ready {
+		r = "1"
+	}
+	res, err := stepScript.Run(ctx, o.rdb, o.keys(t.Scope), t.ID, t.Tenant, t.Weight, t.Class,
+		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds()).Slice()
+	if err != nil {
+		return Decision{}, fmt.Errorf("admission: order step: %w", err)
+	}
+	if len(res) != 4 {
+		return Decision{}, fmt.Errorf("admission: order step: %d values", len(res))
+	}
+	admitted, _ := res[0].(int64)
+	wait, _ := res[1].(int64)
+	ahead, _ := res[2].(int64)
+	tagS, _ := res[3].(string)
+	d := Decision{Admitted: admitted == 1, Joined: admitted != 1, Wait: time.Duration(wait) * time.Millisecond, Ahead: ahead}
+	if tagS != "" {
+		d.Tag, _ = strconv.ParseFloat(tagS, 64)
+	}
+	return d, nil
+}
+
+// Leave implements Order.
+func (o *RedisOrder) Leave(ctx context.Context, t *Ticket) error {
+	k := o.keys(t.Scope)
+	_, err := o.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, k[0], t.ID)
+		p.ZRem(ctx, k[1], t.ID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("admission: leave: %w", err)
+	}
+	return nil
+}
+
+// Depth implements Order.
+func (o *RedisOrder) Depth(ctx context.Context, scope string) (int64, error) {
+	n, err := o.rdb.ZCard(ctx, o.keys(scope)[0]).Result()
+	if err != nil {
+		return 0, fmt.Errorf("admission: depth: %w", err)
+	}
+	return n, nil
+}

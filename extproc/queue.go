@@ -1,0 +1,143 @@
+package extproc
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+// admitKeys is admission's key step: nil when the request may go on, else
+// the refusal. Without a queue (or admission.max_wait 0) it refuses at once
+// when no key is usable, as before; with one, a request whose keys only
+// lack capacity that comes back soon waits for it in the queue, and Envoy's
+// message timer is extended for that wait on this stream.
+func (s *Server) admitKeys(ctx context.Context, r *routerStream) *extprocv3.ProcessingResponse {
+	ok, retry := s.opts.Keys.Available(r.backends)
+	cfg := r.cfg
+	pacer, _ := s.opts.Keys.(KeyPacer)
+	pacing := cfg.Admission.Pace && pacer != nil
+	if s.opts.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || (ok && !pacing) {
+		if !ok {
+			return s.refuse(r, errKeysExhausted(r.alias, retry, s.opts.Keys.Failing(r.backends)))
+		}
+		return nil
+	}
+	if !ok && s.opts.Keys.Failing(r.backends) {
+		// A failing backend is not capacity that comes back: 503 now.
+		return s.refuse(r, errKeysExhausted(r.alias, retry, true))
+	}
+	ext, _ := ctx.Value(timerExtensionKey{}).(*timerExtension)
+	classHeader := ""
+	if ext != nil {
+		classHeader = ext.classHeader
+	}
+	req := queueRequest(cfg, r, classHeader)
+	req.OnWait = func() {
+		// Envoy honours one override per message, from 1 ms up to the
+		// filter's max_message_timeout, restarting the timer from when it
+		// arrives (ext_proc.cc Filter::onNewTimeout, processor_state.cc
+		// restartMessageTimer, v1.38.0): one override covering the whole
+		// wait plus the answer's own message_timeout.
+		if ext != nil {
+			ext.extend(req.MaxWait + cfg.Request.MessageTimeout.Duration)
+		}
+	}
+	scope := strings.Join(r.backends, ",")
+	req.Scope = scope
+	res := s.opts.Queue.Admit(ctx, req, func() (bool, time.Duration, float64) {
+		ok, ra := s.opts.Keys.Available(r.backends)
+		rate := 0.0
+		if pacing {
+			rate = pacer.Pace(r.backends)
+		}
+		return ok, ra, rate
+	})
+	if res.Admitted {
+		return nil
+	}
+	e := errKeysExhausted(r.alias, res.RetryAfter, false)
+	if res.Waited > 0 {
+		e.message = "Every upstream key for `" + r.alias + "` stayed rate limited or busy for the " + res.Waited.Round(time.Millisecond).String() +
+			" this request waited (" + res.Reason + "); retry after the indicated time."
+	}
+	e.status = http.StatusTooManyRequests
+	return s.refuse(r, e)
+}
+
+// queueRequest reads the request's class: the virtual key's, or the one the
+// operator's class header names when the key lists it in header_classes.
+// Nothing else a client sends chooses a class.
+func queueRequest(cfg *config.Config, r *routerStream, classHeader string) QueueRequest {
+	t := r.owner.Tenant
+	req := QueueRequest{Tenant: t.Name, Weight: float64(max(t.Weight, 1)), MaxWait: cfg.Admission.MaxWait.Duration}
+	if t.MaxWait.Duration > 0 {
+		req.MaxWait = t.MaxWait.Duration
+	}
+	class := r.owner.Key.Class
+	if classHeader != "" {
+		for _, hc := range r.owner.Key.HeaderClasses {
+			if hc == classHeader {
+				class = hc
+				break
+			}
+		}
+	}
+	if cl, ok := cfg.AdmissionClass(class); ok {
+		req.Class, req.Priority = cl.Name, cl.Priority
+		if cl.MaxWait.Duration > 0 {
+			req.MaxWait = cl.MaxWait.Duration
+		}
+	}
+	return req
+}
+
+// timerExtension sends a ProcessingResponse carrying only
+// override_message_timeout on the router-level stream, at most once per
+// message (Envoy ignores the rest). It is sent from the goroutine serving
+// the stream, before that message's answer, so answers stay in order.
+// It also keeps the value of admission.class_header from the request
+// headers as they pass (read by admitKeys on the same goroutine).
+type timerExtension struct {
+	extprocv3.ExternalProcessor_ProcessServer
+	ctx         context.Context
+	cfg         *config.Config
+	classHeader string
+}
+
+type timerExtensionKey struct{}
+
+func withTimerExtension(st extprocv3.ExternalProcessor_ProcessServer, cfg *config.Config) extprocv3.ExternalProcessor_ProcessServer {
+	e := &timerExtension{ExternalProcessor_ProcessServer: st, cfg: cfg}
+	e.ctx = context.WithValue(st.Context(), timerExtensionKey{}, e)
+	return e
+}
+
+// Context carries the extension to the message handlers.
+func (e *timerExtension) Context() context.Context { return e.ctx }
+
+func (e *timerExtension) extend(d time.Duration) {
+	// A failed send means the stream is gone; the wait ends with the
+	// stream's context.
+	_ = e.ExternalProcessor_ProcessServer.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)})
+}
+
+// Recv notes the class header of the request's headers.
+func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
+	m, err := e.ExternalProcessor_ProcessServer.Recv()
+	name := e.cfg.Admission.ClassHeader
+	if h := m.GetRequestHeaders(); h != nil && name != "" {
+		name = strings.ToLower(name)
+		for _, kv := range h.GetHeaders().GetHeaders() {
+			if kv.GetKey() == name {
+				e.classHeader = headerValue(kv)
+			}
+		}
+	}
+	return m, err
+}
