@@ -17,6 +17,7 @@ type LocalOrder struct {
 
 type localScope struct {
 	v, tat  float64 // virtual time; GCRA theoretical arrival (ms)
+	ttat    float64 // the token GCRA's
 	fin     map[string]float64
 	tickets map[string]localEntry
 }
@@ -58,8 +59,8 @@ func (o *LocalOrder) Step(_ context.Context, t *Ticket, p Pace, ready bool) (Dec
 		finish := max(s.v, s.fin[t.Tenant]) + 1/t.Weight
 		s.fin[t.Tenant] = finish
 		if ready && len(s.tickets) == 0 {
-			if wait, next := gcraWait(s.tat, nowMs, p); wait == 0 {
-				s.tat, s.v = next, finish
+			if wait, next, nextT := gcraWait(s.tat, s.ttat, nowMs, p, t.Tokens); wait == 0 {
+				s.tat, s.ttat, s.v = next, nextT, finish
 				return Decision{Admitted: true}, nil
 			}
 		}
@@ -76,12 +77,12 @@ func (o *LocalOrder) Step(_ context.Context, t *Ticket, p Pace, ready bool) (Dec
 	if ahead > 0 || !ready {
 		return d, nil
 	}
-	wait, next := gcraWait(s.tat, nowMs, p)
+	wait, next, nextT := gcraWait(s.tat, s.ttat, nowMs, p, t.Tokens)
 	if wait > 0 {
 		d.Wait = wait
 		return d, nil
 	}
-	s.tat = next
+	s.tat, s.ttat = next, nextT
 	delete(s.tickets, t.ID)
 	s.v = max(s.v, me.tag-float64(me.class)*classSpan)
 	return Decision{Admitted: true, Tag: me.tag}, nil

@@ -11,6 +11,10 @@ type Pace struct {
 	Rate float64
 	// Burst is how many may be admitted back to back (at least 1).
 	Burst int
+	// TokenRate is tokens per second (the keys' TPM / 60); 0 does not pace
+	// by tokens. A ticket costs its Tokens; the token GCRA lets one
+	// request through at a time and spaces the next by its cost.
+	TokenRate float64
 }
 
 // Ticket is one waiting request in the order.
@@ -20,6 +24,7 @@ type Ticket struct {
 	Tenant string
 	Weight float64 // > 0
 	Class  int     // 0 first
+	Tokens int     // estimated tokens (prompt + completion), for TokenRate
 	// Deadline is when the ticket leaves by itself (its maximum wait),
 	// also if its replica dies and never removes it.
 	Deadline time.Time
@@ -58,18 +63,24 @@ type Order interface {
 const classSpan = float64(1 << 40)
 
 // gcraWait is the pace decision: the wait before the next admission, and
-// the theoretical arrival time after admitting now (ms).
-func gcraWait(tat, nowMs float64, p Pace) (wait time.Duration, next float64) {
-	if p.Rate <= 0 {
-		return 0, tat
+// the theoretical arrival times after admitting now (ms), for requests
+// (tat) and tokens (ttat). Both must allow.
+func gcraWait(tat, ttat, nowMs float64, p Pace, tokens int) (wait time.Duration, next, nextT float64) {
+	next, nextT = tat, ttat
+	var d float64
+	if p.Rate > 0 {
+		interval := 1000 / p.Rate
+		t := max(tat, nowMs)
+		d = t - float64(max(p.Burst, 1)-1)*interval - nowMs
+		next = t + interval
 	}
-	interval := 1000 / p.Rate
-	burst := float64(max(p.Burst, 1)-1) * interval
-	if tat < nowMs {
-		tat = nowMs
+	if p.TokenRate > 0 {
+		t := max(ttat, nowMs)
+		d = max(d, t-nowMs)
+		nextT = t + float64(max(tokens, 1))*1000/p.TokenRate
 	}
-	if d := tat - burst - nowMs; d > 0 {
-		return time.Duration(d * float64(time.Millisecond)), tat
+	if d > 0 {
+		return time.Duration(d * float64(time.Millisecond)), tat, ttat
 	}
-	return 0, tat + interval
+	return 0, next, nextT
 }

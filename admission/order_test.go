@@ -126,3 +126,29 @@ func TestOrderPaceAndLeave(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenPace: with a token rate, a ticket's cost spaces the next one
+// (a 1000-token request at 1000 tokens/s holds the next about a second);
+// without it the ticket goes at once.
+func TestTokenPace(t *testing.T) {
+	for name, mk := range orders(t) {
+		t.Run(name, func(t *testing.T) {
+			o := mk()
+			p := Pace{Rate: 1000, Burst: 1, TokenRate: 1000}
+			first := ticket("a", "x", 1, 0)
+			first.Tokens = 1000
+			if d, err := o.Step(context.Background(), first, p, true); err != nil || !d.Admitted {
+				t.Fatalf("first: %+v %v", d, err)
+			}
+			second := ticket("b", "x", 1, 0)
+			second.Tokens = 10
+			d, err := o.Step(context.Background(), second, p, true)
+			if err != nil || d.Admitted || d.Wait < 900*time.Millisecond || d.Wait > time.Second {
+				t.Fatalf("second: %+v %v, want a wait of about 1 s", d, err)
+			}
+			if d, _ := o.Step(context.Background(), second, Pace{}, true); !d.Admitted {
+				t.Fatalf("without the token rate: %+v", d)
+			}
+		})
+	}
+}

@@ -19,6 +19,7 @@ type Request struct {
 	Class     int     // priority, 0 first
 	ClassName string
 	MaxWait   time.Duration
+	Tokens    int // estimated tokens, for a pace in tokens
 	// OnWait, when set, is called once before the request starts waiting
 	// (never when it is admitted at once).
 	OnWait func()
@@ -129,7 +130,7 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	}
 	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{})}
 	w.t = Ticket{ID: q.opts.ReplicaID + "-" + strconv.FormatUint(w.seq, 36), Scope: req.Scope, Tenant: req.Tenant,
-		Weight: req.Weight, Class: req.Class, Deadline: start.Add(req.MaxWait)}
+		Weight: req.Weight, Class: req.Class, Tokens: req.Tokens, Deadline: start.Add(req.MaxWait)}
 	order := q.opts.Order
 	d, err := q.step(ctx, &order, &w.t, pace, ready)
 	if err != nil {

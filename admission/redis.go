@@ -32,13 +32,15 @@ func (o *RedisOrder) keys(scope string) []string {
 }
 
 // stepScript: ARGV id, tenant, weight, class, deadline (ms from now), rate
-// (per s), burst, ready (0/1), ttl (ms). Returns {admitted, wait ms, ahead,
-// tag as string}.
+// (per s), burst, ready (0/1), ttl (ms), token rate (per s), tokens.
+// Returns {admitted, wait ms, ahead, tag as string}. The pace is two GCRAs
+// (admission/order.go gcraWait): requests on tat, tokens on ttat.
 var stepScript = redis.NewScript(`
 local q, dl, st = KEYS[1], KEYS[2], KEYS[3]
 local id, tenant = ARGV[1], ARGV[2]
 local w, class, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rate, burst, ready, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1', tonumber(ARGV[9])
+local trate, tokens = tonumber(ARGV[10]), math.max(tonumber(ARGV[11]), 1)
 local span = 1099511627776
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
@@ -46,13 +48,22 @@ local old = redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 64)
 for _, x in ipairs(old) do redis.call('ZREM', q, x); redis.call('ZREM', dl, x) end
 local v = tonumber(redis.call('HGET', st, 'v') or '0')
 local tat = tonumber(redis.call('HGET', st, 'tat') or '0')
+local ttat = tonumber(redis.call('HGET', st, 'ttat') or '0')
 local function pace()
-  if rate <= 0 then return 0, tat end
-  local iv = 1000 / rate
-  local t = math.max(tat, now)
-  local d = t - (math.max(burst, 1) - 1) * iv - now
-  if d > 0 then return d, t end
-  return 0, t + iv
+  local d, nt, ntt = 0, tat, ttat
+  if rate > 0 then
+    local iv = 1000 / rate
+    local t = math.max(tat, now)
+    d = t - (math.max(burst, 1) - 1) * iv - now
+    nt = t + iv
+  end
+  if trate > 0 then
+    local t = math.max(ttat, now)
+    d = math.max(d, t - now)
+    ntt = t + tokens * 1000 / trate
+  end
+  if d > 0 then return d, tat, ttat end
+  return 0, nt, ntt
 end
 redis.call('PEXPIRE', st, ttl)
 local tag = redis.call('ZSCORE', q, id)
@@ -60,9 +71,9 @@ if not tag then
   local fin = math.max(v, tonumber(redis.call('HGET', st, 'f:' .. tenant) or '0')) + 1 / w
   redis.call('HSET', st, 'f:' .. tenant, tostring(fin))
   if ready and redis.call('ZCARD', q) == 0 then
-    local wait, nt = pace()
+    local wait, nt, ntt = pace()
     if wait == 0 then
-      redis.call('HSET', st, 'tat', tostring(nt), 'v', tostring(fin))
+      redis.call('HSET', st, 'tat', tostring(nt), 'ttat', tostring(ntt), 'v', tostring(fin))
       return {1, 0, 0, ''}
     end
   end
@@ -76,11 +87,11 @@ else
 end
 local rank = redis.call('ZRANK', q, id)
 if rank > 0 or not ready then return {0, 0, rank, string.format('%.17g', tag)} end
-local wait, nt = pace()
+local wait, nt, ntt = pace()
 if wait > 0 then return {0, math.ceil(wait), 0, string.format('%.17g', tag)} end
 redis.call('ZREM', q, id)
 redis.call('ZREM', dl, id)
-redis.call('HSET', st, 'tat', tostring(nt), 'v', tostring(math.max(v, tag - class * span)))
+redis.call('HSET', st, 'tat', tostring(nt), 'ttat', tostring(ntt), 'v', tostring(math.max(v, tag - class * span)))
 return {1, 0, 0, string.format('%.17g', tag)}
 `)
 
@@ -92,7 +103,7 @@ func (o *RedisOrder) Step(ctx context.Context, t *Ticket, p Pace, ready bool) (D
 		r = "1"
 	}
 	res, err := stepScript.Run(ctx, o.rdb, o.keys(t.Scope), t.ID, t.Tenant, t.Weight, t.Class,
-		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds()).Slice()
+		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds(), p.TokenRate, t.Tokens).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("admission: order step: %w", err)
 	}

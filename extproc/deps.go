@@ -216,7 +216,13 @@ func (e *NoKeyError) Is(target error) bool { return target == ErrNoKey }
 // AdmissionQueue holds a request whose only obstacle is capacity that comes
 // back soon, until it can be admitted or its wait ends (package admission).
 type AdmissionQueue interface {
-	Admit(ctx context.Context, req QueueRequest, capacity func() (ready bool, retryAfter time.Duration, ratePerSec float64)) QueueResult
+	Admit(ctx context.Context, req QueueRequest, capacity func() (ready bool, retryAfter time.Duration, pace Rate)) QueueResult
+}
+
+// Rate is what the usable keys of a backend set can take per second
+// (0: not paced by that measure).
+type Rate struct {
+	Requests, Tokens float64
 }
 
 // QueueRequest is one request asking the queue. OnWait is called once,
@@ -228,6 +234,7 @@ type QueueRequest struct {
 	Priority int
 	Weight   float64
 	MaxWait  time.Duration
+	Tokens   int // estimated prompt + completion tokens
 	OnWait   func()
 }
 
@@ -239,8 +246,8 @@ type QueueResult struct {
 	RetryAfter time.Duration
 }
 
-// KeyPacer is what a KeyPicker may also offer: the request rate (per
-// second) the usable keys of backends can take, 0 when unknown.
+// KeyPacer is what a KeyPicker may also offer: the rate the usable keys
+// of backends can take, from their configured and learned limits.
 type KeyPacer interface {
-	Pace(backends []string) float64
+	Pace(backends []string) Rate
 }

@@ -50,9 +50,10 @@ func (s *Server) admitKeys(ctx context.Context, r *routerStream) *extprocv3.Proc
 	}
 	scope := strings.Join(r.backends, ",")
 	req.Scope = scope
-	res := s.opts.Queue.Admit(ctx, req, func() (bool, time.Duration, float64) {
+	req.Tokens = r.estTokens + r.maxOut
+	res := s.opts.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
 		ok, ra := s.opts.Keys.Available(r.backends)
-		rate := 0.0
+		var rate Rate
 		if pacing {
 			rate = pacer.Pace(r.backends)
 		}

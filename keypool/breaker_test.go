@@ -167,6 +167,10 @@ func TestParseOutcome(t *testing.T) {
 			Outcome{Status: 200, RemainingRequests: 0, RemainingTokens: 149984, ResetRequests: 6 * time.Minute, ResetTokens: 20 * time.Millisecond}},
 		{"reset as seconds and compound", 200, map[string]string{"x-ratelimit-reset-requests": "1.5", "x-ratelimit-reset-tokens": "1h2m3.5s"},
 			Outcome{Status: 200, RemainingRequests: -1, RemainingTokens: -1, ResetRequests: 1500 * time.Millisecond, ResetTokens: time.Hour + 2*time.Minute + 3500*time.Millisecond}},
+		{"openai limits", 200, map[string]string{"x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "30000"},
+			Outcome{Status: 200, RemainingRequests: -1, RemainingTokens: -1, LimitRequests: 500, LimitTokens: 30000}},
+		{"anthropic limits", 200, map[string]string{"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-tokens-limit": "40000"},
+			Outcome{Status: 200, RemainingRequests: -1, RemainingTokens: -1, LimitRequests: 50, LimitTokens: 40000}},
 		{"garbage ignored", 200, map[string]string{"retry-after": "soon", "x-ratelimit-remaining-requests": "-3", "x-ratelimit-reset-tokens": "later"},
 			Outcome{Status: 200, RemainingRequests: -1, RemainingTokens: -1}},
 	}

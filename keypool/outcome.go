@@ -23,6 +23,11 @@ type Outcome struct {
 	// ResetRequests and ResetTokens come from x-ratelimit-reset-requests/
 	// -tokens ("1s", "6m0s"); 0 means unknown.
 	ResetRequests, ResetTokens time.Duration
+	// LimitRequests and LimitTokens are the key's per-minute limits as the
+	// provider states them (x-ratelimit-limit-requests/-tokens, or
+	// Anthropic's anthropic-ratelimit-{requests,tokens}-limit); 0 or less
+	// means unknown. They feed the admission pace (pace.go).
+	LimitRequests, LimitTokens int
 	// Reset is a connection reset or connect failure (no status).
 	Reset bool
 }
@@ -90,6 +95,12 @@ func ParseOutcome(status int, headers func(name string) string) Outcome {
 	o.RemainingTokens = parseCount(headers("x-ratelimit-remaining-tokens"))
 	o.ResetRequests = parseReset(headers("x-ratelimit-reset-requests"))
 	o.ResetTokens = parseReset(headers("x-ratelimit-reset-tokens"))
+	o.LimitRequests = max(parseCount(headers("x-ratelimit-limit-requests")), 0)
+	o.LimitTokens = max(parseCount(headers("x-ratelimit-limit-tokens")), 0)
+	if o.LimitRequests == 0 && o.LimitTokens == 0 {
+		o.LimitRequests = max(parseCount(headers("anthropic-ratelimit-requests-limit")), 0)
+		o.LimitTokens = max(parseCount(headers("anthropic-ratelimit-tokens-limit")), 0)
+	}
 	if o.RemainingRequests < 0 && o.RemainingTokens < 0 {
 		// Anthropic's names; its resets are RFC 3339 instants.
 		rr := parseCount(headers("anthropic-ratelimit-requests-remaining"))

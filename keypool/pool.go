@@ -27,6 +27,9 @@ type keyState struct {
 	// larger than what is left skips the key instead of earning a 429.
 	tokensLeft  int
 	tokensReset time.Time
+	// learnedRPM and learnedTPM are the per-minute limits the provider
+	// last stated for the key (limits.go); 0: unknown.
+	learnedRPM, learnedTPM int
 	lastStatus  int
 	picks       uint64
 	lastSuccess time.Time
@@ -292,11 +295,12 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 	return best
 }
 
-// healthyLocked: some key is not open (closed, or half-open so a probe can
-// flow). Caller holds kp.mu.
+// healthyLocked: some key is serving (closed, half-open so a probe can
+// flow, or only resting until its quota window resets). Caller holds
+// kp.mu.
 func (kp *KeyPool) healthyLocked(now time.Time) bool {
 	for _, k := range kp.keys {
-		if k.cfg.Weight > 0 && k.br.State(now) != Open {
+		if k.cfg.Weight > 0 && k.serving(now) {
 			return true
 		}
 	}
@@ -390,6 +394,8 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	}
 	keyID := k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
+	learned := k.learn(o)
+	learnedRPM, learnedTPM := k.learnedRPM, k.learnedTPM
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
 	}
@@ -438,6 +444,9 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 		if p.sync != nil {
 			p.sync.publish(kp.name, keyID, rs)
 		}
+	}
+	if learned && p.sync != nil {
+		p.sync.publishLimits(kp.name, keyID, learnedRPM, learnedTPM)
 	}
 	if o.Failed() && req != "" && p.sync != nil {
 		p.sync.addTried(req, keyID)

@@ -36,6 +36,7 @@ type syncer struct {
 	channel      string
 	triedPrefix  string // key prefix of per-request failed-key sets
 	cancelPrefix string // key prefix of requests whose client went away
+	limitsKey    string // hash of learned limits (limits.go)
 
 	queue chan syncOp
 
@@ -51,6 +52,7 @@ type syncOp struct {
 	state        *remoteState // nil: a failed-key record for req, or its cancel
 	req          string
 	cancel       bool // req's client went away (Pools.Cancelled)
+	limits       string // encoded learned limits of backend/key (limits.go)
 }
 
 const syncQueue = 4096
@@ -62,6 +64,7 @@ func newSyncer(p *Pools, rdb redis.UniversalClient, prefix, replica string) *syn
 		channel:      prefix + "keypool:events",
 		triedPrefix:  prefix + "keypool:tried:",
 		cancelPrefix: prefix + "keypool:cancel:",
+		limitsKey:    limitsKey(prefix),
 		queue:        make(chan syncOp, syncQueue),
 		pending:      map[string]syncOp{},
 	}
@@ -226,6 +229,10 @@ func (s *syncer) write(ctx context.Context, ops []syncOp) {
 	defer cancel()
 	pipe := s.rdb.Pipeline()
 	for _, op := range ops {
+		if op.limits != "" {
+			pipe.HSet(wctx, s.limitsKey, op.backend+"|"+op.key, op.limits)
+			continue
+		}
 		if op.state != nil {
 			v := encodeState(s.replica, op.backend, op.key, *op.state)
 			pipe.HSet(wctx, s.hashKey, op.key, v)
@@ -280,6 +287,7 @@ func (s *syncer) poll(ctx context.Context) {
 	for _, v := range all {
 		s.apply(v, "poll")
 	}
+	s.pollLimits(rctx)
 	if wasDown {
 		// Redis is back (maybe empty after a restart): republish what this
 		// replica knows so others and late starters see it.

@@ -59,6 +59,13 @@ type Behavior struct {
 	// 429 with Retry-After until the window ends.
 	RPM int
 	TPM int
+	// Window, when positive and shorter than a minute, enforces RPM and
+	// TPM in windows of that length with the quota scaled down to it, the
+	// way providers quantize their limits ("60,000 requests/minute may be
+	// enforced as 1,000 requests/second", OpenAI's rate-limit guide):
+	// x-ratelimit-limit-* still say the per-minute figure, -remaining-*
+	// and -reset-* describe the current window. Default one minute.
+	Window time.Duration
 
 	// FailProbability in [0,1] makes a request otherwise answered OK take
 	// FailAction instead (seeded RNG, Options.Seed). FailAction defaults to
@@ -93,21 +100,44 @@ func retryAfterSeconds(d time.Duration) int {
 	return int(math.Ceil(d.Seconds()))
 }
 
-// window is one key's fixed one-minute usage window.
+// window returns the enforcement window and the request and token quotas
+// within it (0: not limited).
+func (b Behavior) window() (d time.Duration, rpm, tpm int) {
+	d = b.Window
+	if d <= 0 || d > time.Minute {
+		return time.Minute, b.RPM, b.TPM
+	}
+	scale := func(n int) int {
+		if n <= 0 {
+			return 0
+		}
+		return max(1, int(float64(n)*d.Seconds()/60))
+	}
+	return d, scale(b.RPM), scale(b.TPM)
+}
+
+// window is one key's fixed usage window.
 type window struct {
 	start    time.Time
+	length   time.Duration
 	requests int
 	tokens   int
 }
 
-func (w *window) roll(now time.Time) {
-	if w.start.IsZero() || now.Sub(w.start) >= time.Minute {
-		*w = window{start: now}
+func (w *window) roll(now time.Time, length time.Duration) {
+	if w.start.IsZero() || now.Sub(w.start) >= w.length || w.length != length {
+		// Windows are aligned to the first one, as a provider's clock
+		// would be: an idle key starts again on the next boundary.
+		start := now
+		if !w.start.IsZero() && w.length == length {
+			start = w.start.Add(now.Sub(w.start) / length * length)
+		}
+		*w = window{start: start, length: length}
 	}
 }
 
 func (w *window) resetIn(now time.Time) time.Duration {
-	d := w.start.Add(time.Minute).Sub(now)
+	d := w.start.Add(w.length).Sub(now)
 	if d < 0 {
 		return 0
 	}

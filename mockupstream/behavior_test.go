@@ -153,6 +153,29 @@ func TestRPMAndTPMLimits(t *testing.T) {
 	}
 }
 
+// TestQuantizedWindow: 120 rpm in 1 s windows is 2 requests a second; the
+// headers keep the per-minute limit and describe the current window.
+func TestQuantizedWindow(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := start(t, Options{Keys: testKeys(), CompletionTokens: 10, Now: clock.Now})
+	s.SetBehavior("a", Behavior{RPM: 120, Window: time.Second})
+	for i, want := range []int{200, 200, 429} {
+		resp, _, err := post(t, s, "/v1/chat/completions", keyA, chatBody("hi", false, false), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != want || resp.Header.Get("X-Ratelimit-Limit-Requests") != "120" ||
+			resp.Header.Get("X-Ratelimit-Remaining-Requests") != strconv.Itoa(max(0, 1-i)) {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+	clock.Add(1500 * time.Millisecond) // the next window began 0.5 s ago
+	resp, _, _ := post(t, s, "/v1/chat/completions", keyA, chatBody("hi", false, false), nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Reset-Requests") != "500ms" {
+		t.Fatalf("next window: %d reset %q", resp.StatusCode, resp.Header.Get("X-Ratelimit-Reset-Requests"))
+	}
+}
+
 func TestFailProbabilityIsSeeded(t *testing.T) {
 	run := func(seed uint64) []int {
 		s := start(t, Options{Keys: testKeys(), Seed: seed, Default: Behavior{FailProbability: 0.3, Status: 502}})

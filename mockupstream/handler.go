@@ -233,12 +233,13 @@ func (s *Server) admit(keyID string, b Behavior, tokens int, h http.Header) (Act
 		win = &window{}
 		s.windows[keyID] = win
 	}
-	win.roll(now)
+	length, rpm, tpm := b.window()
+	win.roll(now, length)
 	limited := ""
 	switch {
-	case b.RPM > 0 && win.requests >= b.RPM:
+	case rpm > 0 && win.requests >= rpm:
 		limited = "rpm_limit"
-	case b.TPM > 0 && win.tokens+tokens > b.TPM:
+	case tpm > 0 && win.tokens+tokens > tpm:
 		limited = "tpm_limit"
 	default:
 		win.requests++
@@ -247,12 +248,12 @@ func (s *Server) admit(keyID string, b Behavior, tokens int, h http.Header) (Act
 	reset := formatReset(win.resetIn(now))
 	if b.RPM > 0 {
 		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(b.RPM))
-		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(max(0, b.RPM-win.requests)))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(max(0, rpm-win.requests)))
 		h.Set("X-Ratelimit-Reset-Requests", reset)
 	}
 	if b.TPM > 0 {
 		h.Set("X-Ratelimit-Limit-Tokens", strconv.Itoa(b.TPM))
-		h.Set("X-Ratelimit-Remaining-Tokens", strconv.Itoa(max(0, b.TPM-win.tokens)))
+		h.Set("X-Ratelimit-Remaining-Tokens", strconv.Itoa(max(0, tpm-win.tokens)))
 		h.Set("X-Ratelimit-Reset-Tokens", reset)
 	}
 	return act, limited

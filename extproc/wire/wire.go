@@ -140,19 +140,22 @@ func (r refusals) Refused(tenant, model string, status int, code, reason string)
 }
 
 // Pace implements extproc.KeyPacer.
-func (k keys) Pace(backends []string) float64 { return k.p.Pace(backends) }
+func (k keys) Pace(backends []string) extproc.Rate {
+	r, t := k.p.Pace(backends)
+	return extproc.Rate{Requests: r, Tokens: t}
+}
 
 // Queue adapts an *admission.Queue to extproc.AdmissionQueue.
 func Queue(q *admission.Queue) extproc.AdmissionQueue { return queue{q} }
 
 type queue struct{ q *admission.Queue }
 
-func (a queue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func() (bool, time.Duration, float64)) extproc.QueueResult {
+func (a queue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func() (bool, time.Duration, extproc.Rate)) extproc.QueueResult {
 	res := a.q.Admit(ctx, admission.Request{Scope: r.Scope, Tenant: r.Tenant, Weight: r.Weight, Class: r.Priority,
-		ClassName: r.Class, MaxWait: r.MaxWait, OnWait: r.OnWait},
+		ClassName: r.Class, MaxWait: r.MaxWait, Tokens: r.Tokens, OnWait: r.OnWait},
 		func() (bool, time.Duration, admission.Pace) {
 			ok, ra, rate := capacity()
-			return ok, ra, admission.Pace{Rate: rate, Burst: 1}
+			return ok, ra, admission.Pace{Rate: rate.Requests, Burst: 1, TokenRate: rate.Tokens}
 		})
 	return extproc.QueueResult{Admitted: res.Admitted, Reason: string(res.Reason), Waited: res.Waited, RetryAfter: res.RetryAfter}
 }

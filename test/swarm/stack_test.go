@@ -57,6 +57,14 @@ type stackSpec struct {
 	numRetries           int
 	// admission is the YAML body of "admission:" (empty: no queue).
 	admission string
+	// tenants replace the one default tenant ("swarm", agentKey).
+	tenants []tenantSpec
+}
+
+// tenantSpec is one tenant with one virtual key.
+type tenantSpec struct {
+	name, key string
+	weight    int
 }
 
 type stack struct {
@@ -100,7 +108,18 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 	for _, r := range sp.relays {
 		fmt.Fprintf(&b, "      - {backend: %s, priority: %d, weight: %d}\n", r.name, r.priority, max(r.weight, 1))
 	}
-	fmt.Fprintf(&b, "tenants:\n  - name: swarm\n    models: [%s]\n    keys:\n      - {id: swarm-1, hash: %s}\n", model, config.HashKey(agentKey))
+	tenants := sp.tenants
+	if len(tenants) == 0 {
+		tenants = []tenantSpec{{name: "swarm", key: agentKey}}
+	}
+	b.WriteString("tenants:\n")
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "  - name: %s\n    models: [%s]\n", t.name, model)
+		if t.weight > 0 {
+			fmt.Fprintf(&b, "    weight: %d\n", t.weight)
+		}
+		fmt.Fprintf(&b, "    keys:\n      - {id: %s-1, hash: %s}\n", t.name, config.HashKey(t.key))
+	}
 	return b.String()
 }
 

@@ -1,0 +1,41 @@
+package admission
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// BenchmarkAdmitNoWait is the hot path with queueing on and capacity
+// there: one Admit that is admitted at once (local order).
+func BenchmarkAdmitNoWait(b *testing.B) {
+	q := New(Options{})
+	capacity := func() (bool, time.Duration, Pace) { return true, 0, Pace{} }
+	req := Request{Scope: "relay-a", Tenant: "t", Weight: 1, MaxWait: time.Second}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !q.Admit(context.Background(), req, capacity).Admitted {
+			b.Fatal("not admitted")
+		}
+	}
+}
+
+// BenchmarkRedisStep is one order decision against a real redis-server:
+// the Lua step's round trip (admitted at once, paced, nobody waiting).
+func BenchmarkRedisStep(b *testing.B) {
+	srv := redistest.Start(b)
+	o := NewRedisOrder(srv.Client(), "bench:")
+	p := Pace{Rate: 1e9, Burst: 1}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		t := &Ticket{ID: strconv.Itoa(i), Scope: "relay-a", Tenant: "t", Weight: 1, Deadline: time.Now().Add(time.Second)}
+		if d, err := o.Step(context.Background(), t, p, true); err != nil || !d.Admitted {
+			b.Fatalf("%+v %v", d, err)
+		}
+	}
+}

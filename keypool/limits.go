@@ -1,0 +1,104 @@
+package keypool
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// Learned limits.
+//
+// Providers state each key's per-minute limits on every answer
+// (x-ratelimit-limit-requests/-tokens; Anthropic's
+// anthropic-ratelimit-{requests,tokens}-limit). The replica that sees an
+// answer records them on the key and, when they change, writes them to the
+// hash <prefix>keypool:limits (field backend|key, value "rpm tpm"); every
+// replica reads that hash on its breaker poll (breaker.sync_interval), so a
+// router-level replica that never sees an upstream answer paces by them
+// too. A limit changes rarely (a tier upgrade), so this is one write per
+// key per change, not per request.
+
+// limitsKey is the hash of learned limits under the Redis key prefix.
+func limitsKey(prefix string) string { return prefix + "keypool:limits" }
+
+// learn records the limits an answer stated. Caller holds kp.mu. It
+// reports whether they changed (to be shared).
+func (k *keyState) learn(o Outcome) bool {
+	changed := false
+	if o.LimitRequests > 0 && o.LimitRequests != k.learnedRPM {
+		k.learnedRPM, changed = o.LimitRequests, true
+	}
+	if o.LimitTokens > 0 && o.LimitTokens != k.learnedTPM {
+		k.learnedTPM, changed = o.LimitTokens, true
+	}
+	return changed
+}
+
+// rpm and tpm are the limits the pace uses: the lower of the configured
+// and the learned one where both are known (the operator may keep a key
+// under the provider's limit, never above it). Caller holds kp.mu.
+func (k *keyState) rpm() int { return lower(k.cfg.RPM, k.learnedRPM) }
+func (k *keyState) tpm() int { return lower(k.cfg.TPM, k.learnedTPM) }
+
+func lower(configured, learned int) int {
+	switch {
+	case configured <= 0:
+		return max(learned, 0)
+	case learned <= 0:
+		return configured
+	}
+	return min(configured, learned)
+}
+
+func encodeLimits(rpm, tpm int) string { return strconv.Itoa(rpm) + " " + strconv.Itoa(tpm) }
+
+func decodeLimits(field, v string) (backend, key string, rpm, tpm int, ok bool) {
+	backend, key, ok1 := strings.Cut(field, "|")
+	r, t, ok2 := strings.Cut(v, " ")
+	if !ok1 || !ok2 {
+		return "", "", 0, 0, false
+	}
+	rpm, err1 := strconv.Atoi(r)
+	tpm, err2 := strconv.Atoi(t)
+	return backend, key, rpm, tpm, err1 == nil && err2 == nil
+}
+
+// adoptLimits applies limits another replica learned.
+func (p *Pools) adoptLimits(all map[string]string) {
+	for field, v := range all {
+		backend, key, rpm, tpm, ok := decodeLimits(field, v)
+		if !ok {
+			continue
+		}
+		kp := p.pool(backend)
+		if kp == nil {
+			continue
+		}
+		kp.mu.Lock()
+		if k := kp.byID[key]; k != nil {
+			k.learnedRPM, k.learnedTPM = rpm, tpm
+		}
+		kp.mu.Unlock()
+	}
+}
+
+// pollLimits reads the shared learned limits (with the breaker poll).
+func (s *syncer) pollLimits(ctx context.Context) {
+	all, err := s.rdb.HGetAll(ctx, s.limitsKey).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.fail("poll_limits", err)
+		}
+		return
+	}
+	s.p.adoptLimits(all)
+}
+
+// publishLimits queues the write of a key's learned limits.
+func (s *syncer) publishLimits(backend, key string, rpm, tpm int) {
+	select {
+	case s.queue <- syncOp{backend: backend, key: key, limits: encodeLimits(rpm, tpm)}:
+	default:
+		s.p.metrics.syncDropped.Inc()
+	}
+}
