@@ -24,7 +24,10 @@ func TestPaceFromLearnedLimits(t *testing.T) {
 				"x-ratelimit-remaining-requests": remaining, "x-ratelimit-reset-requests": "1s"}[n]
 		})
 	}
-	rate := func(p *Pools) [2]float64 { r, tk := p.Pace([]string{"b"}); return [2]float64{r / paceShare, tk / paceShare} }
+	rate := func(p *Pools) [2]float64 {
+		r, tk := p.Pace([]string{"b"})
+		return [2]float64{r / paceShare, tk / paceShare}
+	}
 	if got := rate(ps[0]); got != [2]float64{0, 0} {
 		t.Fatalf("nothing learned: %v, want unpaced (keys b and c have no limit)", got)
 	}

@@ -30,9 +30,9 @@ type keyState struct {
 	// learnedRPM and learnedTPM are the per-minute limits the provider
 	// last stated for the key (limits.go); 0: unknown.
 	learnedRPM, learnedTPM int
-	lastStatus  int
-	picks       uint64
-	lastSuccess time.Time
+	lastStatus             int
+	picks                  uint64
+	lastSuccess            time.Time
 	// syncProbe marks the one attempt allowed while the remote state is
 	// unknown and failure_modes.breaker_sync is closed.
 	syncProbe         bool

@@ -51,7 +51,7 @@ type syncOp struct {
 	backend, key string
 	state        *remoteState // nil: a failed-key record for req, or its cancel
 	req          string
-	cancel       bool // req's client went away (Pools.Cancelled)
+	cancel       bool   // req's client went away (Pools.Cancelled)
 	limits       string // encoded learned limits of backend/key (limits.go)
 }
 

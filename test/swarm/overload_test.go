@@ -91,7 +91,9 @@ func TestSwarmOverCapacity(t *testing.T) {
 	}
 	queueYAML := fmt.Sprintf("  max_wait: %s\n  pace: true", sc.maxWait)
 	var queued, plain, retrying run
-	t.Run("queue", func(t *testing.T) { queued = variant(t, "queue (paced, max_wait "+sc.maxWait.String()+")", queueYAML, false) })
+	t.Run("queue", func(t *testing.T) {
+		queued = variant(t, "queue (paced, max_wait "+sc.maxWait.String()+")", queueYAML, false)
+	})
 	t.Run("no_queue", func(t *testing.T) { plain = variant(t, "no queue, agents give up on 429", "", false) })
 	t.Run("client_retry", func(t *testing.T) {
 		retrying = variant(t, "no queue, agents retry (back-off, Retry-After) within "+sc.maxWait.String(), "", true)
