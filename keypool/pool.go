@@ -295,12 +295,16 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 	return best
 }
 
-// healthyLocked: some key is serving (closed, half-open so a probe can
-// flow, or only resting until its quota window resets). Caller holds
-// kp.mu.
+// healthyLocked: some key is not open (closed, or half-open so a probe can
+// flow). A key resting until its quota window resets is capacity that
+// comes back (the pace counts it), but not for EDS: while every key of a
+// backend rests, Envoy should send the pool's traffic to the next relay
+// rather than into attempts that only draw the provider's 429 (measured:
+// ten times the upstream 429s in the swarm when resting keys kept their
+// backend healthy). Caller holds kp.mu.
 func (kp *KeyPool) healthyLocked(now time.Time) bool {
 	for _, k := range kp.keys {
-		if k.cfg.Weight > 0 && k.serving(now) {
+		if k.cfg.Weight > 0 && k.br.State(now) != Open {
 			return true
 		}
 	}
