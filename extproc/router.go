@@ -336,7 +336,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 			message: "Your API key may not use the model `" + alias + "`."})
 	}
 	if r.spec.Validate != nil {
-		if f := r.spec.Validate(&cr); f != nil {
+		if f := r.spec.Validate(cr); f != nil {
 			return s.refuse(r, errBadRequest(f.Message, f.Code, f.Param))
 		}
 	}

@@ -34,7 +34,7 @@ type Spec struct {
 	NoOutput bool
 	// Validate refuses what the family requires or the gateway cannot keep
 	// its promises for; nil accepts every scanned request.
-	Validate func(r *chatreq.Request) *Refusal
+	Validate func(r chatreq.Request) *Refusal // by value: a pointer would move the scan result to the heap
 	// Local answers the request in the gateway (the model list).
 	Local bool
 }

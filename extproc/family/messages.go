@@ -31,7 +31,7 @@ func init() {
 	register(CountTokens)
 }
 
-func validateMessages(r *chatreq.Request) *Refusal {
+func validateMessages(r chatreq.Request) *Refusal {
 	if !r.HasMaxTokens {
 		return &Refusal{Param: "max_tokens", Code: "invalid_value", Message: "max_tokens: Field required"}
 	}

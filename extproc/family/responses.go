@@ -23,7 +23,7 @@ func init() { register(Responses) }
 // (organisation) that created it, and swarmgate does not record that
 // affinity yet (docs/families.md). Sending it to another key fails at the
 // provider after the request was admitted and billed for its estimate.
-func validateResponses(r *chatreq.Request) *Refusal {
+func validateResponses(r chatreq.Request) *Refusal {
 	if r.PreviousResponseID {
 		return &Refusal{Param: "previous_response_id", Code: "unsupported_parameter",
 			Message: "previous_response_id is not supported through this gateway: send the conversation as input items (or use store: false with the full history)."}
