@@ -313,7 +313,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 	if e.Disconnected {
 		reason = "stream cut before its end"
 	}
-	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
+	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.clientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
 		Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
 	if r.span != nil {
 		errType := ""

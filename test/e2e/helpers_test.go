@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -22,8 +21,5 @@ func mockupstreamResetMidStream() mockupstream.Behavior {
 // stream is destroyed, possibly after the client has its answer.
 func waitRecord(t *testing.T, sim *envoysim.Sim, id string) (envoysim.Record, bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := sim.WaitRecord(ctx, id)
-	return r, err == nil
+	return sim.AwaitRecord(id, 5*time.Second)
 }

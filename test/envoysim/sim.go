@@ -319,6 +319,15 @@ func (s *Sim) WaitRecord(ctx context.Context, id string) (Record, error) {
 	}
 }
 
+// AwaitRecord is WaitRecord bounded by within, for tests: the record of
+// the request the client sent with x-request-id id, and whether it came.
+func (s *Sim) AwaitRecord(id string, within time.Duration) (Record, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	r, err := s.WaitRecord(ctx, id)
+	return r, err == nil
+}
+
 // resourcesFor is the cluster's resource manager (shared by its requests).
 func (s *Sim) resourcesFor(cluster string) *clusterResources {
 	s.mu.Lock()

@@ -284,8 +284,5 @@ func keyState(p *keypool.Pools, backend, key string) string {
 // stream is destroyed, possibly after the client has its answer.
 func waitRecord(t *testing.T, sim *envoysim.Sim, id string) (envoysim.Record, bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := sim.WaitRecord(ctx, id)
-	return r, err == nil
+	return sim.AwaitRecord(id, 5*time.Second)
 }

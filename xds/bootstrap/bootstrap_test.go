@@ -106,6 +106,12 @@ func TestExamples(t *testing.T) {
 			gen:   MeshSnippet,
 			check: checkMesh,
 		},
+		{
+			file: "existing-mesh-mtls.yaml", config: "xds/translator/testdata/mtls.yaml",
+			about: "The same snippet for a control plane with security.envoy set: Envoy reaches xDS, ext_proc and the rate-limit service over mutual TLS with its client certificate, and sends the fleet secret.",
+			gen:   MeshSnippet,
+			check: checkMesh,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {

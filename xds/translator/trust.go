@@ -132,18 +132,27 @@ func listenerFleetSecret(l *listenerv3.Listener, secret string) error {
 
 // HCMFleetSecret adds the fleet secret to the HCM's ext_proc filters.
 func HCMFleetSecret(hcm *hcmv3.HttpConnectionManager, secret string) error {
-	for _, hf := range hcm.GetHttpFilters() {
+	_, err := filtersFleetSecret(hcm.GetHttpFilters(), secret)
+	return err
+}
+
+// filtersFleetSecret adds the secret to the initial metadata of every
+// ext_proc filter among filters; it reports whether there was one.
+func filtersFleetSecret(filters []*hcmv3.HttpFilter, secret string) (bool, error) {
+	found := false
+	for _, hf := range filters {
 		if hf.GetName() != FilterExtProc {
 			continue
 		}
 		ep := &extprocv3.ExternalProcessor{}
 		if err := hf.GetTypedConfig().UnmarshalTo(ep); err != nil {
-			return err
+			return found, err
 		}
 		addSecretMetadata(ep.GetGrpcService(), secret)
 		hf.ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(ep)}
+		found = true
 	}
-	return nil
+	return found, nil
 }
 
 // ClusterFleetSecret adds the fleet secret to a cluster's upstream ext_proc
@@ -157,18 +166,9 @@ func ClusterFleetSecret(c *clusterv3.Cluster, secret string) error {
 	if err := a.UnmarshalTo(opts); err != nil {
 		return err
 	}
-	found := false
-	for _, hf := range opts.GetHttpFilters() {
-		if hf.GetName() != FilterExtProc {
-			continue
-		}
-		ep := &extprocv3.ExternalProcessor{}
-		if err := hf.GetTypedConfig().UnmarshalTo(ep); err != nil {
-			return err
-		}
-		addSecretMetadata(ep.GetGrpcService(), secret)
-		hf.ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(ep)}
-		found = true
+	found, err := filtersFleetSecret(opts.GetHttpFilters(), secret)
+	if err != nil {
+		return err
 	}
 	if found {
 		c.TypedExtensionProtocolOptions[HTTPOptionsKey] = mustAny(opts)
