@@ -37,6 +37,10 @@ type Spec struct {
 	Validate func(r chatreq.Request) *Refusal // by value: a pointer would move the scan result to the heap
 	// Local answers the request in the gateway (the model list).
 	Local bool
+	// Provider and Operation name the request in its GenAI span
+	// (gen_ai.provider.name / gen_ai.system and gen_ai.operation.name):
+	// the API the client speaks, whichever backend serves it.
+	Provider, Operation string
 }
 
 // Refusal is a request the family's rules refuse (400), naming the field.

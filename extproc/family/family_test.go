@@ -88,3 +88,22 @@ func TestModelListShapes(t *testing.T) {
 		t.Errorf("openai list: %+v %v", o, err)
 	}
 }
+
+// Each family names its GenAI span by the API the client speaks: Anthropic
+// Messages are Anthropic's chat, not OpenAI's.
+func TestSpecsNameTheirSpans(t *testing.T) {
+	tests := []struct{ path, provider, op string }{
+		{"/v1/chat/completions", "openai", "chat"},
+		{"/v1/completions", "openai", "text_completion"},
+		{"/v1/embeddings", "openai", "embeddings"},
+		{"/v1/responses", "openai", "chat"},
+		{"/v1/messages", "anthropic", "chat"},
+		{"/v1/messages/count_tokens", "anthropic", "count_tokens"},
+	}
+	for _, tc := range tests {
+		s := ForPath(tc.path)
+		if s == nil || s.Provider != tc.provider || s.Operation != tc.op {
+			t.Errorf("%s: %+v, want %s %s", tc.path, s, tc.provider, tc.op)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 const messagesPath = "/v1/messages"
@@ -18,13 +19,17 @@ const messagesPath = "/v1/messages"
 // attempt sends anthropic-version (and anthropic-beta) to Anthropic-style
 // backends only.
 var Messages = &Spec{Name: config.FamilyAnthropicMessages, Path: messagesPath, Method: http.MethodPost, Errors: Anthropic,
-	Billed: true, Validate: validateMessages}
+	Billed: true, Validate: validateMessages, Provider: "anthropic", Operation: telemetry.OperationChat}
 
 // CountTokens is POST /v1/messages/count_tokens: admitted and routed like
 // Messages (same backends, keys and breakers), never billed as a
 // completion and reserving no output.
 var CountTokens = &Spec{Name: config.FamilyAnthropicMessages, Path: messagesPath + "/count_tokens", Method: http.MethodPost,
-	Errors: Anthropic, NoOutput: true}
+	Errors: Anthropic, NoOutput: true, Provider: "anthropic", Operation: OperationCountTokens}
+
+// OperationCountTokens names count_tokens in its span: no GenAI semantic
+// convention names it, and it is no chat.
+const OperationCountTokens = "count_tokens"
 
 func init() {
 	register(Messages)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/telemetry"
 )
 
 // Responses is OpenAI's Responses API (POST /v1/responses): "input",
@@ -14,7 +15,7 @@ import (
 // response.completed / response.incomplete / response.failed events
 // (accounting/usage). Streams always report usage: nothing to inject.
 var Responses = &Spec{Name: config.FamilyResponses, Path: "/v1/responses", Method: http.MethodPost, Errors: OpenAI,
-	Billed: true, Validate: validateResponses}
+	Billed: true, Validate: validateResponses, Provider: "openai", Operation: telemetry.OperationChat}
 
 func init() { register(Responses) }
 
