@@ -43,6 +43,12 @@ type Request struct {
 	// tool schemas are rendered into the prompt and billed as prompt tokens.
 	ToolsBytes int
 	User       string // top-level "user"
+	// HasMaxTokens: an output cap was given (Anthropic Messages require
+	// "max_tokens").
+	HasMaxTokens bool
+	// PreviousResponseID: the Responses API's "previous_response_id" is set
+	// (a non-empty string), i.e. the request continues server-side state.
+	PreviousResponseID bool
 
 	at edits // where WithIncludeUsage splices; set by Scan
 }
@@ -171,6 +177,7 @@ func Scan(body []byte) (Request, error) {
 			if !ok {
 				setSem(&FieldError{Field: string(name), Want: "a non-negative integer"})
 			}
+			r.HasMaxTokens = r.HasMaxTokens || v >= 0
 			if string(name) == "max_tokens" {
 				maxTokens = v
 			} else { // max_completion_tokens (chat), max_output_tokens (responses)
@@ -194,8 +201,16 @@ func Scan(body []byte) (Request, error) {
 				setSem(&FieldError{Field: "messages", Want: "an array"})
 				return s.skip()
 			}
-		case "prompt", "input", "instructions":
+		case "prompt", "input", "instructions", "system":
+			// "system" is Anthropic's system prompt: a string or text blocks.
 			return s.promptValue(&r, 0)
+		case "previous_response_id":
+			if s.peek() == '"' {
+				raw, _, err := s.str(nil)
+				r.PreviousResponseID = len(raw) > 0
+				return err
+			}
+			return s.skip()
 		case "user":
 			user = rawString{}
 			switch s.peek() {
@@ -353,9 +368,9 @@ func (s *scanner) message(r *Request) error {
 				return s.functionCall(&st)
 			}
 			return s.skip()
-		case "output", "arguments":
+		case "output", "arguments", "text":
 			// responses-API input items: function_call_output.output and
-			// function_call.arguments
+			// function_call.arguments; Anthropic system text blocks
 			if s.peek() == '"' {
 				_, _, err := s.str(&st)
 				return err
@@ -404,6 +419,13 @@ func (s *scanner) content(st *textStats) error {
 						_, _, err := s.str(st)
 						return err
 					}
+					if keyIs(k, e, "content") && s.cdepth < maxContentDepth {
+						// Anthropic tool_result blocks nest content.
+						s.cdepth++
+						err := s.content(st)
+						s.cdepth--
+						return err
+					}
 					return s.skip()
 				})
 			}
@@ -434,3 +456,7 @@ func (s *scanner) promptValue(r *Request, depth int) error {
 	}
 	return s.skip()
 }
+
+// maxContentDepth bounds nested tool_result content the scanner counts
+// (deeper content is still validated, only not counted).
+const maxContentDepth = 4

@@ -34,14 +34,14 @@ func TestScan(t *testing.T) {
     {"role":"tool","tool_call_id":"c1","content":"42"}
   ]
 }`,
-			want: Request{Model: "gpt-4o-mini", Stream: true, IncludeUsage: true, HasTools: true, MaxTokens: 100,
+			want: Request{Model: "gpt-4o-mini", Stream: true, IncludeUsage: true, HasTools: true, MaxTokens: 100, HasMaxTokens: true,
 				Messages: 4, PromptBytes: 8 + 6 + 3 + 7 + 2, PromptNonASCIIBytes: 2, PromptSymbolBytes: 6 + 2,
 				ToolsBytes: len(`[{"type":"function","function":{"name":"f","parameters":{}}}]`), User: "u-1"},
 		},
 		{
 			name: "max_completion_tokens wins",
 			body: `{"model":"o3","max_tokens":10,"max_completion_tokens":2000,"messages":[]}`,
-			want: Request{Model: "o3", MaxTokens: 2000},
+			want: Request{Model: "o3", MaxTokens: 2000, HasMaxTokens: true},
 		},
 		{
 			name: "empty tools",
@@ -76,7 +76,7 @@ func TestScan(t *testing.T) {
 		{
 			name: "responses tool items and max_output_tokens",
 			body: `{"model":"gpt-5","max_output_tokens":300,"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"42"}]}`,
-			want: Request{Model: "gpt-5", MaxTokens: 300, Messages: 2, PromptBytes: 4, PromptSymbolBytes: 4},
+			want: Request{Model: "gpt-5", MaxTokens: 300, HasMaxTokens: true, Messages: 2, PromptBytes: 4, PromptSymbolBytes: 4},
 		},
 		{
 			name: "escapes decoded",
@@ -87,7 +87,7 @@ func TestScan(t *testing.T) {
 			name: "escaped member names everywhere",
 			body: `{"\u006d\u006f\u0064\u0065\u006c":"m","\u006d\u0061\u0078\u005f\u0063\u006f\u006d\u0070\u006c\u0065\u0074\u0069\u006f\u006e\u005f\u0074\u006f\u006b\u0065\u006e\u0073":7,` +
 				`"messages":[{"c\u006fntent":[{"t\u0065xt":"ab"}],"tool_c\u0061lls":[{"functio\u006e":{"n\u0061me":"cd","\u0061rguments":"ef"}}]}]}`,
-			want: Request{Model: "m", MaxTokens: 7, Messages: 1, PromptBytes: 6},
+			want: Request{Model: "m", MaxTokens: 7, HasMaxTokens: true, Messages: 1, PromptBytes: 6},
 		},
 		{
 			name: "byte classes, escaped and raw",

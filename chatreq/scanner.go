@@ -10,10 +10,11 @@ const maxDepth = 10000
 // reject invalid UTF-8 inside strings) while walking it without building
 // values. Methods leave i just past what they consumed.
 type scanner struct {
-	b     []byte
-	i     int
-	depth int
-	blks  blocks // the byte classes of the 64-byte blocks str reads
+	cdepth int // nested content (tool_result blocks) being read
+	b      []byte
+	i      int
+	depth  int
+	blks   blocks // the byte classes of the 64-byte blocks str reads
 }
 
 func (s *scanner) errAt(off int, msg string) error { return newSyntaxError(s.b, off, msg) }

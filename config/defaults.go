@@ -133,6 +133,9 @@ func (c *Config) applyDefaults() {
 			b.Headers = nil // "headers: {}" and no headers are the same config
 		}
 		def(&b.APIStyle, "openai")
+		if len(b.Families) == 0 {
+			b.Families = DefaultFamilies(b.APIStyle)
+		}
 		if b.Auth == "" {
 			b.Auth = AuthBearer
 		}

@@ -242,8 +242,13 @@ type Backend struct {
 	BaseURL  string    `yaml:"base_url" json:"base_url"`
 	SNI      string    `yaml:"sni" json:"sni"`
 	TLS      TLS       `yaml:"tls" json:"tls"`
-	APIStyle string    `yaml:"api_style" json:"api_style"` // "openai"
+	APIStyle string    `yaml:"api_style" json:"api_style"` // "openai" or "anthropic"
 	Auth     AuthStyle `yaml:"auth" json:"auth"`
+	// Families are the API families the backend serves (FamilyNames);
+	// default by api_style: openai → chat_completions, completions,
+	// embeddings; anthropic → anthropic_messages. Requests are routed only to
+	// targets whose backend serves the request's family.
+	Families []string `yaml:"families" json:"families"`
 	// Headers are static headers added to every upstream request.
 	Headers        map[string]string `yaml:"headers" json:"headers"`
 	Keys           []APIKey          `yaml:"keys" json:"keys"`
@@ -296,6 +301,9 @@ type Price struct {
 	OutputPerMTok      float64 `yaml:"output_per_mtok" json:"output_per_mtok"`
 	CachedInputPerMTok float64 `yaml:"cached_input_per_mtok" json:"cached_input_per_mtok"`
 	ReasoningPerMTok   float64 `yaml:"reasoning_per_mtok" json:"reasoning_per_mtok"` // 0: billed as output
+	// CacheWriteInputPerMTok prices prompt tokens written to the provider's
+	// cache (Anthropic's cache_creation_input_tokens); 0: billed as input.
+	CacheWriteInputPerMTok float64 `yaml:"cache_write_input_per_mtok" json:"cache_write_input_per_mtok"`
 }
 
 // Tenant is one team or product sharing the gateway.

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -344,8 +346,15 @@ func (c *Config) validateBackends(v *validator) map[string]bool {
 		if b.SNI != "" && (net.ParseIP(b.SNI) != nil || strings.ContainsAny(b.SNI, ":/ ")) {
 			v.add(p+".sni", "invalid server name %q: want a DNS name", b.SNI)
 		}
-		if b.APIStyle != "openai" {
-			v.add(p+".api_style", "unsupported api_style %q: want openai", b.APIStyle)
+		if b.APIStyle != "openai" && b.APIStyle != "anthropic" {
+			v.add(p+".api_style", "unsupported api_style %q: want openai or anthropic", b.APIStyle)
+		}
+		for j, f := range b.Families {
+			if !slices.Contains(FamilyNames, f) {
+				v.add(p+".families["+strconv.Itoa(j)+"]", "unknown API family %q: want one of %s", f, strings.Join(FamilyNames, ", "))
+			} else if slices.Index(b.Families, f) != j {
+				v.add(p+".families["+strconv.Itoa(j)+"]", "API family %q listed twice", f)
+			}
 		}
 		switch b.Auth {
 		case AuthBearer, AuthXAPIKey, AuthAPIKey:
@@ -474,7 +483,8 @@ func (c *Config) validateModels(v *validator, backends map[string]bool) map[stri
 			}
 			pr := t.Price
 			for _, pv := range []namedValue[float64]{{"input_per_mtok", pr.InputPerMTok}, {"output_per_mtok", pr.OutputPerMTok},
-				{"cached_input_per_mtok", pr.CachedInputPerMTok}, {"reasoning_per_mtok", pr.ReasoningPerMTok}} {
+				{"cached_input_per_mtok", pr.CachedInputPerMTok}, {"reasoning_per_mtok", pr.ReasoningPerMTok},
+				{"cache_write_input_per_mtok", pr.CacheWriteInputPerMTok}} {
 				if pv.val < 0 || pv.val != pv.val || pv.val > 1e6 {
 					v.add(tp+".price."+pv.path, "price must be between 0 and 1000000 per million tokens, got %g", pv.val)
 				}

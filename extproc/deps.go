@@ -20,6 +20,7 @@ type Usage struct {
 	TotalTokens      int64
 	CachedTokens     int64
 	ReasoningTokens  int64
+	CacheWriteTokens int64 // part of PromptTokens (Anthropic cache writes)
 }
 
 // UsageCodec reads usage from response bodies.

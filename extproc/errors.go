@@ -10,6 +10,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -22,6 +23,15 @@ type apiError struct {
 	code    string
 	param   string
 	headers []*corev3.HeaderValueOption
+	// shape is the client's family's error shape (set by refuse and the
+	// upstream filter from the request's path).
+	shape family.ErrorShape
+}
+
+// in sets the error shape of the client's family.
+func (e *apiError) in(sh family.ErrorShape) *apiError {
+	e.shape = sh
+	return e
 }
 
 func (e *apiError) withRetryAfter(d time.Duration) *apiError {
@@ -51,6 +61,14 @@ func errModelNotFound(model string) *apiError {
 		message: "The model `" + model + "` does not exist or you do not have access to it."}
 }
 
+// render is the status and body in the client's family's shape.
+func (e *apiError) render() (int, []byte) {
+	if e.shape == family.OpenAI {
+		return e.status, e.body()
+	}
+	return e.shape.Render(&family.Error{Status: e.status, Message: e.message, Type: e.typ, Code: e.code, Param: e.param})
+}
+
 // body renders the JSON by hand: it runs on refusals under load and must
 // not allocate through reflection.
 func (e *apiError) body() []byte {
@@ -78,10 +96,11 @@ func (e *apiError) body() []byte {
 // (https://www.envoyproxy.io/docs/envoy/latest/api-v3/service/ext_proc/v3/external_processor.proto#envoy-v3-api-msg-service-ext-proc-v3-immediateresponse).
 func (e *apiError) response() *extprocv3.ProcessingResponse {
 	hs := append([]*corev3.HeaderValueOption{setHeader("content-type", "application/json")}, e.headers...)
+	status, body := e.render()
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.status)},
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
-		Body:    e.body(),
+		Body:    body,
 		Details: "swarmgate_" + e.code,
 	}}}
 }

@@ -73,7 +73,7 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			// The answer is not one to pass on: account the request as not
 			// served and send the client an error in its own shape.
 			s.finish(r, false)
-			return e.response()
+			return e.in(r.shape).response()
 		}
 	}
 	switch {
@@ -213,6 +213,13 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	if !r.admitted {
 		return
 	}
+	if !r.spec.Billed {
+		// count_tokens: admitted and routed, not a completion. Nothing to
+		// bill, nothing reserved (admission skipped the reservation).
+		s.observe(r, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: r.owner.Tenant.Name, VirtualKeyID: r.owner.Key.ID,
+			Model: r.alias, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
+		return
+	}
 	ok2xx := r.status >= 200 && r.status < 300
 	var u Usage
 	reported := false
@@ -328,7 +335,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 // no backend answered).
 func (s *Server) cost(r *routerStream, e Entry) float64 {
 	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
-		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens}
+		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens, CacheWriteTokens: e.Usage.CacheWriteTokens}
 	var c pricing.Money
 	for _, t := range r.model.Targets {
 		tc := pricing.RateOf(t.Price).Cost(u)

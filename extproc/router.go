@@ -19,6 +19,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/identity"
 	"github.com/swarmgate/swarmgate/telemetry"
@@ -56,7 +57,14 @@ type routerStream struct {
 	model     *config.Model
 	alias     string
 	backends  []string
-	embedding bool
+	// spec is the request's API family (extproc/family); shape the error
+	// shape refusals use (Anthropic's under /v1/messages, also before the
+	// Spec is known).
+	spec  *family.Spec
+	shape family.ErrorShape
+	// anthropicVersion/-Beta are the client's headers, carried in the
+	// admission so each attempt sets them for Anthropic-style backends only.
+	anthropicVersion, anthropicBeta string
 
 	stream       bool
 	clientUsage  bool // the client asked for include_usage itself
@@ -188,7 +196,7 @@ func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingRespo
 	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: r.requestID, ClientRequestID: r.clientID, Tenant: tenant, VirtualKeyID: key,
 		Model: r.alias, Status: e.status, Latency: time.Since(r.start), Reason: e.code})
 	r.finished = !r.reserved // nothing to settle unless reserved
-	return e.response()
+	return e.in(r.shape).response()
 }
 
 func phase(req *extprocv3.ProcessingRequest) telemetry.Phase {
@@ -206,8 +214,6 @@ func phase(req *extprocv3.ProcessingRequest) telemetry.Phase {
 	}
 	return telemetry.PhaseResponseTrailers
 }
-
-var chatPaths = map[string]bool{"/v1/chat/completions": true, "/v1/completions": true, "/v1/embeddings": true}
 
 func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	r.start = time.Now()
@@ -232,6 +238,10 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 			contentLength = headerValue(kv)
 		case k == contract.HeaderRequestID:
 			r.clientID = label(headerValue(kv))
+		case k == "anthropic-version":
+			r.anthropicVersion = label(headerValue(kv))
+		case k == "anthropic-beta":
+			r.anthropicBeta = label(headerValue(kv))
 		case k == "traceparent":
 			r.traceparent = headerValue(kv)
 		case k == "tracestate":
@@ -248,6 +258,8 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
 		r.path = r.path[:i]
 	}
+	r.shape = family.ShapeForPath(r.path)
+	r.spec = family.ForPath(r.path)
 	key := bearer(auth)
 	if key == "" {
 		key = strings.TrimSpace(apiKey)
@@ -265,19 +277,13 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 	r.owner = owner
 
 	switch {
-	case r.path == "/v1/models" || strings.HasPrefix(r.path, "/v1/models/"):
-		if method != http.MethodGet {
-			return s.refuse(r, &apiError{status: http.StatusMethodNotAllowed, message: "Use GET for " + r.path, typ: "invalid_request_error", code: "method_not_allowed"})
-		}
-		return s.models(r)
-	case chatPaths[r.path]:
-		if method != http.MethodPost {
-			return s.refuse(r, &apiError{status: http.StatusMethodNotAllowed, message: "Use POST for " + r.path, typ: "invalid_request_error", code: "method_not_allowed"})
-		}
-	default:
+	case r.spec == nil:
 		return s.refuse(r, &apiError{status: http.StatusNotFound, message: "Unknown request URL: " + method + " " + r.path, typ: "invalid_request_error", code: "unknown_url"})
+	case method != r.spec.Method:
+		return s.refuse(r, &apiError{status: http.StatusMethodNotAllowed, message: "Use " + r.spec.Method + " for " + r.path, typ: "invalid_request_error", code: "method_not_allowed"})
+	case r.spec.Local:
+		return s.models(r)
 	}
-	r.embedding = r.path == "/v1/embeddings"
 	limit := int64(r.cfg.Request.MaxBodyBytes)
 	if n, err := strconv.ParseInt(contentLength, 10, 64); err == nil && n > limit {
 		return s.refuse(r, errTooLarge(limit))
@@ -329,20 +335,47 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		return s.refuse(r, &apiError{status: http.StatusForbidden, typ: "invalid_request_error", code: "model_not_allowed", param: "model",
 			message: "Your API key may not use the model `" + alias + "`."})
 	}
+	if r.spec.Validate != nil {
+		if f := r.spec.Validate(cr); f != nil {
+			return s.refuse(r, errBadRequest(f.Message, f.Code, f.Param))
+		}
+	}
 	r.model = model
 	r.stream = cr.Stream
 	r.clientUsage = cr.IncludeUsage
 	r.estTokens = cr.EstimatePromptTokens(r.cfg.Request.BytesPerToken)
 	r.maxOut = cr.MaxTokens
-	if r.maxOut == 0 && !r.embedding {
+	switch {
+	case r.spec.NoOutput:
+		r.maxOut = 0
+	case r.maxOut == 0:
 		r.maxOut = r.cfg.Request.DefaultMaxOutputTokens
 	}
+	// Only targets whose backend serves the request's family may get it
+	// (docs/families.md); a model some of whose targets do not is routed to
+	// its family cluster, which holds only the others.
+	served, familyPool := 0, false
+	for _, t := range model.Targets {
+		if b, ok := r.cfg.Backend(t.Backend); ok && b.Serves(r.spec.Name) {
+			served++
+		}
+	}
+	if served == 0 {
+		return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
+			message: "The model `" + alias + "` is not served for " + r.spec.Path + " by any of its backends."})
+	}
+	familyPool = served < len(model.Targets)
 
 	// Context-window-aware routing: skip targets too small for prompt plus
 	// output; restrict the pool to the rest (docs/extproc.md, decisions).
 	need := r.estTokens + r.maxOut
 	minFit, fits := 0, 0
 	for _, t := range model.Targets {
+		if familyPool {
+			if b, _ := r.cfg.Backend(t.Backend); !b.Serves(r.spec.Name) {
+				continue
+			}
+		}
 		if t.ContextWindow == 0 || t.ContextWindow >= need {
 			fits++
 			r.backends = append(r.backends, t.Backend)
@@ -358,7 +391,13 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 			"context_length_exceeded", "messages"))
 	}
 	pool := contract.PoolCluster(alias)
-	if fits < len(model.Targets) {
+	switch {
+	case familyPool:
+		// Context windows within a family cluster are not restricted
+		// further: a too-small window among its targets may still be
+		// picked (docs/families.md).
+		pool = contract.PoolFamilyCluster(alias, r.spec.Name)
+	case fits < len(model.Targets):
 		if minFit == 0 {
 			// Only targets of unknown window fit: above every known one.
 			minFit = maxWindow(model) + 1
@@ -370,10 +409,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	if refusal := s.admitKeys(ctx, r); refusal != nil {
 		return refusal
 	}
-	reserving := r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil
+	reserving := r.cfg.Accounting.TokenLimits == "reserve" && s.opts.Reserver != nil && r.spec.Billed
 	// With reservations the money hold covers the hard cap atomically;
 	// otherwise check the month's spend.
-	if !reserving && tenant.Budget != nil && tenant.Budget.HardCap && s.opts.Budgets != nil {
+	if !reserving && r.spec.Billed && tenant.Budget != nil && tenant.Budget.HardCap && s.opts.Budgets != nil {
 		bs, err := s.opts.Budgets.Check(ctx, tenant.Name)
 		switch {
 		case err != nil:
@@ -444,10 +483,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	bodyBytes := len(body)
 	backends := r.cfg.TargetBackends(alias)
-	if fits < len(model.Targets) {
+	if fits < len(model.Targets) || familyPool {
 		backends = strings.Join(r.backends, ",")
 	}
-	if r.stream && !r.clientUsage {
+	if r.stream && !r.clientUsage && r.spec.InjectUsage {
 		// Positions from the Scan above: no second pass. The answer is
 		// encoded before Send returns, so the stream's buffer is reused.
 		r.spliced = cr.AppendIncludeUsage(r.spliced[:0], body)
@@ -469,6 +508,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		requestID: r.requestID, tenant: tenant.Name, virtualKey: r.owner.Key.ID, model: alias,
 		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath, backends: backends,
 		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: r.reservation.ID,
+		anthropicVersion: r.anthropicVersion, anthropicBeta: r.anthropicBeta,
 	})
 	return resp
 }
@@ -524,33 +564,38 @@ func scanError(err error) *apiError {
 }
 
 // models answers GET /v1/models (and /v1/models/{id}) with the aliases the
-// caller may use, in OpenAI's list shape.
+// caller may use, in OpenAI's list shape, or Anthropic's when the caller
+// sends anthropic-version (its SDKs always do).
 func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 	t := r.owner.Tenant
+	if r.anthropicVersion != "" {
+		r.shape = family.Anthropic
+	}
 	one := strings.TrimPrefix(r.path, "/v1/models/")
 	if r.path == "/v1/models" {
 		one = ""
 	}
-	b := make([]byte, 0, 256)
-	if one == "" {
-		b = append(b, `{"object":"list","data":[`...)
-	}
+	items := make([]byte, 0, 256)
 	n := 0
+	first, last := "", ""
 	for i := range r.cfg.Models {
 		m := &r.cfg.Models[i]
 		if !t.Allows(m.Name) || (one != "" && m.Name != one) {
 			continue
 		}
 		if n > 0 {
-			b = append(b, ',')
+			items = append(items, ',')
+		}
+		if n == 0 {
+			first = m.Name
 		}
 		n++
-		b = append(b, `{"id":`...)
-		b = appendJSONString(b, m.Name)
-		b = append(b, `,"object":"model","created":0,"owned_by":"swarmgate"}`...)
+		last = m.Name
+		items = r.shape.AppendModel(items, m.Name)
 	}
+	b := items
 	if one == "" {
-		b = append(b, "]}"...)
+		b = r.shape.AppendList(make([]byte, 0, len(items)+96), items, first, last)
 	} else if n == 0 {
 		return s.refuse(r, errModelNotFound(one))
 	}

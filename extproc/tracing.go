@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"strings"
 
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/telemetry"
@@ -17,13 +16,8 @@ func (s *Server) startSpan(r *routerStream, cr chatreq.Request, tenant string) {
 	if r.traceparent != "" {
 		ctx = telemetry.ExtractTraceContext(ctx, map[string]string{"traceparent": r.traceparent, "tracestate": r.tracestate})
 	}
-	op := telemetry.OperationChat
-	switch {
-	case strings.HasSuffix(r.path, "/embeddings"):
-		op = telemetry.OperationEmbeddings
-	case strings.HasSuffix(r.path, "/v1/completions"):
-		op = telemetry.OperationTextCompletion
-	}
-	_, r.span = telemetry.StartGenAISpan(ctx, s.opts.Tracer, telemetry.GenAIRequest{RequestID: r.requestID, System: "openai",
-		Operation: op, Model: r.alias, MaxTokens: cr.MaxTokens, Stream: cr.Stream, Tenant: tenant})
+	// The family names the span: /v1/messages is Anthropic's chat,
+	// /v1/responses OpenAI's (docs/families.md).
+	_, r.span = telemetry.StartGenAISpan(ctx, s.opts.Tracer, telemetry.GenAIRequest{RequestID: r.requestID, System: r.spec.Provider,
+		Operation: r.spec.Operation, Model: r.alias, MaxTokens: cr.MaxTokens, Stream: cr.Stream, Tenant: tenant})
 }

@@ -1,9 +1,11 @@
 package extproc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/telemetry"
 )
@@ -182,12 +185,13 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		// request (it failed open, or the stream is not Envoy's). No key.
 		s.metrics.unadmitted.Inc()
 		s.log.Warn("upstream attempt without a valid admission identity; no key given", "backend", backendName, "attempt", attempt)
-		return localError(errNotAdmitted())
+		return localError(errNotAdmitted().in(family.ShapeForPath(pathOf(h))))
 	}
 	u.requestID, u.alias = ad.requestID, ad.model
+	shape := family.ShapeForPath(pathOnly(ad.path))
 	if !known {
 		s.log.Warn("upstream attempt without a known backend in host metadata", "backend", backendName, "request_id", u.requestID)
-		return localError(errNotAdmitted())
+		return localError(errNotAdmitted().in(shape))
 	}
 	u.backend = b
 	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens}
@@ -216,7 +220,7 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		// (UpstreamFilterManager::sendLocalReply, upstream_request.cc).
 		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
 		s.log.Warn("no upstream key for the attempt", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
-		return localError(errNoKey(u.alias, err))
+		return localError(errNoKey(u.alias, err).in(shape))
 	}
 	u.keyID = lease.KeyID
 	s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
@@ -230,6 +234,20 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	}
 	for k, v := range b.Headers {
 		a.set(k, v)
+	}
+	// Anthropic's version headers go to Anthropic-style backends only,
+	// from the admission (an earlier attempt on another backend may have
+	// removed them from the shared map).
+	if b.Anthropic() {
+		a.set("anthropic-version", cmp.Or(ad.anthropicVersion, family.DefaultAnthropicVersion))
+		if ad.anthropicBeta != "" {
+			a.set("anthropic-beta", ad.anthropicBeta)
+		} else {
+			a.remove("anthropic-beta")
+		}
+	} else {
+		a.remove("anthropic-version")
+		a.remove("anthropic-beta")
 	}
 	a.set(":path", b.UpstreamPath(ad.path))
 	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
@@ -288,4 +306,23 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		a.set(contract.HeaderUpstreamKey, u.keyID)
 	}
 	return resp
+}
+
+// pathOnly is a :path without its query.
+func pathOnly(p string) string {
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// pathOf is the request's :path in the attempt's header map (only to pick
+// an error shape when there is no admission to read it from).
+func pathOf(h *extprocv3.HttpHeaders) string {
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		if kv.GetKey() == ":path" {
+			return pathOnly(headerValue(kv))
+		}
+	}
+	return ""
 }

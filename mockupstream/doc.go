@@ -1,9 +1,14 @@
-// Package mockupstream is a fake OpenAI-compatible provider for end-to-end,
-// fault and swarm tests and for `swarmgate mock-upstream`.
+// Package mockupstream is a fake OpenAI-compatible and Anthropic-compatible
+// provider for end-to-end, fault and swarm tests and for
+// `swarmgate mock-upstream`.
 //
 // Endpoints, matched on the path suffix so relay prefixes such as
 // /openai/v1 work: POST …/chat/completions (JSON, or SSE with
-// "stream": true), POST …/completions, POST …/embeddings, GET …/models.
+// "stream": true), POST …/completions, POST …/embeddings, GET …/models;
+// the Responses API, POST …/responses (responses.go), and Anthropic's
+// Messages API, POST …/messages and …/messages/count_tokens (messages.go),
+// each in its provider's published shapes, JSON and named-event SSE, with
+// its own error shape and rate-limit headers.
 //
 // Credentials are read as Options.Auth says (Authorization: Bearer,
 // x-api-key or api-key) and must be one of Options.Keys (any non-empty one

@@ -16,7 +16,10 @@ import (
 // usage is the deterministic token accounting of one request.
 type usage struct {
 	prompt, completion, cached, reasoning int
-	finish                                string // stop or length
+	// cacheWrite are prompt tokens written to the cache (Anthropic's
+	// cache_creation_input_tokens); cached + cacheWrite <= prompt.
+	cacheWrite int
+	finish     string // stop or length
 }
 
 // usageFor computes usage. Formula (documented in Options):
@@ -35,9 +38,9 @@ func (s *Server) usageFor(endpoint string, q *apiRequest, h http.Header) usage {
 	for _, m := range q.Messages {
 		n += textBytes(m.Content, bpt)
 	}
-	n += textBytes(q.Prompt, bpt) + textBytes(q.Input, bpt)
+	n += textBytes(q.Prompt, bpt) + textBytes(q.Input, bpt) + textBytes(q.System, bpt) + textBytes(q.Instructions, bpt)
 	u := usage{prompt: max(1, (n+bpt-1)/bpt), finish: "stop"}
-	if endpoint == "embeddings" {
+	if endpoint == "embeddings" || endpoint == "count_tokens" {
 		return u
 	}
 	u.completion = s.opts.CompletionTokens
@@ -56,6 +59,16 @@ func (s *Server) usageFor(endpoint string, q *apiRequest, h http.Header) usage {
 	}
 	u.cached = min(u.cached, u.prompt)
 	u.reasoning = min(u.reasoning, u.completion)
+	if endpoint == "messages" {
+		// Anthropic reports no reasoning apart (thinking is output);
+		// cache writes are its own.
+		u.reasoning = 0
+		u.cacheWrite = s.opts.CacheWriteTokens
+		if v, ok := headerInt(h, "X-Mock-Cache-Write-Tokens"); ok {
+			u.cacheWrite = v
+		}
+		u.cacheWrite = min(u.cacheWrite, u.prompt-u.cached)
+	}
 	return u
 }
 
@@ -96,6 +109,11 @@ func textBytes(raw json.RawMessage, bpt int) int {
 		case map[string]any:
 			if s, ok := t["text"].(string); ok {
 				return len(s)
+			}
+			// Anthropic tool_result and Responses message items nest
+			// their text under content.
+			if c, ok := t["content"]; ok {
+				return walk(c)
 			}
 		}
 		return 0
@@ -151,6 +169,12 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *Record, q *
 	id := s.nextID()
 	created := s.opts.Now().Unix()
 	switch {
+	case rec.Endpoint == "count_tokens":
+		s.writeJSON(w, rec, map[string]int{"input_tokens": u.prompt}, resetAfter >= 0)
+	case rec.Endpoint == "messages":
+		s.answerMessages(w, r, rec, q, u, id, resetAfter)
+	case rec.Endpoint == "responses":
+		s.answerResponses(w, r, rec, q, u, id, created, resetAfter)
 	case rec.Endpoint == "embeddings":
 		s.writeJSON(w, rec, s.embeddings(q, u), resetAfter >= 0)
 	case q.Stream:
@@ -307,54 +331,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *Record, q *
 		events = append(events, chunk(nil, "", nil, u.json(), true))
 	}
 
-	flusher, _ := w.(http.Flusher)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Del("Content-Length")
-	s.update(func() { rec.Status = http.StatusOK })
-	w.WriteHeader(http.StatusOK)
-	if flusher != nil {
-		flusher.Flush()
-	}
+	evs := make([]sseEvent, len(events))
 	for i, ev := range events {
-		if resetAfter >= 0 && i == resetAfter {
-			s.update(func() { rec.Outcome = "reset_mid_stream" })
-			abort(w)
-			return
-		}
-		delay := s.opts.InterTokenDelay
-		if i == 0 {
-			delay = s.opts.TTFT
-		}
-		if !sleep(r.Context(), delay) {
-			s.update(func() { rec.Outcome = "canceled" })
-			return
-		}
-		b, _ := json.Marshal(ev)
-		if i == len(events)-1 && resetAfter < 0 {
-			// Final before the last bytes go out, so assertions see it.
-			s.update(func() { rec.Chunks = i + 1; rec.Outcome = "ok" })
-		} else {
-			s.update(func() { rec.Chunks = i + 1 })
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			s.update(func() { rec.Outcome = "canceled" })
-			return
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
+		evs[i] = sseEvent{data: ev}
 	}
-	if resetAfter >= 0 { // more chunks asked for than the stream has
-		s.update(func() { rec.Outcome = "reset_mid_stream" })
-		abort(w)
-		return
-	}
-	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
-	}
+	s.writeEvents(w, r, rec, evs, resetAfter, "data: [DONE]\n\n")
 }
 
 type embeddingList struct {

@@ -20,6 +20,12 @@ import (
 func endpointOf(path string) string {
 	path = strings.TrimRight(path, "/")
 	switch {
+	case strings.HasSuffix(path, "/messages/count_tokens"):
+		return "count_tokens"
+	case strings.HasSuffix(path, "/messages"):
+		return "messages"
+	case strings.HasSuffix(path, "/responses"):
+		return "responses"
 	case strings.HasSuffix(path, "/chat/completions"):
 		return "chat"
 	case strings.HasSuffix(path, "/completions"):
@@ -64,7 +70,8 @@ func (s *Server) selectHeaders(h http.Header) http.Header {
 	return out
 }
 
-// apiRequest is the part of an OpenAI request body the mock looks at.
+// apiRequest is the part of a request body the mock looks at, for every
+// family (chat, completions, embeddings, Responses, Anthropic Messages).
 type apiRequest struct {
 	Model         string `json:"model"`
 	Stream        bool   `json:"stream"`
@@ -73,18 +80,25 @@ type apiRequest struct {
 	} `json:"stream_options"`
 	MaxTokens           int `json:"max_tokens"`
 	MaxCompletionTokens int `json:"max_completion_tokens"`
+	MaxOutputTokens     int `json:"max_output_tokens"` // Responses
 	Messages            []struct {
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
-	Prompt         json.RawMessage `json:"prompt"`
-	Input          json.RawMessage `json:"input"`
-	Dimensions     int             `json:"dimensions"`
-	EncodingFormat string          `json:"encoding_format"`
+	System             json.RawMessage `json:"system"`       // Anthropic: a string or text blocks
+	Instructions       json.RawMessage `json:"instructions"` // Responses
+	PreviousResponseID string          `json:"previous_response_id"`
+	Prompt             json.RawMessage `json:"prompt"`
+	Input              json.RawMessage `json:"input"`
+	Dimensions         int             `json:"dimensions"`
+	EncodingFormat     string          `json:"encoding_format"`
 }
 
 func (q *apiRequest) maxTokens() int {
-	if q.MaxCompletionTokens > 0 {
+	switch {
+	case q.MaxCompletionTokens > 0:
 		return q.MaxCompletionTokens
+	case q.MaxOutputTokens > 0:
+		return q.MaxOutputTokens
 	}
 	return q.MaxTokens
 }
@@ -164,6 +178,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, rec, http.StatusBadRequest, "bad_request", "invalid_request_error", "missing_model", "you must provide a model parameter")
 		return
 	}
+	if code, msg := s.checkFamily(rec, r.Header, &q); msg != "" {
+		status := http.StatusBadRequest
+		if code == "previous_response_not_found" {
+			status = http.StatusNotFound
+		}
+		s.fail(w, rec, status, "bad_request", "invalid_request_error", code, msg)
+		return
+	}
 	if s.opts.StrictModels && !slices.Contains(s.opts.Models, q.Model) {
 		s.fail(w, rec, http.StatusNotFound, "bad_request", "invalid_request_error", "model_not_found", "The model `"+q.Model+"` does not exist or you do not have access to it.")
 		return
@@ -174,7 +196,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	u := s.usageFor(rec.Endpoint, &q, r.Header)
-	s.update(func() { rec.PromptTokens, rec.CompletionTokens = u.prompt, u.completion })
+	s.update(func() {
+		rec.PromptTokens, rec.CompletionTokens = u.prompt, u.completion
+		rec.CachedTokens, rec.CacheWriteTokens, rec.ReasoningTokens = u.cached, u.cacheWrite, u.reasoning
+	})
 
 	b := s.behavior(rec.KeyID)
 	for k, v := range b.Headers {
@@ -188,7 +213,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.update(func() { rec.Outcome = "canceled" })
 		return
 	}
-	act, limited := s.admit(rec.KeyID, b, u.prompt+u.completion, w.Header())
+	act, limited := s.admit(rec.KeyID, b, u.prompt+u.completion, w.Header(), anthropicEndpoint(rec.Endpoint))
 	if limited != "" {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.retryIn(rec.KeyID))))
 		s.fail(w, rec, http.StatusTooManyRequests, limited, "requests", "rate_limit_exceeded", "Rate limit reached for this key ("+limited+"). Please try again later.")
@@ -198,7 +223,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch act {
 	case ActRateLimit:
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(b.RetryAfter)))
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		if anthropicEndpoint(rec.Endpoint) {
+			w.Header().Set("Anthropic-Ratelimit-Requests-Remaining", "0")
+			w.Header().Set("Anthropic-Ratelimit-Requests-Reset", s.opts.Now().Add(b.RetryAfter).UTC().Format(time.RFC3339))
+		} else {
+			w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		}
 		s.fail(w, rec, http.StatusTooManyRequests, "rate_limit", "requests", "rate_limit_exceeded", "Rate limit reached. Please try again later.")
 	case ActError:
 		s.fail(w, rec, b.status(), "error", "server_error", "", "The server had an error while processing your request.")
@@ -217,7 +247,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // admit applies the key's RPM/TPM window and random failures. It returns
 // the action to take, or the name of the limit that was hit.
-func (s *Server) admit(keyID string, b Behavior, tokens int, h http.Header) (Action, string) {
+//
+// Anthropic endpoints carry Anthropic's anthropic-ratelimit-* headers
+// (resets as RFC 3339 instants) instead of OpenAI's x-ratelimit-*.
+func (s *Server) admit(keyID string, b Behavior, tokens int, h http.Header, anthropic bool) (Action, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	act := b.Action
@@ -244,6 +277,10 @@ func (s *Server) admit(keyID string, b Behavior, tokens int, h http.Header) (Act
 	default:
 		win.requests++
 		win.tokens += tokens
+	}
+	if anthropic {
+		setAnthropicLimits(h, b, win, now)
+		return act, limited
 	}
 	reset := formatReset(win.resetIn(now))
 	if b.RPM > 0 {
@@ -287,10 +324,15 @@ type apiError struct {
 	} `json:"error"`
 }
 
-// fail records the outcome and then writes an OpenAI-shaped error, so the
-// record is final by the time the client has the answer.
+// fail records the outcome and then writes the error in the endpoint's
+// family (OpenAI's shape, or Anthropic's on /v1/messages*), so the record
+// is final by the time the client has the answer.
 func (s *Server) fail(w http.ResponseWriter, rec *Record, status int, outcome, typ, code, msg string) {
 	s.update(func() { rec.Status, rec.Outcome = status, outcome })
+	if anthropicEndpoint(rec.Endpoint) {
+		writeAnthropicError(w, status, msg)
+		return
+	}
 	var e apiError
 	e.Error.Message, e.Error.Type = msg, typ
 	if code != "" {

@@ -46,6 +46,11 @@ type Options struct {
 	// x-mock-reasoning-tokens override them per request.
 	CachedTokens    int
 	ReasoningTokens int
+	// CacheWriteTokens, when positive, are reported on Anthropic Messages
+	// as cache_creation_input_tokens (capped at the uncached prompt);
+	// header x-mock-cache-write-tokens overrides it per request. Anthropic
+	// answers report no reasoning tokens.
+	CacheWriteTokens int
 	// BytesPerToken is the prompt-token formula's divisor: prompt_tokens =
 	// ceil(text bytes / BytesPerToken), at least 1. Default 4.
 	BytesPerToken int

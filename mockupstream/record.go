@@ -12,7 +12,7 @@ type Record struct {
 	Time     time.Time
 	Method   string
 	Path     string
-	Endpoint string // chat, completions, embeddings, models, unknown
+	Endpoint string // chat, completions, embeddings, responses, messages, count_tokens, models, unknown
 	Host     string // Host / :authority the request carried
 	SNI      string // TLS server name, when served over TLS
 	Proto    string // HTTP/1.1 or HTTP/2.0
@@ -30,8 +30,12 @@ type Record struct {
 	Status           int    // status sent (0 when reset before headers)
 	Outcome          string // ok, unauthorized, bad_request, rate_limit, rpm_limit, tpm_limit, error, reset, reset_mid_stream, canceled
 	Chunks           int    // SSE data chunks sent, [DONE] excluded
-	PromptTokens     int
-	CompletionTokens int
+	PromptTokens     int    // every prompt token, cached and cache writes included
+	CompletionTokens int    // reasoning included
+	CachedTokens     int    // prompt tokens read from the cache
+	CacheWriteTokens int    // prompt tokens written to the cache (Anthropic)
+	ReasoningTokens  int
+	ResponseID       string // the Responses API id created
 }
 
 // Counters count requests of one key by outcome.

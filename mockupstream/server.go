@@ -30,6 +30,8 @@ type Server struct {
 	records   []*Record
 	dropped   map[string]Counters // counters of records dropped by MaxRecords
 	seq       uint64
+	instance  uint32            // in response ids: unique across mocks
+	created   map[string]string // Responses id -> key id that created it
 
 	httpSrv *http.Server
 	addr    net.Addr
@@ -48,6 +50,8 @@ func New(opts Options) *Server {
 		windows:   map[string]*window{},
 		dropped:   map[string]Counters{},
 		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		instance:  rand.Uint32(),
+		created:   map[string]string{},
 	}
 	for _, k := range opts.Keys {
 		s.keys[k.Value] = k.ID

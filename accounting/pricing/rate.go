@@ -14,6 +14,7 @@ type Rate struct {
 	CachedInput int64 // prompt tokens served from the provider's cache
 	Output      int64 // completion tokens that are not reasoning
 	Reasoning   int64 // reasoning tokens
+	CacheWrite  int64 // prompt tokens written to the provider's cache
 }
 
 // RateOf converts a configured price. A zero CachedInputPerMTok bills cached
@@ -25,6 +26,10 @@ func RateOf(p config.Price) Rate {
 		CachedInput: perToken(p.CachedInputPerMTok),
 		Output:      perToken(p.OutputPerMTok),
 		Reasoning:   perToken(p.ReasoningPerMTok),
+		CacheWrite:  perToken(p.CacheWriteInputPerMTok),
+	}
+	if p.CacheWriteInputPerMTok == 0 {
+		r.CacheWrite = r.Input
 	}
 	if p.CachedInputPerMTok == 0 {
 		r.CachedInput = r.Input
@@ -60,10 +65,12 @@ func (r Rate) Cost(u Usage) Money {
 		return picoToMoney(mulAdd(acc{}, nonNeg(u.TotalTokens), max(r.Input, r.Output)))
 	}
 	cached := min(nonNeg(u.CachedTokens), prompt)
+	written := min(nonNeg(u.CacheWriteTokens), prompt-cached)
 	reasoning := min(nonNeg(u.ReasoningTokens), completion)
 	var a acc
-	a = mulAdd(a, prompt-cached, r.Input)
+	a = mulAdd(a, prompt-cached-written, r.Input)
 	a = mulAdd(a, cached, r.CachedInput)
+	a = mulAdd(a, written, r.CacheWrite)
 	a = mulAdd(a, completion-reasoning, r.Output)
 	a = mulAdd(a, reasoning, r.Reasoning)
 	return picoToMoney(a)
@@ -73,7 +80,7 @@ func (r Rate) Cost(u Usage) Money {
 // input price and maxOutput at the dearer of output and reasoning prices.
 func (r Rate) Estimate(promptTokens, maxOutput int64) Money {
 	var a acc
-	a = mulAdd(a, nonNeg(promptTokens), r.Input)
+	a = mulAdd(a, nonNeg(promptTokens), max(r.Input, r.CacheWrite))
 	a = mulAdd(a, nonNeg(maxOutput), max(r.Output, r.Reasoning))
 	return picoToMoney(a)
 }

@@ -14,13 +14,13 @@ func TestRateOf(t *testing.T) {
 		want  Rate
 	}{
 		{"all set", config.Price{InputPerMTok: 2.5, CachedInputPerMTok: 1.25, OutputPerMTok: 10, ReasoningPerMTok: 12},
-			Rate{Input: 2_500_000, CachedInput: 1_250_000, Output: 10_000_000, Reasoning: 12_000_000}},
+			Rate{Input: 2_500_000, CachedInput: 1_250_000, Output: 10_000_000, Reasoning: 12_000_000, CacheWrite: 2_500_000}},
 		{"cached and reasoning fall back", config.Price{InputPerMTok: 0.15, OutputPerMTok: 0.6},
-			Rate{Input: 150_000, CachedInput: 150_000, Output: 600_000, Reasoning: 600_000}},
+			Rate{Input: 150_000, CachedInput: 150_000, Output: 600_000, Reasoning: 600_000, CacheWrite: 150_000}},
 		{"six decimals exact", config.Price{InputPerMTok: 0.000001, OutputPerMTok: 0.075},
-			Rate{Input: 1, CachedInput: 1, Output: 75_000, Reasoning: 75_000}},
+			Rate{Input: 1, CachedInput: 1, Output: 75_000, Reasoning: 75_000, CacheWrite: 1}},
 		{"float noise rounded", config.Price{InputPerMTok: 0.1 + 0.2, OutputPerMTok: 1.1},
-			Rate{Input: 300_000, CachedInput: 300_000, Output: 1_100_000, Reasoning: 1_100_000}},
+			Rate{Input: 300_000, CachedInput: 300_000, Output: 1_100_000, Reasoning: 1_100_000, CacheWrite: 300_000}},
 		{"free", config.Price{}, Rate{}},
 	}
 	for _, tc := range tests {

@@ -14,6 +14,9 @@ type Usage struct {
 	TotalTokens      int64 `json:"total_tokens"`
 	CachedTokens     int64 `json:"cached_tokens"`
 	ReasoningTokens  int64 `json:"reasoning_tokens"`
+	// CacheWriteTokens are prompt tokens written to the provider's cache
+	// (Anthropic's cache_creation_input_tokens), part of PromptTokens.
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 }
 
 // Tokens is what counts against a token-per-minute limit: prompt plus
@@ -34,5 +37,6 @@ func FromUsage(u usage.Usage) Usage {
 		TotalTokens:      u.TotalTokens,
 		CachedTokens:     u.CachedTokens,
 		ReasoningTokens:  u.ReasoningTokens,
+		CacheWriteTokens: u.CacheWriteTokens,
 	}
 }

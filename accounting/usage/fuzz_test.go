@@ -9,6 +9,8 @@ import (
 
 func addStreamSeeds(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "*"))
+	more, _ := filepath.Glob(filepath.Join("testdata", "families", "*")) // Responses and Anthropic shapes
+	files = append(files, more...)
 	for _, p := range files {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b, uint16(len(b)/2), uint16(len(b)/3))

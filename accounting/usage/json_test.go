@@ -47,7 +47,7 @@ func TestFromJSONCases(t *testing.T) {
 		{"deepseek hit without details", `{"usage":{"prompt_tokens":100,"completion_tokens":1,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":36}}`,
 			Usage{PromptTokens: 100, CompletionTokens: 1, TotalTokens: 101, CachedTokens: 64}, true},
 		{"anthropic shape", `{"usage":{"input_tokens":10,"cache_creation_input_tokens":20,"cache_read_input_tokens":30,"output_tokens":5}}`,
-			Usage{PromptTokens: 60, CompletionTokens: 5, TotalTokens: 65, CachedTokens: 30}, true},
+			Usage{PromptTokens: 60, CompletionTokens: 5, TotalTokens: 65, CachedTokens: 30, CacheWriteTokens: 20}, true},
 		{"details null", `{"usage":{"prompt_tokens":1,"prompt_tokens_details":null,"completion_tokens_details":null}}`, Usage{PromptTokens: 1, TotalTokens: 1}, true},
 		{"openrouter cost", `{"usage":{"prompt_tokens":1,"cost":0.5,"cost_details":{"upstream_inference_cost":19}}}`, Usage{PromptTokens: 1, TotalTokens: 1, Cost: 0.5}, true},
 	}

@@ -232,6 +232,7 @@ func (p *StreamParser) event(d []byte) {
 	var (
 		u         Usage
 		hasU      bool
+		hasInput  bool
 		delivered int64
 		errSeen   bool
 		msg, typ  []byte
@@ -241,7 +242,7 @@ func (p *StreamParser) event(d []byte) {
 		switch string(k) {
 		case "usage":
 			if s.peek() == '{' {
-				u, hasU = parseUsage(&s)
+				u, hasInput, hasU = parseUsageInput(&s)
 				return
 			}
 		case "choices":
@@ -249,16 +250,21 @@ func (p *StreamParser) event(d []byte) {
 				s.array(func() { delivered += choice(&s) })
 				return
 			}
-		case "delta": // responses API: {"type":"response.output_text.delta","delta":"..."}
-			if raw, ok := s.stringValue(); ok {
-				delivered += int64(decodedLen(raw))
+		case "delta":
+			switch s.peek() {
+			case '"': // responses API: {"type":"response.output_text.delta","delta":"..."}
+				delivered += int64(decodedLen(s.str()))
+			case '{': // Anthropic content_block_delta: text, partial_json, thinking
+				delivered += anthropicDelta(&s)
+			default:
+				s.skip()
 			}
 			return
 		case "response": // responses API: response.completed carries response.usage
 			if s.peek() == '{' {
 				s.object(func(k []byte) {
 					if string(k) == "usage" && s.peek() == '{' {
-						u, hasU = parseUsage(&s)
+						u, hasInput, hasU = parseUsageInput(&s)
 						return
 					}
 					s.skip()
@@ -300,6 +306,17 @@ func (p *StreamParser) event(d []byte) {
 			}
 			return
 		case "message", "code":
+			if s.peek() == '{' && string(k) == "message" {
+				// Anthropic message_start: {"message":{...,"usage":{...}}}
+				s.object(func(k []byte) {
+					if string(k) == "usage" && s.peek() == '{' {
+						u, hasInput, hasU = parseUsageInput(&s)
+						return
+					}
+					s.skip()
+				})
+				return
+			}
 			// responses-API error events carry these at top level
 			if p.isError || errSeen {
 				if raw, ok := s.stringValue(); ok {
@@ -319,6 +336,15 @@ func (p *StreamParser) event(d []byte) {
 		return
 	}
 	if hasU {
+		if !hasInput && p.hasUsage {
+			// Anthropic's message_delta: cumulative output tokens only;
+			// the prompt counted at message_start stands.
+			u.PromptTokens, u.CachedTokens, u.CacheWriteTokens = p.usage.PromptTokens, p.usage.CachedTokens, p.usage.CacheWriteTokens
+			if u.ReasoningTokens == 0 {
+				u.ReasoningTokens = p.usage.ReasoningTokens
+			}
+			u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		}
 		p.usage, p.hasUsage = u, true
 	}
 	p.delivered += delivered
@@ -352,6 +378,24 @@ func choice(s *jscan) int64 {
 				return
 			}
 		case "text": // completions stream
+			if raw, ok := s.stringValue(); ok {
+				n += int64(decodedLen(raw))
+			}
+			return
+		}
+		s.skip()
+	})
+	return n
+}
+
+// anthropicDelta reads an Anthropic content_block_delta's delta object
+// and returns its delivered bytes (text_delta, input_json_delta,
+// thinking_delta).
+func anthropicDelta(s *jscan) int64 {
+	var n int64
+	s.object(func(k []byte) {
+		switch string(k) {
+		case "text", "partial_json", "thinking":
 			if raw, ok := s.stringValue(); ok {
 				n += int64(decodedLen(raw))
 			}

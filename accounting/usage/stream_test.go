@@ -162,7 +162,7 @@ func TestStreamParserCases(t *testing.T) {
 		{"legacy function_call", `data: {"choices":[{"delta":{"function_call":{"name":"f","arguments":"{}"}}}]}` + "\n\n",
 			parseResult{events: 1, delivered: 2}},
 		{"anthropic-shaped usage", `data: {"usage":{"input_tokens":10,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":7}}` + "\n\n",
-			parseResult{events: 1, usage: Usage{PromptTokens: 115, CompletionTokens: 7, TotalTokens: 122, CachedTokens: 100}, hasU: true}},
+			parseResult{events: 1, usage: Usage{PromptTokens: 115, CompletionTokens: 7, TotalTokens: 122, CachedTokens: 100, CacheWriteTokens: 5}, hasU: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

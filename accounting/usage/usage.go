@@ -13,6 +13,10 @@ type Usage struct {
 	TotalTokens      int64 // provider's total, else prompt + completion
 	CachedTokens     int64 // prompt tokens served from the provider's cache
 	ReasoningTokens  int64 // completion tokens spent on hidden reasoning
+	// CacheWriteTokens are prompt tokens written to the provider's cache
+	// (Anthropic's cache_creation_input_tokens), priced apart; they are
+	// part of PromptTokens.
+	CacheWriteTokens int64
 	// Cost is what the provider says the call cost (OpenRouter's usage.cost,
 	// in its credits, i.e. USD); 0 when not reported.
 	Cost float64
@@ -33,6 +37,14 @@ type Usage struct {
 //
 // ok is false when the object has no token count at all.
 func parseUsage(s *jscan) (Usage, bool) {
+	u, _, ok := parseUsageInput(s)
+	return u, ok
+}
+
+// parseUsageInput is parseUsage that also tells whether the object counted
+// prompt tokens at all: Anthropic's message_delta may carry only the
+// cumulative output_tokens, and the prompt of its message_start stands.
+func parseUsageInput(s *jscan) (Usage, bool, bool) {
 	var (
 		u                                   Usage
 		prompt, input, compl, output, total int64 = -1, -1, -1, -1, -1
@@ -95,7 +107,7 @@ func parseUsage(s *jscan) (Usage, bool) {
 		}
 	})
 	if s.bad || (prompt < 0 && input < 0 && compl < 0 && output < 0 && total < 0) {
-		return Usage{}, false
+		return Usage{}, false, false
 	}
 	switch {
 	case prompt >= 0:
@@ -111,10 +123,13 @@ func parseUsage(s *jscan) (Usage, bool) {
 	}
 	u.CachedTokens = max(cached, hit, cacheRead)
 	u.ReasoningTokens = reasoning
+	if prompt < 0 && input >= 0 {
+		u.CacheWriteTokens = cacheCreate
+	}
 	if total >= 0 {
 		u.TotalTokens = total
 	} else {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
-	return u, true
+	return u, prompt >= 0 || input >= 0, true
 }

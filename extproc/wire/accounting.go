@@ -71,7 +71,7 @@ func (a reserver) Release(ctx context.Context, res extproc.Reservation) error {
 
 func usageOf(e extproc.Entry) pricing.Usage {
 	return pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
-		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens}
+		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens, CacheWriteTokens: e.Usage.CacheWriteTokens}
 }
 
 // costOf prices usage at the target (model alias, backend) that served it;

@@ -71,7 +71,7 @@ type codec struct{}
 
 func conv(u usage.Usage) extproc.Usage {
 	return extproc.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
-		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
+		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens, CacheWriteTokens: u.CacheWriteTokens}
 }
 
 func (codec) FromJSON(b []byte) (extproc.Usage, bool) {

@@ -157,6 +157,14 @@ func PoolContextCluster(model string, minContext int) string {
 	return "poolctx" + strconv.Itoa(minContext) + "_" + strings.TrimPrefix(base, "pool_")
 }
 
+// PoolFamilyCluster is the cluster serving a model alias restricted to the
+// targets whose backend serves an API family (config.Family*), generated
+// for each family that only some of the alias's targets serve. The
+// "poolfam_" prefix cannot collide with "pool_" or "poolctx<N>_".
+func PoolFamilyCluster(model, family string) string {
+	return "poolfam_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
+}
+
 // GRPCRoleHeader is gRPC initial metadata the generated ext_proc filters send
 // (grpc_service.initial_metadata) so one ext_proc server tells the
 // router-level stream from the per-attempt upstream stream.

@@ -218,6 +218,13 @@ func startGatewayWith(t *testing.T, o gatewayOptions) *gateway {
 		svc := rlstest.StartService(t, &rcfg, service.Options{})
 		rls = rlspb.NewRateLimitServiceClient(rlstest.Dial(t, svc.Addr))
 	}
+	g.serve(t, ctx, cfg, rdb, rls)
+	return g
+}
+
+// serve starts the ledger, the three ext_proc servers and the sim for cfg.
+func (g *gateway) serve(t *testing.T, ctx context.Context, cfg *config.Config, rdb *redis.Client, rls rlspb.RateLimitServiceClient) {
+	t.Helper()
 	g.cfg = cfg
 	g.ledger = ledger.New(rdb, ledger.OptionsFrom(cfg))
 	go g.ledger.Run(ctx)
@@ -254,7 +261,6 @@ func startGatewayWith(t *testing.T, o gatewayOptions) *gateway {
 		t.Fatal(err)
 	}
 	g.sim = sim
-	return g
 }
 
 func (g *gateway) client(key string, opts ...option.RequestOption) openai.Client {

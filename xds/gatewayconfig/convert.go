@@ -6,6 +6,7 @@ package gatewayconfig
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -78,6 +79,7 @@ func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 			TlsCaFile: b.TLS.CAFile, ApiStyle: b.APIStyle, Auth: string(b.Auth), Headers: maps.Clone(b.Headers),
 			ConnectTimeout: d(b.ConnectTimeout), MaxConnections: int32(b.MaxConnections),
 			MaxPendingRequests: int32(b.MaxPendingRequests), MaxRequests: int32(b.MaxRequests),
+			Families: slices.Clone(b.Families),
 		}
 		for _, k := range b.Keys {
 			pbb.Keys = append(pbb.Keys, &pb.APIKey{
@@ -94,7 +96,8 @@ func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 				Backend: t.Backend, Model: t.Model, Weight: int32(t.Weight), Priority: int32(t.Priority),
 				ContextWindow: int32(t.ContextWindow),
 				Price: &pb.Price{InputPerMtok: t.Price.InputPerMTok, OutputPerMtok: t.Price.OutputPerMTok,
-					CachedInputPerMtok: t.Price.CachedInputPerMTok, ReasoningPerMtok: t.Price.ReasoningPerMTok},
+					CachedInputPerMtok: t.Price.CachedInputPerMTok, ReasoningPerMtok: t.Price.ReasoningPerMTok,
+					CacheWriteInputPerMtok: t.Price.CacheWriteInputPerMTok},
 			})
 		}
 		c.Models = append(c.Models, pm)
@@ -180,7 +183,8 @@ func toRaw(gc *pb.GatewayConfig) *config.Config {
 			TLS:      config.TLS{InsecureSkipVerify: pb.GetTlsInsecureSkipVerify(), CAFile: pb.GetTlsCaFile()},
 			APIStyle: pb.GetApiStyle(), Auth: config.AuthStyle(pb.GetAuth()), Headers: maps.Clone(pb.GetHeaders()),
 			ConnectTimeout: cd(pb.GetConnectTimeout()), MaxConnections: int(pb.GetMaxConnections()),
-			MaxPendingRequests: int(pb.GetMaxPendingRequests()), MaxRequests: int(pb.GetMaxRequests())}
+			MaxPendingRequests: int(pb.GetMaxPendingRequests()), MaxRequests: int(pb.GetMaxRequests()),
+			Families: slices.Clone(pb.GetFamilies())}
 		for _, k := range pb.GetKeys() {
 			be.Keys = append(be.Keys, config.APIKey{ID: k.GetId(), Secret: ref(k.GetSecretRef()), Weight: int(k.GetWeight()),
 				RPM: int(k.GetRpm()), TPM: int(k.GetTpm()), MaxInFlight: int(k.GetMaxInFlight())})
@@ -194,7 +198,8 @@ func toRaw(gc *pb.GatewayConfig) *config.Config {
 			m.Targets = append(m.Targets, config.Target{Backend: t.GetBackend(), Model: t.GetModel(), Weight: int(t.GetWeight()),
 				Priority: int(t.GetPriority()), ContextWindow: int(t.GetContextWindow()),
 				Price: config.Price{InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok(),
-					CachedInputPerMTok: p.GetCachedInputPerMtok(), ReasoningPerMTok: p.GetReasoningPerMtok()}})
+					CachedInputPerMTok: p.GetCachedInputPerMtok(), ReasoningPerMTok: p.GetReasoningPerMtok(),
+					CacheWriteInputPerMTok: p.GetCacheWriteInputPerMtok()}})
 		}
 		c.Models = append(c.Models, m)
 	}

@@ -46,6 +46,9 @@ type Pool struct {
 	Alias      string
 	Cluster    string
 	MinContext int // 0: unrestricted
+	// Family restricts the pool to targets whose backend serves this API
+	// family (contract.PoolFamilyCluster); "" for every target.
+	Family string
 
 	Timeout        time.Duration // ordinary requests
 	LongTimeout    time.Duration // x-swarmgate-long: 1
@@ -109,9 +112,12 @@ func Build(cfg *config.Config) *Gateway {
 	}
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
-		g.Pools = append(g.Pools, buildPool(cfg, m, 0))
+		g.Pools = append(g.Pools, buildPool(cfg, m, 0, ""))
+		for _, f := range partialFamilies(cfg, m) {
+			g.Pools = append(g.Pools, buildPool(cfg, m, 0, f))
+		}
 		for _, w := range contextWindows(m) {
-			g.Pools = append(g.Pools, buildPool(cfg, m, w))
+			g.Pools = append(g.Pools, buildPool(cfg, m, w, ""))
 		}
 	}
 	slices.SortFunc(g.Pools, func(a, b Pool) int { return cmp(a.Cluster, b.Cluster) })
@@ -145,11 +151,36 @@ func contextWindows(m *config.Model) []int {
 	return out
 }
 
-func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {
+// partialFamilies lists the API families that some but not all of a
+// model's targets serve: one restricted cluster each, so a request of that
+// family (and its retries, which stay in the cluster) reaches only backends
+// that speak it (extproc requestBody).
+func partialFamilies(cfg *config.Config, m *config.Model) []string {
+	var out []string
+	for _, f := range config.FamilyNames {
+		n := 0
+		for _, t := range m.Targets {
+			if b, ok := cfg.Backend(t.Backend); ok && b.Serves(f) {
+				n++
+			}
+		}
+		if n > 0 && n < len(m.Targets) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func buildPool(cfg *config.Config, m *config.Model, minContext int, family string) Pool {
+	cluster := contract.PoolContextCluster(m.Name, minContext)
+	if family != "" {
+		cluster = contract.PoolFamilyCluster(m.Name, family)
+	}
 	p := Pool{
 		Alias:       m.Name,
-		Cluster:     contract.PoolContextCluster(m.Name, minContext),
+		Cluster:     cluster,
 		MinContext:  minContext,
+		Family:      family,
 		Timeout:     cfg.Request.Timeout.D(),
 		LongTimeout: cfg.Request.LongTimeout.D(),
 	}
@@ -163,6 +194,11 @@ func buildPool(cfg *config.Config, m *config.Model, minContext int) Pool {
 	// A target of weight 0 is drained: no locality (Envoy requires locality
 	// weights of at least 1).
 	skip := func(t *config.Target) bool {
+		if family != "" {
+			if b, ok := cfg.Backend(t.Backend); !ok || !b.Serves(family) {
+				return true
+			}
+		}
 		return t.Weight <= 0 || (minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext)
 	}
 	var prios []int

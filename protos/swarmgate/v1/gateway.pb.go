@@ -1131,6 +1131,7 @@ type Backend struct {
 	MaxConnections        int32                  `protobuf:"varint,11,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
 	MaxPendingRequests    int32                  `protobuf:"varint,12,opt,name=max_pending_requests,json=maxPendingRequests,proto3" json:"max_pending_requests,omitempty"`
 	MaxRequests           int32                  `protobuf:"varint,13,opt,name=max_requests,json=maxRequests,proto3" json:"max_requests,omitempty"`
+	Families              []string               `protobuf:"bytes,14,rep,name=families,proto3" json:"families,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -1254,6 +1255,13 @@ func (x *Backend) GetMaxRequests() int32 {
 		return x.MaxRequests
 	}
 	return 0
+}
+
+func (x *Backend) GetFamilies() []string {
+	if x != nil {
+		return x.Families
+	}
+	return nil
 }
 
 type APIKey struct {
@@ -1493,13 +1501,14 @@ func (x *Target) GetPrice() *Price {
 }
 
 type Price struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	InputPerMtok       float64                `protobuf:"fixed64,1,opt,name=input_per_mtok,json=inputPerMtok,proto3" json:"input_per_mtok,omitempty"`
-	OutputPerMtok      float64                `protobuf:"fixed64,2,opt,name=output_per_mtok,json=outputPerMtok,proto3" json:"output_per_mtok,omitempty"`
-	CachedInputPerMtok float64                `protobuf:"fixed64,3,opt,name=cached_input_per_mtok,json=cachedInputPerMtok,proto3" json:"cached_input_per_mtok,omitempty"`
-	ReasoningPerMtok   float64                `protobuf:"fixed64,4,opt,name=reasoning_per_mtok,json=reasoningPerMtok,proto3" json:"reasoning_per_mtok,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	InputPerMtok           float64                `protobuf:"fixed64,1,opt,name=input_per_mtok,json=inputPerMtok,proto3" json:"input_per_mtok,omitempty"`
+	OutputPerMtok          float64                `protobuf:"fixed64,2,opt,name=output_per_mtok,json=outputPerMtok,proto3" json:"output_per_mtok,omitempty"`
+	CachedInputPerMtok     float64                `protobuf:"fixed64,3,opt,name=cached_input_per_mtok,json=cachedInputPerMtok,proto3" json:"cached_input_per_mtok,omitempty"`
+	ReasoningPerMtok       float64                `protobuf:"fixed64,4,opt,name=reasoning_per_mtok,json=reasoningPerMtok,proto3" json:"reasoning_per_mtok,omitempty"`
+	CacheWriteInputPerMtok float64                `protobuf:"fixed64,5,opt,name=cache_write_input_per_mtok,json=cacheWriteInputPerMtok,proto3" json:"cache_write_input_per_mtok,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Price) Reset() {
@@ -1556,6 +1565,13 @@ func (x *Price) GetCachedInputPerMtok() float64 {
 func (x *Price) GetReasoningPerMtok() float64 {
 	if x != nil {
 		return x.ReasoningPerMtok
+	}
+	return 0
+}
+
+func (x *Price) GetCacheWriteInputPerMtok() float64 {
+	if x != nil {
+		return x.CacheWriteInputPerMtok
 	}
 	return 0
 }
@@ -1945,7 +1961,7 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\fsample_ratio\x18\x02 \x01(\x01R\vsampleRatio\x12\x1d\n" +
 	"\n" +
 	"access_log\x18\x03 \x01(\bR\taccessLog\x12!\n" +
-	"\fdebug_bodies\x18\x04 \x01(\bR\vdebugBodies\"\xba\x04\n" +
+	"\fdebug_bodies\x18\x04 \x01(\bR\vdebugBodies\"\xd6\x04\n" +
 	"\aBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bbase_url\x18\x02 \x01(\tR\abaseUrl\x12\x10\n" +
@@ -1960,7 +1976,8 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12'\n" +
 	"\x0fmax_connections\x18\v \x01(\x05R\x0emaxConnections\x120\n" +
 	"\x14max_pending_requests\x18\f \x01(\x05R\x12maxPendingRequests\x12!\n" +
-	"\fmax_requests\x18\r \x01(\x05R\vmaxRequests\x1a:\n" +
+	"\fmax_requests\x18\r \x01(\x05R\vmaxRequests\x12\x1a\n" +
+	"\bfamilies\x18\x0e \x03(\tR\bfamilies\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x01\n" +
@@ -1983,12 +2000,13 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\x06weight\x18\x03 \x01(\x05R\x06weight\x12\x1a\n" +
 	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12%\n" +
 	"\x0econtext_window\x18\x05 \x01(\x05R\rcontextWindow\x12)\n" +
-	"\x05price\x18\x06 \x01(\v2\x13.swarmgate.v1.PriceR\x05price\"\xb6\x01\n" +
+	"\x05price\x18\x06 \x01(\v2\x13.swarmgate.v1.PriceR\x05price\"\xf2\x01\n" +
 	"\x05Price\x12$\n" +
 	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
 	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\x121\n" +
 	"\x15cached_input_per_mtok\x18\x03 \x01(\x01R\x12cachedInputPerMtok\x12,\n" +
-	"\x12reasoning_per_mtok\x18\x04 \x01(\x01R\x10reasoningPerMtok\"\xf6\x02\n" +
+	"\x12reasoning_per_mtok\x18\x04 \x01(\x01R\x10reasoningPerMtok\x12:\n" +
+	"\x1acache_write_input_per_mtok\x18\x05 \x01(\x01R\x16cacheWriteInputPerMtok\"\xf6\x02\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x04keys\x18\x02 \x03(\v2\x18.swarmgate.v1.VirtualKeyR\x04keys\x12\x16\n" +

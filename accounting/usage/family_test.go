@@ -1,0 +1,71 @@
+package usage
+
+import (
+	"os"
+	"testing"
+)
+
+// TestFamilyStreams reads the recorded-shape streams of the Responses API
+// and Anthropic Messages (shapes from the providers' API references) in
+// every chunking: usage and delivered bytes must not depend on where the
+// chunks are cut.
+func TestFamilyStreams(t *testing.T) {
+	for _, tc := range []struct {
+		file      string
+		want      Usage
+		delivered int64
+	}{
+		// Anthropic: input 25 + cache read 5 + cache write 10; output from
+		// the cumulative message_delta, not message_start's 1.
+		{"anthropic_messages.sse", Usage{PromptTokens: 40, CompletionTokens: 15, TotalTokens: 55, CachedTokens: 5, CacheWriteTokens: 10}, 6},
+		{"responses.sse", Usage{PromptTokens: 36, CompletionTokens: 87, TotalTokens: 123, CachedTokens: 8, ReasoningTokens: 12}, 8},
+	} {
+		body, err := os.ReadFile("testdata/families/" + tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{1, 7, 64, len(body)} {
+			var p StreamParser
+			for i := 0; i < len(body); i += size {
+				p.Write(body[i:min(i+size, len(body))])
+			}
+			p.Flush()
+			u, ok := p.Usage()
+			if !ok || u != tc.want || p.DeliveredContentBytes() != tc.delivered || p.BadEvents() != 0 {
+				t.Errorf("%s in %d-byte chunks: usage %+v %v, delivered %d, bad %d; want %+v, %d", tc.file, size, u, ok,
+					p.DeliveredContentBytes(), p.BadEvents(), tc.want, tc.delivered)
+			}
+		}
+	}
+}
+
+// TestFamilyStreamZeroAllocs: the passthrough families' streams cost no
+// allocation per chunk either.
+func TestFamilyStreamZeroAllocs(t *testing.T) {
+	for _, f := range []string{"anthropic_messages.sse", "responses.sse"} {
+		body, err := os.ReadFile("testdata/families/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p StreamParser
+		run := func() {
+			p.Reset()
+			for i := 0; i < len(body); i += 37 {
+				p.Write(body[i:min(i+37, len(body))])
+			}
+			p.Flush()
+		}
+		run()
+		if a := testing.AllocsPerRun(20, run); a != 0 {
+			t.Errorf("%s: %.1f allocations per stream, want 0", f, a)
+		}
+	}
+}
+
+func TestAnthropicJSON(t *testing.T) {
+	body := []byte(`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"model":"claude","stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":4,"output_tokens":6}}`)
+	u, ok := FromJSON(body)
+	if want := (Usage{PromptTokens: 16, CompletionTokens: 6, TotalTokens: 22, CachedTokens: 4}); !ok || u != want {
+		t.Errorf("FromJSON = %+v %v, want %+v", u, ok, want)
+	}
+}

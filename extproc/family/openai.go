@@ -1,0 +1,19 @@
+package family
+
+import (
+	"net/http"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/telemetry"
+)
+
+// The OpenAI families swarmgate served before families existed: request
+// fields and usage as chatreq and accounting/usage read them.
+func init() {
+	register(&Spec{Name: config.FamilyChatCompletions, Path: "/v1/chat/completions", Method: http.MethodPost, Errors: OpenAI,
+		Billed: true, InjectUsage: true, Provider: "openai", Operation: telemetry.OperationChat})
+	register(&Spec{Name: config.FamilyCompletions, Path: "/v1/completions", Method: http.MethodPost, Errors: OpenAI,
+		Billed: true, InjectUsage: true, Provider: "openai", Operation: telemetry.OperationTextCompletion})
+	register(&Spec{Name: config.FamilyEmbeddings, Path: "/v1/embeddings", Method: http.MethodPost, Errors: OpenAI,
+		Billed: true, NoOutput: true, Provider: "openai", Operation: telemetry.OperationEmbeddings})
+}
