@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +27,7 @@ type swarmSize struct {
 }
 
 func sizeFor(t *testing.T) swarmSize {
-	if os.Getenv("SWARMGATE_SWARM_FULL") == "1" && !testing.Short() {
+	if fullSwarm() {
 		return swarmSize{agents: 500, perAgent: 10, wall: 30 * time.Second}
 	}
 	return swarmSize{agents: 50, perAgent: 6, wall: 15 * time.Second}
