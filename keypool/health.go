@@ -82,8 +82,13 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
 	in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 	req := PickRequest{Attempt: 1}
-	known := false
+	known, flipped := false, false
 	best := time.Duration(-1)
+	defer func() {
+		if flipped {
+			p.signal()
+		}
+	}()
 	for _, name := range backends {
 		kp := p.pool(name)
 		if kp == nil {
@@ -91,11 +96,25 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 		}
 		known = true
 		kp.mu.Lock()
-		// A backend the damper holds down is not in Envoy's load
-		// balancing (EDS says unhealthy): its keys cannot serve.
-		if held, until := kp.damper.heldDown(now); held {
+		// Admission follows what EDS was told: a backend reported
+		// unhealthy (all keys open, or held down by the damper) gets no
+		// traffic from Envoy until the control plane has pushed it healthy
+		// again, so its keys do not make a request admissible, even when
+		// one of them has just reopened (the refresh here reports that at
+		// once). Admitting on the keys alone races the push: the request
+		// meets Envoy's "no healthy upstream".
+		flipped = kp.refreshLocked(now) || flipped
+		settled := kp.damper.upSince.Add(edsSettle)
+		if !kp.healthy || now.Before(settled) {
+			until := kp.damper.releaseAt()
+			if t := kp.soonestLocked(now); !t.IsZero() && t.After(until) {
+				until = t
+			}
+			if kp.healthy {
+				until = settled
+			}
 			kp.mu.Unlock()
-			if ra := until.Sub(now); best < 0 || ra < best {
+			if ra := max(until.Sub(now), time.Millisecond); best < 0 || ra < best {
 				best = ra
 			}
 			continue
@@ -167,6 +186,11 @@ func (p *Pools) Run(ctx context.Context) error {
 	}
 }
 
+// edsSettle is how long a backend reported healthy again waits before it
+// admits requests: the control plane's EDS push must reach Envoy first,
+// or the request meets "no healthy upstream".
+const edsSettle = 200 * time.Millisecond
+
 // freeFlips is how many times a backend may go down within the flap
 // window before coming back is held.
 const freeFlips = 2
@@ -195,6 +219,7 @@ type healthPolicy struct {
 type healthDamper struct {
 	down      bool      // reported unhealthy
 	downSince time.Time // when it went down
+	upSince   time.Time // when it was last reported healthy again
 	hold      time.Duration
 	flips     []time.Time // times it went down, within the window
 }
@@ -220,7 +245,7 @@ func (d *healthDamper) report(now time.Time, raw bool, p *healthPolicy) bool {
 			d.hold = min(d.hold, p.maxHold)
 		}
 	case d.down && raw && !now.Before(d.downSince.Add(d.hold)):
-		d.down = false
+		d.down, d.upSince = false, now
 	}
 	return !d.down
 }

@@ -244,7 +244,12 @@ func TestAvailableFollowsTheDampedHealth(t *testing.T) {
 		t.Fatalf("held-down backend: Available = %v, %s; want false, the hold's 10s left", ok, ra)
 	}
 	clk.Advance(10 * time.Second)
+	// Reported healthy again now; admission waits for the EDS push.
+	if ok, ra := p.Available([]string{"b"}); ok || ra != edsSettle {
+		t.Fatalf("just released: Available = %v, %s; want false until the push settles (%s)", ok, ra, edsSettle)
+	}
+	clk.Advance(edsSettle)
 	if ok, _ := p.Available([]string{"b"}); !ok {
-		t.Fatal("after the hold the half-open key is available again")
+		t.Fatal("after the hold and the settle the half-open key is available again")
 	}
 }
