@@ -67,7 +67,12 @@ func TestFairnessAcrossReplicas(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for r := range 3 {
-		q := New(Options{ReplicaID: fmt.Sprintf("r%d", r), Order: NewRedisOrder(srv.Client(), "f:"), Poll: 5 * time.Millisecond})
+		// The step timeout is generous: this test is about the order, and
+		// a -race run beside other packages on 2 cores can take a Redis
+		// round trip past the 50 ms default (the fail-open path has its
+		// own tests).
+		q := New(Options{ReplicaID: fmt.Sprintf("r%d", r), Order: NewRedisOrder(srv.Client(), "f:"), Poll: 5 * time.Millisecond,
+			StepTimeout: 5 * time.Second})
 		for ti, tenant := range []string{"a", "b"} {
 			w := []float64{3, 1}[ti]
 			for range 8 {

@@ -247,13 +247,19 @@ func TestRedisKilledDuringLoad(t *testing.T) {
 		t.Fatalf("%d entries confirmed twice, e.g. %s", len(twice), twice[0])
 	}
 	var inNew []Entry
-	for _, e := range entries {
+	for i, e := range entries {
 		at, ok := confirmed[e.RequestID]
 		switch {
 		case !ok:
 			t.Fatalf("entry %s lost", e.RequestID)
-		case at.After(stopped) && at.Before(restarting):
-			t.Fatalf("entry %s confirmed while Redis was down", e.RequestID)
+		case i >= 1000 && i < 2000 && at.Before(restarting):
+			// Recorded after the server was killed: nothing could take it
+			// before the restart. (Entries recorded before the kill may be
+			// confirmed a little after it: their reply was in flight, and
+			// under load the confirmation runs late; stopped is only read
+			// after Stop returns.)
+			t.Fatalf("entry %s, recorded while Redis was down (stopped %s), confirmed at %s before the restart", e.RequestID,
+				stopped.Format(time.StampMicro), at.Format(time.StampMicro))
 		case !at.Before(restarting):
 			inNew = append(inNew, e)
 		}
