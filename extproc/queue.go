@@ -109,6 +109,10 @@ type timerExtension struct {
 	ctx         context.Context
 	cfg         *config.Config
 	classHeader string
+	// until is when the override sent ends (zero: none sent yet). Envoy
+	// honours only the first override of a message, so a later wait on
+	// the same message must end within it.
+	until time.Time
 }
 
 type timerExtensionKey struct{}
@@ -123,9 +127,23 @@ func withTimerExtension(st extprocv3.ExternalProcessor_ProcessServer, cfg *confi
 func (e *timerExtension) Context() context.Context { return e.ctx }
 
 func (e *timerExtension) extend(d time.Duration) {
+	if !e.until.IsZero() {
+		return // Envoy would ignore it
+	}
+	e.until = time.Now().Add(d)
 	// A failed send means the stream is gone; the wait ends with the
 	// stream's context.
 	_ = e.ExternalProcessor_ProcessServer.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)})
+}
+
+// left is how long a further wait may last within the override already
+// sent, keeping answer room for the message's answer; ok is false when
+// none was sent (the next wait sends its own).
+func (e *timerExtension) left(answer time.Duration) (d time.Duration, ok bool) {
+	if e.until.IsZero() {
+		return 0, false
+	}
+	return time.Until(e.until) - answer, true
 }
 
 // Recv notes the class header of the request's headers.
@@ -141,4 +159,71 @@ func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
 		}
 	}
 	return m, err
+}
+
+// reserveQueued is admission's reservation step after a tenant or
+// tenant×model TPM refusal: with admission.max_wait > 0 and a Retry-After
+// that fits the request's wait, the request waits in the admission queue
+// until the window frees and the reservation is asked again. It returns
+// the granted reservation, or the last refusal (its Retry-After counted
+// from now) when the wait ends, the client leaves or the refusal cannot
+// wait. A budget refusal never waits: a month does not free in seconds.
+//
+// The wait is ordered per reservation scope (the tenant, or tenant and
+// model), not per backend set as the keys' wait: a tenant over its own
+// TPM must not hold the tenants behind it on the same backends back.
+// Within that scope the queue's class, weight and arrival rules hold.
+func (s *Server) reserveQueued(ctx context.Context, r *routerStream, req ReserveRequest, res Reservation) (Reservation, error) {
+	cfg := r.cfg
+	if s.opts.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || res.Granted || res.Budget {
+		return res, nil
+	}
+	ext, _ := ctx.Value(timerExtensionKey{}).(*timerExtension)
+	classHeader := ""
+	if ext != nil {
+		classHeader = ext.classHeader
+	}
+	qr := queueRequest(cfg, r, classHeader)
+	qr.Scope = "tpm:" + res.Scope + ":" + req.Tenant
+	if res.Scope == "model" {
+		qr.Scope += ":" + req.Model
+	}
+	qr.Tokens = r.estTokens + r.maxOut
+	answer := cfg.Request.MessageTimeout.Duration
+	deadline := time.Now().Add(qr.MaxWait)
+	if ext != nil {
+		if left, sent := ext.left(answer); sent {
+			// Only the first override of a message counts (queue.go):
+			// the keys' wait sent it, this wait ends within it.
+			deadline = time.Now().Add(min(qr.MaxWait, left))
+		}
+		qr.OnWait = func() { ext.extend(time.Until(deadline) + answer) }
+	}
+	for {
+		retryAt := time.Now().Add(res.RetryAfter)
+		freed := s.holdsFreed.Load()
+		qr.MaxWait = time.Until(deadline)
+		if res.RetryAfter > qr.MaxWait {
+			return res, nil
+		}
+		// Ready when the window frees, or earlier once a hold on this
+		// replica settled or was released (most settle below their hold).
+		// Not paced again: the keys' step already counted this request.
+		q := s.opts.Queue.Admit(ctx, qr, func() (bool, time.Duration, Rate) {
+			wait := time.Until(retryAt)
+			return wait <= 0 || s.holdsFreed.Load() != freed, max(wait, 0), Rate{}
+		})
+		if !q.Admitted {
+			res.RetryAfter = max(time.Until(retryAt), q.RetryAfter)
+			res.Reset = res.RetryAfter
+			return res, nil
+		}
+		next, err := s.opts.Reserver.Reserve(ctx, req)
+		if err != nil || next.Granted || next.Budget {
+			return next, err
+		}
+		// Someone took the window first (another replica, a request that
+		// did not wait): wait again for the new Retry-After.
+		res = next
+	}
 }

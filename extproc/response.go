@@ -288,6 +288,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			s.metrics.accountingErr.WithLabelValues("settle").Inc()
 			s.log.Warn("reservation settle failed", "request_id", r.requestID, "err", err)
 		}
+		s.holdsFreed.Add(1)
 	}
 }
 

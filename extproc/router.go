@@ -432,8 +432,13 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	// x-request-id must not make two requests one.
 	r.requestID = identity.NewRequestID()
 	if reserving {
-		res, err := s.opts.Reserver.Reserve(ctx, ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
-			Model: alias, PromptTokens: r.estTokens, MaxOutputTokens: r.maxOut, Price: dearest(model, r.backends)})
+		rreq := ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
+			Model: alias, PromptTokens: r.estTokens, MaxOutputTokens: r.maxOut, Price: dearest(model, r.backends)}
+		res, err := s.opts.Reserver.Reserve(ctx, rreq)
+		if err == nil && !res.Granted && !res.Budget {
+			// A TPM window may free within the request's wait (queue.go).
+			res, err = s.reserveQueued(ctx, r, rreq, res)
+		}
 		switch {
 		case err != nil:
 			// The reserver applies failure_modes.reservation itself: an

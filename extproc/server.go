@@ -84,6 +84,10 @@ type Server struct {
 	hosts hostCache
 	// signerCache is the request-identity signer of the newest config seen.
 	signerCache atomic.Pointer[signerFor]
+	// holdsFreed counts settles and releases of reservations on this
+	// replica: a request waiting for a TPM window asks again when it moves
+	// (a settle usually frees part of its hold).
+	holdsFreed atomic.Uint64
 }
 
 // New builds a server.

@@ -1,0 +1,189 @@
+package extproc_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/accounting/reserve"
+	adm "github.com/swarmgate/swarmgate/admission"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// tpmStack is a router-level ext_proc over gRPC with a real reserver and
+// admission queue on one redis-server: tenant alpha may use 1000 tokens
+// per window.
+type tpmStack struct {
+	*harness
+	rdb   *redis.Client
+	cfg   *config.Config
+	queue *adm.Queue
+}
+
+func newTPMStack(t *testing.T, maxWait, window time.Duration) *tpmStack {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	cfg := testConfig(t)
+	cfg.Accounting.TokenLimits = "reserve"
+	cfg.Admission.MaxWait.Duration = maxWait
+	alpha, _ := cfg.Tenant("alpha")
+	alpha.Limits.TPM = 1000
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	res := reserve.New(rdb, cfg, reserve.Options{Window: window, Logger: quiet})
+	q := adm.New(adm.Options{Order: adm.NewRedisOrder(rdb, cfg.Redis.KeyPrefix), ReplicaID: "r1",
+		StepTimeout: 5 * time.Second, Logger: quiet})
+	h := newHarness(t, cfg, func(o *extproc.Options) {
+		o.Reserver = wire.Reserver(res, func() *config.Config { return cfg })
+		o.Queue = wire.Queue(q)
+	})
+	return &tpmStack{harness: h, rdb: rdb, cfg: cfg, queue: q}
+}
+
+// held is what alpha's tenant TPM window holds now, read from Redis.
+func (s *tpmStack) held(t *testing.T) int64 {
+	t.Helper()
+	v, err := s.rdb.HGet(t.Context(), ledger.TenantKey(s.cfg.Redis.KeyPrefix, "alpha", "rv:tpm:tenant:h"), "_sum").Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// serve answers an admitted request with usage of total tokens.
+func serve(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient, usage string) {
+	t.Helper()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", contract.HeaderBackend, "big", contract.HeaderUpstreamKey, "big-1"))
+	roundTrip(t, st, respBody([]byte(`{"choices":[],"usage":`+usage+`}`), true))
+}
+
+const bigAsk = `{"model":"chat","max_tokens":900,"messages":[{"role":"user","content":"hi"}]}`
+
+// TestReservationWaitsForTPMWindow: a request refused for the tenant's TPM
+// waits in the queue (one override_message_timeout) until the settled
+// usage leaves the window, is admitted, and settles its own usage.
+func TestReservationWaitsForTPMWindow(t *testing.T) {
+	s := newTPMStack(t, 5*time.Second, time.Second)
+	first, cancel1 := admit(t, s.harness, bigAsk)
+	defer cancel1()
+	serve(t, first, `{"prompt_tokens":100,"completion_tokens":800,"total_tokens":900}`)
+	if got := s.held(t); got != 900 {
+		t.Fatalf("window holds %d after the first settle, want 900", got)
+	}
+
+	st, cancel := s.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+	start := time.Now()
+	ov := roundTrip(t, st, reqBody(bigAsk))
+	d := ov.GetOverrideMessageTimeout().AsDuration()
+	if d <= 0 || d > 5*time.Second+s.cfg.Request.MessageTimeout.Duration {
+		t.Fatalf("want one override_message_timeout within max_wait + message_timeout first, got %v", ov)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetRequestBody() == nil {
+		t.Fatalf("not admitted after the window freed: %v", resp)
+	}
+	if waited := time.Since(start); waited > 3*time.Second {
+		t.Errorf("waited %v for a one-second window", waited)
+	}
+	serve(t, st, `{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}`)
+	if got := s.held(t); got != 30 {
+		t.Errorf("window holds %d after the waiting request settled, want its 30 tokens", got)
+	}
+	if n := s.queue.Waiting(); n != 0 {
+		t.Errorf("%d still waiting", n)
+	}
+}
+
+// TestReservationWaitRefusals: a refusal that cannot wait is the 429 it was
+// before, at once, with its token headers; a client that leaves while
+// waiting leaves the queue and holds nothing.
+func TestReservationWaitRefusals(t *testing.T) {
+	t.Run("retry after beyond max_wait", func(t *testing.T) {
+		s := newTPMStack(t, 2*time.Second, time.Minute)
+		first, cancel1 := admit(t, s.harness, bigAsk)
+		defer cancel1()
+		serve(t, first, `{"prompt_tokens":100,"completion_tokens":800,"total_tokens":900}`)
+		st, cancel := s.stream(t, contract.RoleRouter)
+		defer cancel()
+		roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+		ir := roundTrip(t, st, reqBody(bigAsk)).GetImmediateResponse()
+		set := setOf(t, ir.GetHeaders())
+		if ir.GetStatus().GetCode() != 429 || set["retry-after"] != "60" || set["x-ratelimit-limit-tokens"] != "1000" || set["x-ratelimit-remaining-tokens"] != "100" {
+			t.Fatalf("want an immediate 429 with Retry-After 60 and the token headers, got %v %v", ir.GetStatus(), set)
+		}
+	})
+	t.Run("wait ends", func(t *testing.T) {
+		// The first request's hold stays unsettled, so each retry is
+		// refused again until the wait is over.
+		s := newTPMStack(t, 1500*time.Millisecond, time.Second)
+		_, cancel1 := admit(t, s.harness, bigAsk)
+		defer cancel1()
+		st, cancel := s.stream(t, contract.RoleRouter)
+		defer cancel()
+		roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+		if ov := roundTrip(t, st, reqBody(bigAsk)); ov.GetOverrideMessageTimeout() == nil {
+			t.Fatalf("not waiting: %v", ov)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ir := resp.GetImmediateResponse()
+		set := setOf(t, ir.GetHeaders())
+		if ir.GetStatus().GetCode() != 429 || set["retry-after"] != "1" || set["x-ratelimit-limit-tokens"] != "1000" || set["x-ratelimit-reset-tokens"] == "" {
+			t.Fatalf("want the reservation's 429 after the wait, got %v %v", ir.GetStatus(), set)
+		}
+		if n := s.queue.Waiting(); n != 0 {
+			t.Errorf("%d waiting", n)
+		}
+	})
+	t.Run("client leaves while waiting", func(t *testing.T) {
+		s := newTPMStack(t, 5*time.Second, time.Second)
+		first, cancel1 := admit(t, s.harness, bigAsk)
+		defer cancel1()
+		serve(t, first, `{"prompt_tokens":100,"completion_tokens":800,"total_tokens":900}`)
+		st, cancel := s.stream(t, contract.RoleRouter)
+		roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+		if ov := roundTrip(t, st, reqBody(bigAsk)); ov.GetOverrideMessageTimeout() == nil {
+			t.Fatalf("not waiting: %v", ov)
+		}
+		cancel()
+		deadline := time.Now().Add(time.Second)
+		for s.queue.Waiting() != 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := s.queue.Waiting(); n != 0 {
+			t.Fatalf("%d still waiting a second after the client left", n)
+		}
+		keys, err := s.rdb.Keys(context.Background(), "*admission*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if n, _ := s.rdb.ZCard(context.Background(), k).Result(); n > 0 && k[len(k)-2:] == ":q" {
+				t.Errorf("ticket left in %s", k)
+			}
+		}
+		if got := s.held(t); got != 900 {
+			t.Errorf("window holds %d, want only the first request's 900", got)
+		}
+	})
+}
