@@ -16,7 +16,7 @@ func TestScanOtherFamilies(t *testing.T) {
 			Request{Model: "claude", Stream: true, MaxTokens: 64, HasMaxTokens: true, Messages: 2, PromptBytes: 6}}, // a system block counts as an item
 		{"anthropic without max_tokens", `{"model":"claude","messages":[]}`, Request{Model: "claude"}},
 		{"responses previous_response_id", `{"model":"m","input":"x","previous_response_id":"resp_1"}`,
-			Request{Model: "m", PromptBytes: 1, PreviousResponseID: true}},
+			Request{Model: "m", PromptBytes: 1, PreviousResponseID: true, PreviousResponse: "resp_1"}},
 		{"responses empty previous_response_id", `{"model":"m","previous_response_id":""}`, Request{Model: "m"}},
 	} {
 		got, err := Scan([]byte(tc.body))

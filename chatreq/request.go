@@ -49,6 +49,8 @@ type Request struct {
 	// PreviousResponseID: the Responses API's "previous_response_id" is set
 	// (a non-empty string), i.e. the request continues server-side state.
 	PreviousResponseID bool
+	// PreviousResponse is its value (raw JSON string body).
+	PreviousResponse string
 
 	at edits // where WithIncludeUsage splices; set by Scan
 }
@@ -208,6 +210,9 @@ func Scan(body []byte) (Request, error) {
 			if s.peek() == '"' {
 				raw, _, err := s.str(nil)
 				r.PreviousResponseID = len(raw) > 0
+				if len(raw) > 0 {
+					r.PreviousResponse = string(raw)
+				}
 				return err
 			}
 			return s.skip()

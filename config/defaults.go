@@ -86,6 +86,8 @@ func (c *Config) applyDefaults() {
 		c.Request.BytesPerToken = 4
 	}
 	def(&c.Request.StickyHeader, "x-session-id")
+	// OpenAI keeps stored responses for 30 days.
+	defDur(&c.Request.ResponseAffinityTTL, 30*24*time.Hour)
 
 	defInt(&c.Breaker.Consecutive429, 3)
 	defInt(&c.Breaker.Consecutive5xx, 5)

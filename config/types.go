@@ -92,6 +92,10 @@ type RequestPolicy struct {
 	// StickyHeader, when a request carries it, keeps the conversation on one
 	// upstream key while that key is healthy (provider prompt caching).
 	StickyHeader string `yaml:"sticky_header" json:"sticky_header"`
+	// ResponseAffinityTTL is how long the gateway remembers which backend
+	// and key created a Responses API response, so a request naming it as
+	// previous_response_id reaches that key (docs/families.md).
+	ResponseAffinityTTL Duration `yaml:"response_affinity_ttl" json:"response_affinity_ttl"`
 }
 
 // BreakerPolicy configures each upstream key's circuit breaker.

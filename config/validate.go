@@ -191,6 +191,9 @@ func (c *Config) validatePolicies(v *validator) {
 	} else if strings.HasPrefix(strings.ToLower(rq.StickyHeader), "x-swarmgate-") {
 		v.add("request.sticky_header", "x-swarmgate-* headers are internal and stripped from clients")
 	}
+	if d := rq.ResponseAffinityTTL.Duration; d < time.Minute || d > 90*24*time.Hour {
+		v.add("request.response_affinity_ttl", "must be between 1m and 90 days, got %s", d)
+	}
 	b := &c.Breaker
 	if b.Consecutive429 < 1 {
 		v.add("breaker.consecutive_429", "must be at least 1")

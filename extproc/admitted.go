@@ -36,6 +36,9 @@ type admitted struct {
 	// Anthropic-style backends and removed for others (the header map is
 	// shared by all attempts).
 	anthropicVersion, anthropicBeta string
+	// key, when set, is the only upstream key an attempt may use: the one
+	// that created the request's previous_response_id (affinity.go).
+	key string
 }
 
 // maxIdentityAge bounds how old a signed identity an attempt accepts: longer
@@ -46,7 +49,7 @@ const maxIdentityAge = 2 * time.Hour
 // appendSigned appends the message the signature covers, every field in
 // a fixed order.
 func (a *admitted) appendSigned(msg []byte) []byte {
-	for _, f := range [...]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.backends, a.anthropicVersion, a.anthropicBeta} {
+	for _, f := range [...]string{a.requestID, a.tenant, a.virtualKey, a.model, a.sticky, a.path, a.backends, a.anthropicVersion, a.anthropicBeta, a.key} {
 		msg = identity.AppendField(msg, f)
 	}
 	for _, n := range [...]int64{int64(a.estTokens), int64(a.maxTokens), int64(a.bodyBytes), a.issued} {
@@ -137,7 +140,7 @@ func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time, buf [
 	}
 	// The fields in appendSigned's order; only what an attempt uses is
 	// kept as a string.
-	var f [9][]byte
+	var f [10][]byte
 	rest := msg
 	for i := range f {
 		if f[i], rest, ok = identity.ReadField(rest); !ok {
@@ -151,7 +154,7 @@ func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time, buf [
 		}
 	}
 	a = admitted{requestID: string(f[0]), model: string(f[3]), sticky: string(f[4]), path: string(f[5]), backends: string(f[6]),
-		anthropicVersion: string(f[7]), anthropicBeta: string(f[8]),
+		anthropicVersion: string(f[7]), anthropicBeta: string(f[8]), key: string(f[9]),
 		estTokens: int(n[0]), maxTokens: int(n[1]), bodyBytes: int(n[2]), issued: n[3]}
 	age := now.Sub(time.Unix(a.issued, 0))
 	return a, msg, len(rest) == 0 && a.requestID != "" && a.path != "" && age > -time.Minute && age < maxIdentityAge

@@ -27,6 +27,8 @@ type Usage struct {
 type UsageCodec interface {
 	// FromJSON reads "usage" from a complete JSON response body.
 	FromJSON(body []byte) (Usage, bool)
+	// ResponseID reads a Responses API body's top-level "id".
+	ResponseID(body []byte) ([]byte, bool)
 	// NewStream returns an incremental SSE parser.
 	NewStream() UsageStream
 	// NewFilter returns a per-stream filter that removes the usage-only
@@ -47,6 +49,9 @@ type UsageStream interface {
 	// DeliveredContentBytes is the size of the content streamed so far (for
 	// billing a cut stream by what was delivered).
 	DeliveredContentBytes() int64
+	// ResponseID is the Responses API response id the stream carried
+	// (response.created / response.completed); nil when none.
+	ResponseID() []byte
 	// Reset makes it ready for a new stream, keeping its buffers.
 	Reset()
 }
@@ -91,6 +96,25 @@ type KeyPicker interface {
 	Cancelled(requestID string)
 }
 
+// ResponseAffinity remembers which backend and key created a Responses
+// API response, across replicas (package affinity), so a request naming it
+// as previous_response_id reaches that key.
+type ResponseAffinity interface {
+	// Remember queues the record; it never blocks the response path.
+	Remember(responseID string, o ResponseOwner, ttl time.Duration)
+	// Owner is who created responseID: ErrUnknownResponse when nobody is
+	// recorded; another error when the store did not answer in time.
+	Owner(ctx context.Context, responseID string) (ResponseOwner, error)
+}
+
+// ResponseOwner is the backend and upstream key that created a response.
+type ResponseOwner struct {
+	Backend, KeyID string
+}
+
+// ErrUnknownResponse: no owner is recorded for a previous_response_id.
+var ErrUnknownResponse = errors.New("unknown response id")
+
 // PickRequest describes one upstream attempt.
 type PickRequest struct {
 	RequestID string
@@ -100,6 +124,9 @@ type PickRequest struct {
 	// LastResort allows the open key that reopens soonest when nothing
 	// else is usable (keypool.PickRequest.LastResort).
 	LastResort bool
+	// Key, when set, is the only key the attempt may use (a Responses
+	// request continuing a response this key created).
+	Key string
 }
 
 // Lease is the chosen key. Secret must never be logged.

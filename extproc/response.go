@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/telemetry"
 )
@@ -231,6 +232,9 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			r.parser.Flush()
 			u, reported = r.parser.Usage()
 		}
+	}
+	if ok2xx && r.spec == family.Responses {
+		s.rememberResponse(r)
 	}
 	estimated := false
 	if cut {

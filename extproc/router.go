@@ -57,6 +57,9 @@ type routerStream struct {
 	model     *config.Model
 	alias     string
 	backends  []string
+	// pinned is the backend and key that created the request's
+	// previous_response_id (Responses API); zero when none.
+	pinned ResponseOwner
 	// spec is the request's API family (extproc/family); shape the error
 	// shape refusals use (Anthropic's under /v1/messages, also before the
 	// Spec is known).
@@ -340,6 +343,13 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 			return s.refuse(r, errBadRequest(f.Message, f.Code, f.Param))
 		}
 	}
+	if r.spec == family.Responses && cr.PreviousResponse != "" {
+		o, e := s.previousOwner(ctx, r, cr.PreviousResponse, model)
+		if e != nil {
+			return s.refuse(r, e)
+		}
+		r.pinned = o
+	}
 	r.model = model
 	r.stream = cr.Stream
 	r.clientUsage = cr.IncludeUsage
@@ -371,6 +381,9 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	need := r.estTokens + r.maxOut
 	minFit, fits := 0, 0
 	for _, t := range model.Targets {
+		if r.pinned.Backend != "" && t.Backend != r.pinned.Backend {
+			continue
+		}
 		if familyPool {
 			if b, _ := r.cfg.Backend(t.Backend); !b.Serves(r.spec.Name) {
 				continue
@@ -392,6 +405,10 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	pool := contract.PoolCluster(alias)
 	switch {
+	case r.pinned.Backend != "" && len(model.Targets) > 1:
+		// Only the backend holding the previous response, retries
+		// included; its context window is not checked further.
+		pool = contract.PoolBackendCluster(alias, r.pinned.Backend)
 	case familyPool:
 		// Context windows within a family cluster are not restricted
 		// further: a too-small window among its targets may still be
@@ -488,7 +505,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	}
 	bodyBytes := len(body)
 	backends := r.cfg.TargetBackends(alias)
-	if fits < len(model.Targets) || familyPool {
+	if fits < len(model.Targets) || familyPool || r.pinned.Backend != "" {
 		backends = strings.Join(r.backends, ",")
 	}
 	if r.stream && !r.clientUsage && r.spec.InjectUsage {
@@ -513,7 +530,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		requestID: r.requestID, tenant: tenant.Name, virtualKey: r.owner.Key.ID, model: alias,
 		estTokens: r.estTokens, maxTokens: r.maxOut, sticky: stickyValue(sticky), path: r.rawPath, backends: backends,
 		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: r.reservation.ID,
-		anthropicVersion: r.anthropicVersion, anthropicBeta: r.anthropicBeta,
+		anthropicVersion: r.anthropicVersion, anthropicBeta: r.anthropicBeta, key: r.pinned.KeyID,
 	})
 	return resp
 }

@@ -66,6 +66,10 @@ type Options struct {
 	// Queue, when set, holds requests refused only for capacity that
 	// comes back soon (admission.max_wait > 0); nil refuses at once.
 	Queue AdmissionQueue
+	// Affinity, when set, routes a Responses request naming a
+	// previous_response_id to the backend and key that created it; nil
+	// refuses such requests (400 unsupported_parameter).
+	Affinity ResponseAffinity
 }
 
 // Server implements the ExternalProcessor service.

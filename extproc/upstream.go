@@ -194,8 +194,20 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		return localError(errNotAdmitted().in(shape))
 	}
 	u.backend = b
-	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens}
+	if ad.key != "" && ad.backends != b.Name {
+		// The request continues a response only one backend holds; Envoy
+		// sent this attempt elsewhere (a retry in a cluster that holds
+		// other backends too). No other backend's key may take it.
+		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
+		return localError(errPinnedKey(u.alias, nil, true).in(shape))
+	}
+	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens, Key: ad.key}
 	lease, err := s.opts.Keys.Pick(ctx, b.Name, pr)
+	if err != nil && ad.key != "" {
+		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
+		s.log.Warn("the key holding previous_response_id cannot take the attempt", "backend", b.Name, "key", ad.key, "request_id", u.requestID, "err", err)
+		return localError(errPinnedKey(u.alias, err, false).in(shape))
+	}
 	if err != nil && errors.Is(err, ErrNoKey) {
 		// Every key of this backend is open, but EDS has not moved the
 		// traffic yet. When another relay of the request's pool has a key,

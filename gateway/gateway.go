@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/swarmgate/swarmgate/admission"
+	"github.com/swarmgate/swarmgate/affinity"
 	"github.com/swarmgate/swarmgate/internal/identity"
 	"log/slog"
 	"net"
@@ -259,7 +260,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 			MaxQueue: cfg.Admission.MaxQueue, Poll: cfg.Admission.Poll.D(), StepTimeout: cfg.Admission.RedisTimeout.D(),
 			FailOpen: cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
 			Metrics: admission.NewMetrics(reg)})
-		ep, err := extproc.New(extproc.Options{Tracer: tracer, Queue: wire.Queue(queue),
+		// Who created each Responses API response, shared by every
+		// replica (previous_response_id affinity, docs/families.md).
+		aff := affinity.New(rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D(),
+			Logger: g.log.With("component", "affinity")})
+		grp.Go(func() error { return aff.Run(ctx) })
+		ep, err := extproc.New(extproc.Options{Tracer: tracer, Queue: wire.Queue(queue), Affinity: wire.Affinity(aff),
 			Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: reg,
 			Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, g.Config),
 			Reserver: wire.Reserver(res, g.Config), Budgets: wire.Budgets(budgets),

@@ -162,13 +162,13 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	in.overflow = false
 	any := false
 	for _, k := range kp.keys {
-		k.ok = k.cfg.Weight > 0 && kp.eligible(in, req, k)
+		k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
 		any = any || k.ok
 	}
 	if !any && req.BestEffort {
 		in.overflow = true
 		for _, k := range kp.keys {
-			k.ok = k.cfg.Weight > 0 && kp.eligible(in, req, k)
+			k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
 			any = any || k.ok
 		}
 	}
@@ -179,7 +179,7 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		} else {
 			k = swrr(kp.keys)
 		}
-	} else if req.LastResort {
+	} else if req.LastResort && req.Key == "" {
 		k = kp.lastResortLocked(in, req)
 		in.overflow = k != nil
 	}

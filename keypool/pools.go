@@ -110,6 +110,10 @@ type PickRequest struct {
 	// leaves with a credential. The caller decides when that is worth one
 	// more request on a cooling key.
 	LastResort bool
+	// Key, when set, is the only key the attempt may get (a Responses
+	// request continuing a response this key created); no other key is
+	// a substitute, whatever BestEffort and LastResort say.
+	Key string
 }
 
 // New builds the pools for cfg.

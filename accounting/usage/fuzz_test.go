@@ -48,6 +48,12 @@ func FuzzStreamParser(f *testing.F) {
 			t.Fatalf("delivered %d of %d bytes", whole.delivered, len(stream))
 		}
 		_, _ = FromJSON(stream)
+		if id, ok := ResponseID(stream); ok && (len(id) == 0 || len(id) > MaxResponseIDBytes || !bytes.Contains(stream, id)) {
+			t.Fatalf("ResponseID %q from %q", id, stream)
+		}
+		if len(whole.respID) > MaxResponseIDBytes || !bytes.Contains(stream, []byte(whole.respID)) {
+			t.Fatalf("stream response id %q from %q", whole.respID, stream)
+		}
 	})
 }
 

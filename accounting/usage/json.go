@@ -103,3 +103,31 @@ func fromWalk(body []byte) (Usage, bool) {
 	}
 	return u, found
 }
+
+// MaxResponseIDBytes bounds a response id worth remembering; a longer one
+// is not a provider's id.
+const MaxResponseIDBytes = 256
+
+// ResponseID reads the top-level "id" of a complete Responses API JSON
+// body (raw JSON string body, escapes intact) in one pass, without
+// building values: an "id" nested in the output items is never taken.
+func ResponseID(body []byte) ([]byte, bool) {
+	s := jscan{b: body}
+	if s.peek() != '{' {
+		return nil, false
+	}
+	var id []byte
+	s.object(func(k []byte) {
+		if string(k) == "id" && id == nil {
+			if raw, ok := s.stringValue(); ok {
+				id = raw
+			}
+			return
+		}
+		s.skip()
+	})
+	if id == nil || len(id) == 0 || len(id) > MaxResponseIDBytes {
+		return nil, false
+	}
+	return id, true
+}

@@ -27,11 +27,22 @@ type StreamParser struct {
 	hasUsage  bool
 	delivered int64
 	err       error
+	respID    []byte // the Responses API's response.id, first seen
 }
 
 // Reset clears all state and keeps the buffers.
 func (p *StreamParser) Reset() {
-	*p = StreamParser{line: p.line[:0], data: p.data[:0]}
+	*p = StreamParser{line: p.line[:0], data: p.data[:0], respID: p.respID[:0]}
+}
+
+// ResponseID is the id of the Responses API response the stream carries
+// (the response.created / response.completed events' response.id, raw
+// JSON string body); nil when none was seen. Valid until Reset.
+func (p *StreamParser) ResponseID() []byte {
+	if len(p.respID) == 0 {
+		return nil
+	}
+	return p.respID
 }
 
 // Usage returns the last usage object seen in the stream.
@@ -263,8 +274,14 @@ func (p *StreamParser) event(d []byte) {
 		case "response": // responses API: response.completed carries response.usage
 			if s.peek() == '{' {
 				s.object(func(k []byte) {
-					if string(k) == "usage" && s.peek() == '{' {
+					switch {
+					case string(k) == "usage" && s.peek() == '{':
 						u, hasInput, hasU = parseUsageInput(&s)
+						return
+					case string(k) == "id" && len(p.respID) == 0:
+						if raw, ok := s.stringValue(); ok && len(raw) <= MaxResponseIDBytes {
+							p.respID = append(p.respID[:0], raw...)
+						}
 						return
 					}
 					s.skip()

@@ -17,6 +17,7 @@ type parseResult struct {
 	bad       int
 	delivered int64
 	err       string
+	respID    string
 }
 
 func runParser(p *StreamParser, chunks [][]byte) parseResult {
@@ -26,7 +27,8 @@ func runParser(p *StreamParser, chunks [][]byte) parseResult {
 	}
 	p.Flush()
 	u, ok := p.Usage()
-	r := parseResult{usage: u, hasU: ok, done: p.Done(), events: p.Events(), bad: p.BadEvents(), delivered: p.DeliveredContentBytes()}
+	r := parseResult{usage: u, hasU: ok, done: p.Done(), events: p.Events(), bad: p.BadEvents(), delivered: p.DeliveredContentBytes(),
+		respID: string(p.ResponseID())}
 	if err := p.Err(); err != nil {
 		r.err = err.Error()
 	}

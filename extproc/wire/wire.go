@@ -13,6 +13,7 @@ import (
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/accounting/usage"
 	"github.com/swarmgate/swarmgate/admin"
+	"github.com/swarmgate/swarmgate/affinity"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/keypool"
@@ -25,7 +26,7 @@ type keys struct{ p *keypool.Pools }
 
 func (k keys) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
 	l, err := k.p.Pick(ctx, backend, keypool.PickRequest{RequestID: req.RequestID, Attempt: req.Attempt, Sticky: req.Sticky, EstTokens: req.EstTokens,
-		LastResort: req.LastResort,
+		LastResort: req.LastResort, Key: req.Key,
 		// A half-open key whose probe is out is still better than none: its
 		// 429/5xx is retried by Envoy elsewhere, the upstream filter's local
 		// reply is not.
@@ -79,6 +80,8 @@ func (codec) FromJSON(b []byte) (extproc.Usage, bool) {
 	return conv(u), ok
 }
 
+func (codec) ResponseID(b []byte) ([]byte, bool) { return usage.ResponseID(b) }
+
 func (codec) NewStream() extproc.UsageStream { return &stream{} }
 func (codec) NewFilter() extproc.ChunkFilter { return &usage.StreamFilter{} }
 func (codec) NewGzip() extproc.Decoder {
@@ -97,6 +100,7 @@ func (s *stream) Usage() (extproc.Usage, bool) {
 }
 func (s *stream) DeliveredContentBytes() int64 { return s.p.DeliveredContentBytes() }
 func (s *stream) Reset()                       { s.p.Reset() }
+func (s *stream) ResponseID() []byte           { return s.p.ResponseID() }
 
 type gz struct {
 	g   *usage.GzipStream
@@ -158,4 +162,21 @@ func (a queue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func(
 			return ok, ra, admission.Pace{Rate: rate.Requests, Burst: 1, TokenRate: rate.Tokens}
 		})
 	return extproc.QueueResult{Admitted: res.Admitted, Reason: string(res.Reason), Waited: res.Waited, RetryAfter: res.RetryAfter}
+}
+
+// Affinity adapts *affinity.Store.
+func Affinity(s *affinity.Store) extproc.ResponseAffinity { return aff{s} }
+
+type aff struct{ s *affinity.Store }
+
+func (a aff) Remember(id string, o extproc.ResponseOwner, ttl time.Duration) {
+	a.s.Remember(id, affinity.Owner{Backend: o.Backend, Key: o.KeyID}, ttl)
+}
+
+func (a aff) Owner(ctx context.Context, id string) (extproc.ResponseOwner, error) {
+	o, err := a.s.Owner(ctx, id)
+	if errors.Is(err, affinity.ErrNotFound) {
+		return extproc.ResponseOwner{}, extproc.ErrUnknownResponse
+	}
+	return extproc.ResponseOwner{Backend: o.Backend, KeyID: o.Key}, err
 }

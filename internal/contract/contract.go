@@ -165,6 +165,15 @@ func PoolFamilyCluster(model, family string) string {
 	return "poolfam_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
 }
 
+// PoolBackendCluster is the cluster serving a model alias on one of its
+// backends only: a Responses request naming a previous_response_id must
+// reach the backend (and key) that created it, retries included. The
+// backend name's length prefix keeps "poolbk<N>_" names unambiguous
+// whatever the backend and alias contain.
+func PoolBackendCluster(model, backend string) string {
+	return "poolbk" + strconv.Itoa(len(backend)) + "_" + backend + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
+}
+
 // GRPCRoleHeader is gRPC initial metadata the generated ext_proc filters send
 // (grpc_service.initial_metadata) so one ext_proc server tells the
 // router-level stream from the per-attempt upstream stream.

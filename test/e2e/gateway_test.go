@@ -21,6 +21,7 @@ import (
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/accounting/reserve"
 	"github.com/swarmgate/swarmgate/admin"
+	"github.com/swarmgate/swarmgate/affinity"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
@@ -165,10 +166,12 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 	}
 	go func() { _ = pools.Run(ctx) }()
 	cfgFn := func() *config.Config { return cfg }
+	aff := affinity.New(rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D()})
+	go func() { _ = aff.Run(ctx) }()
 	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, cfgFn),
 		Reserver: wire.Reserver(reserve.New(rdb, cfg, reserve.Options{}), cfgFn),
 		Budgets:  wire.Budgets(budget.New(rdb, cfg, budget.Options{})),
-		Refusals: wire.Refusals(refusals), Registerer: reg, Metrics: telemetry.NewMetrics(reg, cfg)})
+		Refusals: wire.Refusals(refusals), Registerer: reg, Metrics: telemetry.NewMetrics(reg, cfg), Affinity: wire.Affinity(aff)})
 	if err != nil {
 		t.Fatal(err)
 	}

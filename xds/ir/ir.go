@@ -49,6 +49,9 @@ type Pool struct {
 	// Family restricts the pool to targets whose backend serves this API
 	// family (contract.PoolFamilyCluster); "" for every target.
 	Family string
+	// Backend restricts the pool to one backend's targets
+	// (contract.PoolBackendCluster); "" for every target.
+	Backend string
 
 	Timeout        time.Duration // ordinary requests
 	LongTimeout    time.Duration // x-swarmgate-long: 1
@@ -116,6 +119,12 @@ func Build(cfg *config.Config) *Gateway {
 		for _, f := range partialFamilies(cfg, m) {
 			g.Pools = append(g.Pools, buildPool(cfg, m, 0, f))
 		}
+		for _, b := range affinityBackends(cfg, m) {
+			p := buildPool(cfg, m, 0, config.FamilyResponses)
+			p.Cluster, p.Backend = contract.PoolBackendCluster(m.Name, b), b
+			p.Targets = slices.DeleteFunc(p.Targets, func(t Target) bool { return t.Backend != b })
+			g.Pools = append(g.Pools, p)
+		}
 		for _, w := range contextWindows(m) {
 			g.Pools = append(g.Pools, buildPool(cfg, m, w, ""))
 		}
@@ -166,6 +175,22 @@ func partialFamilies(cfg *config.Config, m *config.Model) []string {
 		}
 		if n > 0 && n < len(m.Targets) {
 			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// affinityBackends lists the backends of a model with more than one
+// target that serve the Responses API: one cluster each, for requests
+// naming a previous_response_id, which only the backend (and key) that
+// created it can continue (extproc requestBody). A model of one target
+// routes them to its own cluster.
+func affinityBackends(cfg *config.Config, m *config.Model) []string {
+	var out []string
+	for _, t := range m.Targets {
+		if b, ok := cfg.Backend(t.Backend); ok && b.Serves(config.FamilyResponses) && t.Weight > 0 && len(m.Targets) > 1 &&
+			!slices.Contains(out, b.Name) {
+			out = append(out, b.Name)
 		}
 	}
 	return out
