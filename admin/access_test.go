@@ -88,7 +88,7 @@ func TestHostAndOriginChecks(t *testing.T) {
 			for k, v := range c.hdr {
 				hdr[k] = strings.ReplaceAll(v, "{host}", strings.TrimPrefix(ts.URL, "http://"))
 			}
-			for _, path := range []string{"/keys", "/config_dump", "/metrics", "/usage/team-red"} {
+			for _, path := range []string{"/keys", "/config_dump", "/metrics", "/usage/team-red", "/admission"} {
 				status, h, body := call(t, http.MethodGet, ts.URL+path, c.host, hdr)
 				if status != c.status {
 					t.Fatalf("%s: status %d, want %d: %s", path, status, c.status, body)

@@ -45,6 +45,11 @@ backends:
 models:
   - name: gpt-4o-mini
     targets: [{backend: relay-a}, {backend: relay-b, priority: 1}]
+admission:
+  max_wait: 2s
+  classes:
+    - {name: planner, priority: 0}
+    - {name: bulk, priority: 2}
 tenants:
   - name: team-red
     keys: [{id: red-1, secret: env:T_VIRTUAL_KEY}]
@@ -97,6 +102,24 @@ func refusals() *RefusalLog {
 	return l
 }
 
+// queued is the admission queue the tests show: relay-a's keys are cooling
+// down, so team-red and team-blue wait there, and team-red also waits for
+// its TPM window.
+func queued() QueueSource {
+	return QueueSourceFunc(func(context.Context) (QueueState, error) {
+		return QueueState{Waiting: 5, MaxQueue: 1024, Scopes: []QueueScope{
+			{Scope: "relay-a", Depth: 4, OldestWaitSeconds: 1.25, Waiters: []QueueWaiters{
+				{Tenant: "team-blue", Class: 2, ClassName: "bulk", Count: 1},
+				{Tenant: "team-red", Class: 0, ClassName: "planner", Count: 1},
+				{Tenant: "team-red", Class: 2, ClassName: "bulk", Count: 2},
+			}},
+			{Scope: "tpm:tenant:team-red", Depth: 1, OldestWaitSeconds: 0.4, Waiters: []QueueWaiters{
+				{Tenant: "team-red", Class: 0, ClassName: "planner", Count: 1},
+			}},
+		}, Counters: QueueCounters{AdmittedAfterWait: 41, TimedOut: 3, Cancelled: 2, TooLong: 7, Full: 1}}, nil
+	})
+}
+
 type testServer struct {
 	URL    string
 	cancel context.CancelFunc
@@ -141,6 +164,7 @@ func fullOptions(t *testing.T) Options {
 		Keys:     tripped(),
 		Budgets:  budgets(),
 		Refusals: refusals(),
+		Queue:    queued(),
 		Usage: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"usage":[{"tenant":"team-red","cost":46.5}],"path":"`+r.URL.Path+`"}`)

@@ -1,10 +1,10 @@
 // Package admin is swarmgate's admin HTTP server: liveness and readiness,
-// the redacted config, key pool and breaker state, usage and budgets,
-// Prometheus metrics, and an embedded status page that polls those JSON
-// endpoints. It only reads state (access.go makes it GET/HEAD-only, checks
-// Host and Origin, and asks for the bearer token when one is configured);
-// components are reached through the small interfaces in sources.go, which
-// the integrator adapts.
+// the redacted config, key pool and breaker state, usage and budgets, the
+// admission queue, Prometheus metrics, and an embedded status page that
+// polls those JSON endpoints. It only reads state (access.go makes it
+// GET/HEAD-only, checks Host and Origin, and asks for the bearer token when
+// one is configured); components are reached through the small interfaces
+// in sources.go, which the integrator adapts.
 package admin
 
 import (
@@ -38,6 +38,7 @@ type Options struct {
 	Usage    http.Handler // accounting's /usage handler
 	Budgets  BudgetSource
 	Refusals *RefusalLog
+	Queue    QueueSource // the admission queue; nil: "no queue in this process"
 	// Ready are the readiness checks besides "config loaded".
 	Ready []ReadyCheck
 	// CheckTimeout bounds each readiness check and each source call
@@ -81,6 +82,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /keys", s.keys)
 	mux.HandleFunc("GET /budgets", s.budgets)
 	mux.HandleFunc("GET /refusals", s.refusals)
+	mux.HandleFunc("GET /admission", s.admission)
 	mux.Handle("GET /usage", s.usage())
 	mux.Handle("GET /usage/", s.usage())
 	mux.Handle("GET /metrics", s.metrics())

@@ -119,7 +119,7 @@ func TestConfigDumpHasNoSecret(t *testing.T) {
 		t.Errorf("dump lacks %q", m)
 	}
 	// Nothing else served by admin leaks them either.
-	for _, p := range []string{"/keys", "/readyz", "/budgets", "/refusals", "/metrics"} {
+	for _, p := range []string{"/keys", "/readyz", "/budgets", "/refusals", "/admission", "/metrics"} {
 		_, _, b := get(t, ts.URL+p)
 		for name, v := range testSecrets {
 			if strings.Contains(b, v) {

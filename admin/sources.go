@@ -65,3 +65,54 @@ type BudgetSourceFunc func(ctx context.Context) ([]BudgetState, error)
 
 // Budgets calls f.
 func (f BudgetSourceFunc) Budgets(ctx context.Context) ([]BudgetState, error) { return f(ctx) }
+
+// QueueState is this replica's admission queue: its local waiters (not the
+// shared order's, which would cost a Redis call per poll) and how waits
+// ended since the process started.
+type QueueState struct {
+	Waiting  int           `json:"waiting"`
+	MaxQueue int           `json:"max_queue"`
+	Scopes   []QueueScope  `json:"scopes"`
+	Counters QueueCounters `json:"counters"`
+}
+
+// QueueScope is one scope of the queue: a set of target backends, or a
+// tenant's (or tenant x model's) TPM reservation window.
+type QueueScope struct {
+	Scope             string         `json:"scope"`
+	Depth             int            `json:"depth"`
+	Waiters           []QueueWaiters `json:"waiters"`
+	OldestWaitSeconds float64        `json:"oldest_wait_seconds"`
+}
+
+// QueueWaiters counts one tenant's waiters in one class. Its fields match
+// admission.Waiters one for one (admin.QueueWaiters(w) converts).
+type QueueWaiters struct {
+	Tenant    string `json:"tenant"`
+	Class     int    `json:"class"`
+	ClassName string `json:"class_name,omitempty"`
+	Count     int    `json:"count"`
+}
+
+// QueueCounters are how waits ended, every scope together. Its fields
+// match admission.Counters one for one.
+type QueueCounters struct {
+	AdmittedAfterWait uint64 `json:"admitted_after_wait"`
+	TimedOut          uint64 `json:"timed_out"`
+	Cancelled         uint64 `json:"cancelled"`
+	TooLong           uint64 `json:"too_long"`
+	Full              uint64 `json:"full"`
+	OrderDown         uint64 `json:"order_down"`
+}
+
+// QueueSource reports the admission queue. The integrator adapts
+// admission.Queue.Snapshot with QueueSourceFunc.
+type QueueSource interface {
+	QueueState(ctx context.Context) (QueueState, error)
+}
+
+// QueueSourceFunc adapts a function to QueueSource.
+type QueueSourceFunc func(ctx context.Context) (QueueState, error)
+
+// QueueState calls f.
+func (f QueueSourceFunc) QueueState(ctx context.Context) (QueueState, error) { return f(ctx) }

@@ -7,8 +7,8 @@ import (
 )
 
 // The status page is plain HTML, CSS and JS with no external assets, so it
-// works on an air-gapped admin port. It polls /readyz, /keys, /budgets and
-// /refusals.
+// works on an air-gapped admin port. It polls /readyz, /keys, /budgets,
+// /admission and /refusals.
 //
 //go:embed static
 var staticFiles embed.FS

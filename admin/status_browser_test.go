@@ -109,6 +109,14 @@ func TestStatusPageInChromium(t *testing.T) {
 		if m := contains(red, `data-percent="93.0"`, `data-level="bad"`, "46.50 / 50.00 USD", "width: 93%"); len(m) > 0 {
 			t.Errorf("team-red budget bar lacks %q: %s", m, red)
 		}
+		queue := element(t, dom, "section", `id="admission-section"`)
+		if m := contains(queue, `data-scope="relay-a"`, `data-scope="tpm:tenant:team-red"`, "depth 4 · oldest 1.25s",
+			"5 waiting of 1024", "41 admitted after a wait", "3 timed out", "7 too long"); len(m) > 0 {
+			t.Errorf("admission section lacks %q: %s", m, queue)
+		}
+		if row := element(t, queue, "tr", `data-waiters="relay-a/team-red/2"`); !strings.Contains(row, ">bulk<") || !strings.Contains(row, ">2<") {
+			t.Errorf("team-red's bulk waiters on relay-a not shown as 2: %s", row)
+		}
 		if m := contains(dom, `data-status="ready"`, "budget exhausted (hard cap)", "1 of 3 keys open", "3 since start"); len(m) > 0 {
 			t.Errorf("page lacks %q", m)
 		}
@@ -181,6 +189,36 @@ func pixelStats(img image.Image) (distinct, red int) {
 }
 
 func near(v, want uint32) bool { return v+12 >= want && v <= want+12 }
+
+// TestStatusPageQueueingOff: with admission.max_wait 0, or no queue in
+// the process, the section says queueing is off.
+func TestStatusPageQueueingOff(t *testing.T) {
+	cases := []struct {
+		name   string
+		queue  QueueSource
+		reason string
+	}{
+		{"max_wait 0", queued(), "queueing off: admission.max_wait is 0"},
+		{"no queue", nil, "queueing off: no admission queue in this process"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			opts := fullOptions(t)
+			cfg := testConfig(t)
+			cfg.Admission.MaxWait.Duration = 0
+			opts.Config, opts.Queue = func() *config.Config { return cfg }, c.queue
+			ts := startServer(t, opts)
+			dom := string(runChromium(t, ts.URL+"/status", "--dump-dom"))
+			if !strings.Contains(dom, `data-loaded="true"`) {
+				t.Fatalf("page never finished its first poll:\n%s", dom)
+			}
+			queue := element(t, dom, "section", `id="admission-section"`)
+			if !strings.Contains(queue, `data-queueing="off"`) || !strings.Contains(queue, c.reason) {
+				t.Errorf("section does not say %q: %s", c.reason, queue)
+			}
+		})
+	}
+}
 
 // TestStatusPageAsksForToken: with admin.token set the page still loads
 // (its files hold no data), shows no data, and asks for the token.

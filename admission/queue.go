@@ -79,6 +79,7 @@ type Queue struct {
 	mu       sync.Mutex
 	waiting  int
 	scopes   map[string]*scopeWait
+	counts   counters // for Snapshot
 }
 
 // New returns a Queue.
@@ -111,6 +112,7 @@ type waiter struct {
 	seq   uint64
 	index int
 	turn  chan struct{}
+	since time.Time // when it asked to be admitted
 	// signalled is guarded by Queue.mu: turn is closed.
 	signalled bool
 }
@@ -125,10 +127,10 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	start := time.Now()
 	ready, ra, pace := capacity()
 	if !ready && ra > req.MaxWait {
-		q.opts.Metrics.refused(req, ReasonTooLong)
+		q.refused(req, ReasonTooLong)
 		return Result{Reason: ReasonTooLong, RetryAfter: ra}
 	}
-	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{})}
+	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{}), since: start}
 	w.t = Ticket{ID: q.opts.ReplicaID + "-" + strconv.FormatUint(w.seq, 36), Scope: req.Scope, Tenant: req.Tenant,
 		Weight: req.Weight, Class: req.Class, Tokens: req.Tokens, Deadline: start.Add(req.MaxWait)}
 	order := q.opts.Order
@@ -180,7 +182,7 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 		select {
 		case <-ctx.Done():
 			q.leave(order, &w.t)
-			q.opts.Metrics.refused(req, ReasonCancelled)
+			q.refused(req, ReasonCancelled)
 			return Result{Reason: ReasonCancelled, Waited: time.Since(start)}
 		case <-deadline.C:
 			q.leave(order, &w.t)
@@ -205,6 +207,7 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 		if d.Admitted {
 			waited := time.Since(start)
 			q.opts.Metrics.admitted(req, waited, paced)
+			q.counts.afterWait.Add(1)
 			return Result{Admitted: true, Waited: waited, Paced: paced}
 		}
 	}
@@ -240,8 +243,14 @@ func (q *Queue) leave(order Order, t *Ticket) {
 }
 
 func (q *Queue) refuse(req Request, why Reason, retry time.Duration, start time.Time) Result {
-	q.opts.Metrics.refused(req, why)
+	q.refused(req, why)
 	return Result{Reason: why, RetryAfter: max(retry, time.Second), Waited: time.Since(start)}
+}
+
+// refused counts a refusal in the metrics and for Snapshot.
+func (q *Queue) refused(req Request, why Reason) {
+	q.opts.Metrics.refused(req, why)
+	q.counts.refused(why)
 }
 
 // enqueue adds w to its scope; head reports that it is first there (an

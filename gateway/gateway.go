@@ -204,6 +204,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var refusals *admin.RefusalLog
 	var led *ledger.Ledger
 	var budgets *budget.Budgets
+	var queue *admission.Queue
 	if roles.ExtProc {
 		refusals = admin.NewRefusalLog(256)
 		metrics := telemetry.NewMetrics(reg, cfg)
@@ -255,7 +256,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		// for every replica in Redis. Ticket ids must be unique across
 		// replicas, so they carry a random per-process id. Queue length,
 		// poll and Redis bound are read at start.
-		queue := admission.New(admission.Options{ReplicaID: identity.NewRequestID(),
+		queue = admission.New(admission.Options{ReplicaID: identity.NewRequestID(),
 			Order:    admission.NewRedisOrder(rdb, cfg.Redis.KeyPrefix),
 			MaxQueue: cfg.Admission.MaxQueue, Poll: cfg.Admission.Poll.D(), StepTimeout: cfg.Admission.RedisTimeout.D(),
 			FailOpen: cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
@@ -317,6 +318,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		if led != nil {
 			aopts.Usage = led.Handler(g.Config) // the config in force: reloads add tenants
 			aopts.Budgets = budgetSource(g.Config, led)
+		}
+		if queue != nil {
+			aopts.Queue = queueSource(queue)
 		}
 		as := admin.New(aopts)
 		lis, err := g.listen(g.opts.Listeners.Admin, cfg.Listen.Admin)

@@ -155,7 +155,8 @@ func TestServeEndToEnd(t *testing.T) {
 
 	admin := "http://" + adminL.Addr().String()
 	// admin.token guards every endpoint but the probes.
-	for path, want := range map[string]int{"/keys": http.StatusUnauthorized, "/metrics": http.StatusUnauthorized, "/readyz": http.StatusOK} {
+	for path, want := range map[string]int{"/keys": http.StatusUnauthorized, "/metrics": http.StatusUnauthorized,
+		"/admission": http.StatusUnauthorized, "/readyz": http.StatusOK} {
 		resp, err := http.Get(admin + path)
 		if err != nil {
 			t.Fatal(err)
@@ -177,6 +178,12 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	if keys := get(t, admin+"/keys"); !strings.Contains(keys, `"key_id": "k1"`) || strings.Contains(keys, secrets["RELAY_KEY_1"]) {
 		t.Errorf("/keys: want key ids and no secret, got %s", keys)
+	}
+	// The queue is wired (its counters are there), but this config leaves
+	// admission.max_wait at 0.
+	if q := get(t, admin+"/admission"); !strings.Contains(q, `"queueing": false`) || !strings.Contains(q, `"reason": "admission.max_wait is 0"`) ||
+		!strings.Contains(q, `"counters"`) || !strings.Contains(q, `"scopes": []`) {
+		t.Errorf("/admission: want the wired queue with queueing off, got %s", q)
 	}
 
 	// The embedded rate-limit service took its config from our control

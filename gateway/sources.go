@@ -7,6 +7,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/admin"
+	"github.com/swarmgate/swarmgate/admission"
 	"github.com/swarmgate/swarmgate/config"
 )
 
@@ -27,6 +28,25 @@ func budgetSource(cfg func() *config.Config, led *ledger.Ledger) admin.BudgetSou
 			}
 			out = append(out, admin.BudgetState{Tenant: t.Name, Period: month, Spent: spent.Float(),
 				Limit: t.Budget.Monthly, Currency: c.Accounting.Currency, HardCap: t.Budget.HardCap})
+		}
+		return out, nil
+	})
+}
+
+// queueSource reports this replica's admission queue for /admission and
+// the status page.
+func queueSource(q *admission.Queue) admin.QueueSource {
+	return admin.QueueSourceFunc(func(context.Context) (admin.QueueState, error) {
+		snap := q.Snapshot()
+		out := admin.QueueState{Waiting: snap.Waiting, MaxQueue: snap.MaxQueue,
+			Scopes: make([]admin.QueueScope, len(snap.Scopes)), Counters: admin.QueueCounters(snap.Counters)}
+		for i, s := range snap.Scopes {
+			ws := make([]admin.QueueWaiters, len(s.Waiters))
+			for j, w := range s.Waiters {
+				ws[j] = admin.QueueWaiters(w)
+			}
+			out.Scopes[i] = admin.QueueScope{Scope: s.Scope, Depth: s.Depth, Waiters: ws,
+				OldestWaitSeconds: s.OldestWait.Seconds()}
 		}
 		return out, nil
 	})

@@ -124,6 +124,36 @@ function renderBudgets(r) {
   });
 }
 
+function secs(v) {
+  return v < 10 ? v.toFixed(2) + "s" : Math.round(v) + "s";
+}
+
+// The admission queue of this replica: its local waiters per scope (a set
+// of backends, or a TPM window), and how waits ended since start.
+function renderAdmission(r) {
+  const box = document.getElementById("admission");
+  const summary = document.getElementById("admission-summary");
+  if (!r.ok) { unavailable(box, r); summary.textContent = ""; return; }
+  const q = r.body;
+  const cards = (q.scopes || []).map((s) => el("div", { class: "pool", "data-scope": s.scope },
+    el("h3", {}, s.scope, el("span", { class: "muted" }, "depth " + s.depth + " · oldest " + secs(s.oldest_wait_seconds))),
+    el("table", {},
+      el("thead", {}, el("tr", {}, ...["tenant", "class", "waiting"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...s.waiters.map((w) => el("tr", { "data-waiters": s.scope + "/" + w.tenant + "/" + w.class },
+        el("td", {}, w.tenant || "—"),
+        el("td", {}, w.class_name || String(w.class)),
+        el("td", {}, w.count)))))));
+  const head = q.queueing
+    ? (cards.length ? [] : [el("div", { class: "empty" }, "nobody waiting")])
+    : [el("div", { class: "empty", "data-queueing": "off" }, "queueing off: " + q.reason)];
+  box.replaceChildren(...head, ...cards);
+  const c = q.counters; // absent when this process has no queue
+  summary.textContent = c
+    ? [q.waiting + " waiting of " + q.max_queue, c.admitted_after_wait + " admitted after a wait", c.timed_out + " timed out",
+       c.cancelled + " cancelled", c.too_long + " too long", c.full + " full", c.order_down + " order down"].join(" · ")
+    : "";
+}
+
 function renderRefusals(r) {
   const body = document.getElementById("refusals");
   const total = document.getElementById("refusals-total");
@@ -143,14 +173,15 @@ function renderRefusals(r) {
 }
 
 async function poll() {
-  const [ready, keys, budgets, refusals] = await Promise.all(
-    ["/readyz", "/keys", "/budgets", "/refusals?limit=50"].map((p) =>
+  const [ready, keys, budgets, admission, refusals] = await Promise.all(
+    ["/readyz", "/keys", "/budgets", "/admission", "/refusals?limit=50"].map((p) =>
       getJSON(p).catch((e) => ({ ok: false, status: 0, body: { error: String(e) } }))));
   renderReady(ready);
   renderPools(keys);
   renderBudgets(budgets);
+  renderAdmission(admission);
   renderRefusals(refusals);
-  document.getElementById("auth").hidden = ![keys, budgets, refusals].some((r) => r.status === 401);
+  document.getElementById("auth").hidden = ![keys, budgets, admission, refusals].some((r) => r.status === 401);
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   document.body.dataset.loaded = "true";
 }
