@@ -23,8 +23,10 @@ func TestRouterReplacesAnswers(t *testing.T) {
 			http.StatusServiceUnavailable, "upstream_credentials_rejected", true},
 		{"a provider's 403 likewise", []string{":status", "403", contract.HeaderBackend, "big"},
 			http.StatusServiceUnavailable, "upstream_credentials_rejected", true},
-		{"Envoy's no healthy upstream", []string{":status", "503", "content-type", "text/plain"},
-			http.StatusServiceUnavailable, "upstream_unavailable", true},
+		// The keys have room (nothing failing): EDS was behind them, a
+		// short 429; with every key failing it is a 503 (admission_test).
+		{"Envoy's no healthy upstream while the keys have room", []string{":status", "503", "content-type", "text/plain"},
+			http.StatusTooManyRequests, "upstream_unavailable", true},
 		{"Envoy's upstream timeout", []string{":status", "504", "content-type", "text/plain"},
 			http.StatusGatewayTimeout, "upstream_timeout", true},
 		{"the rate-limit filter's 429", []string{":status", "429", "x-envoy-ratelimited", "true", "x-ratelimit-reset", "17"},

@@ -389,13 +389,21 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 		return e.withRetryAfter(max(ra, time.Second))
 	case r.backend == "" && r.status >= 500:
 		ok, ra := s.opts.Keys.Available(r.backends)
-		if ok {
-			ra = time.Second
-		} else if r.status == http.StatusServiceUnavailable && !s.opts.Keys.Failing(r.backends) {
+		switch {
+		case r.status == http.StatusServiceUnavailable && !ok && !s.opts.Keys.Failing(r.backends):
 			// No healthy host because every key of the pool is rate
 			// limited or busy (EDS follows the keys): capacity comes
 			// back, so the answer SDKs back off on.
 			return errKeysExhausted(r.alias, ra, false)
+		case r.status == http.StatusServiceUnavailable && ok:
+			// Envoy had no healthy host while the keys now have room: EDS
+			// was behind the keys (a quota window that reset between the
+			// push and this answer). Nothing is failing: a short 429.
+			return (&apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_unavailable",
+				message: "No upstream for `" + r.alias + "` could take the request at this moment; retry after the indicated time."}).
+				withRetryAfter(time.Second)
+		case ok:
+			ra = time.Second
 		}
 		msg := "No upstream for `" + r.alias + "` could take the request (every relay is down or failing); retry later."
 		code := "upstream_unavailable"

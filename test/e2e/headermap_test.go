@@ -162,7 +162,9 @@ func TestAllKeysOpenAnswers429WithRetryAfter(t *testing.T) {
 
 // A whole-pool outage (every endpoint UNHEALTHY in EDS) gets a clear
 // answer, not panic routing to hosts without a usable key: pool clusters
-// set healthy_panic_threshold 0.
+// set healthy_panic_threshold 0. Here the keys themselves have room (EDS
+// is behind them), so the answer is a short 429 with Retry-After; with
+// every key failing, admission answers 503 before Envoy is asked.
 func TestWholePoolOutageIsAClearAnswer(t *testing.T) {
 	g := startGateway(t)
 	ctx := testCtx(t)
@@ -172,7 +174,7 @@ func TestWholePoolOutageIsAClearAnswer(t *testing.T) {
 	var resp *http.Response
 	_, err := g.chat(keyTeam).New(ctx, chatParams("gpt-4o-mini"), option.WithResponseInto(&resp))
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Code != "upstream_unavailable" {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Code != "upstream_unavailable" {
 		t.Fatalf("err %v", err)
 	}
 	if resp.Header.Get("retry-after") == "" {
