@@ -95,25 +95,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if err := os.WriteFile(path, render(""), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
-	g, err := New(Options{
-		Roles: All, ConfigPath: path, Load: config.Options{LookupEnv: lookup},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Listeners: Listeners{XDS: xdsL, ExtProc: epL, Admin: adminL}, Ready: ready,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	runCtx, stop := context.WithCancel(ctx)
-	go func() { done <- g.Run(runCtx) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("gateway stopped before ready: %v", err)
-	case <-ctx.Done():
-		t.Fatal("gateway not ready")
-	}
+	g, stop := startServe(t, ctx, path, Listeners{XDS: xdsL, ExtProc: epL, Admin: adminL})
 
 	cfg := g.Config()
 	res, err := translator.Translate(cfg)
@@ -235,13 +217,44 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 
 	stop()
+}
+
+// startServe runs every role on the config file at path until ready; stop
+// ends Run and fails the test unless it returns cleanly within 20 s.
+func startServe(t *testing.T, ctx context.Context, path string, l Listeners) (g *Gateway, stop func()) {
+	t.Helper()
+	ready := make(chan struct{})
+	g, err := New(Options{
+		Roles: All, ConfigPath: path, Load: config.Options{LookupEnv: lookup},
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Listeners: l, Ready: ready,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	go func() { done <- g.Run(runCtx) }()
 	select {
+	case <-ready:
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
+		cancel()
+		t.Fatalf("gateway stopped before ready: %v", err)
+	case <-ctx.Done():
+		cancel()
+		t.Fatal("gateway not ready")
+	}
+	return g, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("gateway did not shut down")
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("gateway did not shut down")
 	}
 }
 

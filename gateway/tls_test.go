@@ -3,8 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -70,25 +68,7 @@ func TestServeOverMutualTLS(t *testing.T) {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
-	g, err := New(Options{
-		Roles: All, ConfigPath: path, Load: config.Options{LookupEnv: lookup},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Listeners: Listeners{XDS: xdsL, ExtProc: epL, Admin: adminL}, Ready: ready,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	runCtx, stop := context.WithCancel(ctx)
-	go func() { done <- g.Run(runCtx) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("gateway stopped before ready: %v", err)
-	case <-ctx.Done():
-		t.Fatal("gateway not ready")
-	}
+	_, stop := startServe(t, ctx, path, Listeners{XDS: xdsL, ExtProc: epL, Admin: adminL})
 
 	creds := func(l *trusttest.Leaf) credentials.TransportCredentials {
 		p := trust.ClientPolicy{Files: trust.Files{CA: ca.CAFile}, ServerIdentity: idSwarmgate}
@@ -156,14 +136,6 @@ func TestServeOverMutualTLS(t *testing.T) {
 	}
 
 	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("gateway did not shut down")
-	}
 }
 
 func dialGRPC(t *testing.T, addr string, c credentials.TransportCredentials) *grpc.ClientConn {
