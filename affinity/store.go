@@ -12,10 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Owner is the backend and key that created a response.
+// Owner is the backend and key that created a response, and the tenant it
+// was created for (only that tenant may continue it).
 type Owner struct {
 	Backend string
 	Key     string
+	Tenant  string
 }
 
 // ErrNotFound: no owner is recorded for the response (never seen, or older
@@ -68,13 +70,14 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	return &Store{rdb: rdb, prefix: o.Prefix + "affinity:resp:", timeout: o.ReadTimeout, queue: make(chan record, o.Queue), log: o.Logger}
 }
 
-// encode joins an owner into one value. Backend names never hold a
-// newline (config validates names), so the first one separates them.
-func encode(o Owner) string { return o.Backend + "\n" + o.Key }
+// encode joins an owner into one value. Backend, key and tenant names
+// never hold a newline (config validates names), so newlines separate them.
+func encode(o Owner) string { return o.Backend + "\n" + o.Key + "\n" + o.Tenant }
 
 func decode(v string) (Owner, bool) {
-	b, k, ok := strings.Cut(v, "\n")
-	return Owner{Backend: b, Key: k}, ok && b != "" && k != ""
+	b, rest, ok1 := strings.Cut(v, "\n")
+	k, tn, ok2 := strings.Cut(rest, "\n")
+	return Owner{Backend: b, Key: k, Tenant: tn}, ok1 && ok2 && b != "" && k != "" && tn != ""
 }
 
 // Remember queues the owner of response id for ttl; it never blocks. A

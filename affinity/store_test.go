@@ -29,8 +29,8 @@ func TestStoreRemembersAcrossReplicas(t *testing.T) {
 	b := New(rs.Client(), Options{Prefix: "t:"})
 	go func() { _ = a.Run(ctx) }()
 
-	a.Remember("resp_1", Owner{Backend: "oai", Key: "oai-2"}, time.Hour)
-	a.Remember("resp_short", Owner{Backend: "oai", Key: "oai-1"}, 200*time.Millisecond)
+	a.Remember("resp_1", Owner{Backend: "oai", Key: "oai-2", Tenant: "team"}, time.Hour)
+	a.Remember("resp_short", Owner{Backend: "oai", Key: "oai-1", Tenant: "team"}, 200*time.Millisecond)
 	eventually(t, "resp_1 recorded", func() bool { _, err := b.Owner(ctx, "resp_1"); return err == nil })
 
 	for _, tc := range []struct {
@@ -38,7 +38,7 @@ func TestStoreRemembersAcrossReplicas(t *testing.T) {
 		want     Owner
 		err      error
 	}{
-		{"recorded", "resp_1", Owner{Backend: "oai", Key: "oai-2"}, nil},
+		{"recorded", "resp_1", Owner{Backend: "oai", Key: "oai-2", Tenant: "team"}, nil},
 		{"never seen", "resp_unknown", Owner{}, ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,7 +69,7 @@ func TestRememberNeverBlocks(t *testing.T) {
 	rs := redistest.Start(t)
 	s := New(rs.Client(), Options{Prefix: "t:", Queue: 2}) // no Run: the queue fills
 	for range 5 {
-		s.Remember("r", Owner{Backend: "b", Key: "k"}, time.Minute)
+		s.Remember("r", Owner{Backend: "b", Key: "k", Tenant: "t"}, time.Minute)
 	}
 	if s.Dropped() != 3 {
 		t.Fatalf("dropped %d, want 3", s.Dropped())
@@ -80,7 +80,7 @@ func TestDecode(t *testing.T) {
 	for _, tc := range []struct {
 		v  string
 		ok bool
-	}{{"oai\noai-1", true}, {"oai", false}, {"\nk", false}, {"b\n", false}, {"", false}} {
+	}{{"oai\noai-1\nteam", true}, {"oai\noai-1", false}, {"oai", false}, {"\nk\nt", false}, {"b\n\nt", false}, {"b\nk\n", false}, {"", false}} {
 		if _, ok := decode(tc.v); ok != tc.ok {
 			t.Errorf("decode(%q) ok = %v, want %v", tc.v, ok, tc.ok)
 		}

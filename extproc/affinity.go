@@ -50,8 +50,11 @@ func (s *Server) previousOwner(ctx context.Context, r *routerStream, id string, 
 	}
 	o, err := s.opts.Affinity.Owner(ctx, id)
 	switch {
-	case errors.Is(err, ErrUnknownResponse):
-		return o, errUnknownResponse(id)
+	case errors.Is(err, ErrUnknownResponse), err == nil && o.Tenant != r.owner.Tenant.Name:
+		// Another tenant's response is answered exactly like an unknown
+		// one: its provider key would serve that conversation's stored
+		// context to whoever names its id.
+		return ResponseOwner{}, errUnknownResponse(id)
 	case err != nil:
 		s.metrics.accountingErr.WithLabelValues("affinity").Inc()
 		s.log.Warn("previous_response_id lookup failed; refusing", "err", err)
@@ -104,6 +107,7 @@ func (s *Server) rememberResponse(r *routerStream) {
 		id = r.parser.ResponseID()
 	}
 	if responseIDOK(id) {
-		s.opts.Affinity.Remember(string(id), ResponseOwner{Backend: r.backend, KeyID: r.upstreamKey}, r.cfg.Request.ResponseAffinityTTL.D())
+		s.opts.Affinity.Remember(string(id), ResponseOwner{Backend: r.backend, KeyID: r.upstreamKey, Tenant: r.owner.Tenant.Name},
+			r.cfg.Request.ResponseAffinityTTL.D())
 	}
 }

@@ -55,8 +55,9 @@ func responsesConfig(t *testing.T) *config.Config {
 
 func TestPreviousResponseRouting(t *testing.T) {
 	aff := &fakeAffinity{owners: map[string]extproc.ResponseOwner{
-		"resp_big":  {Backend: "big", KeyID: "big-2"},
-		"resp_gone": {Backend: "removed", KeyID: "x-1"},
+		"resp_big":   {Backend: "big", KeyID: "big-2", Tenant: "alpha"},
+		"resp_gone":  {Backend: "removed", KeyID: "x-1", Tenant: "alpha"},
+		"resp_other": {Backend: "big", KeyID: "big-2", Tenant: "beta"},
 	}}
 	h := newHarness(t, responsesConfig(t), func(o *extproc.Options) { o.Affinity = aff })
 	plain := newHarness(t, responsesConfig(t))
@@ -69,6 +70,7 @@ func TestPreviousResponseRouting(t *testing.T) {
 	}{
 		{"known: that backend's cluster only", "resp_big", h, 0, "", contract.PoolBackendCluster("chat", "big")},
 		{"unknown id", "resp_never", h, 400, "previous_response_not_found", ""},
+		{"another tenant's response: as if unknown", "resp_other", h, 400, "previous_response_not_found", ""},
 		{"not an id", "resp with space", h, 400, "previous_response_not_found", ""},
 		{"store down: refused, not guessed", "resp_err", h, 503, "affinity_unavailable", ""},
 		{"owner no longer serves the model", "resp_gone", h, 409, "previous_response_unavailable", ""},

@@ -107,9 +107,10 @@ type ResponseAffinity interface {
 	Owner(ctx context.Context, responseID string) (ResponseOwner, error)
 }
 
-// ResponseOwner is the backend and upstream key that created a response.
+// ResponseOwner is the backend and upstream key that created a response,
+// and the tenant it was created for.
 type ResponseOwner struct {
-	Backend, KeyID string
+	Backend, KeyID, Tenant string
 }
 
 // ErrUnknownResponse: no owner is recorded for a previous_response_id.

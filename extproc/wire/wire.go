@@ -170,7 +170,7 @@ func Affinity(s *affinity.Store) extproc.ResponseAffinity { return aff{s} }
 type aff struct{ s *affinity.Store }
 
 func (a aff) Remember(id string, o extproc.ResponseOwner, ttl time.Duration) {
-	a.s.Remember(id, affinity.Owner{Backend: o.Backend, Key: o.KeyID}, ttl)
+	a.s.Remember(id, affinity.Owner{Backend: o.Backend, Key: o.KeyID, Tenant: o.Tenant}, ttl)
 }
 
 func (a aff) Owner(ctx context.Context, id string) (extproc.ResponseOwner, error) {
@@ -178,5 +178,5 @@ func (a aff) Owner(ctx context.Context, id string) (extproc.ResponseOwner, error
 	if errors.Is(err, affinity.ErrNotFound) {
 		return extproc.ResponseOwner{}, extproc.ErrUnknownResponse
 	}
-	return extproc.ResponseOwner{Backend: o.Backend, KeyID: o.Key}, err
+	return extproc.ResponseOwner{Backend: o.Backend, KeyID: o.Key, Tenant: o.Tenant}, err
 }
