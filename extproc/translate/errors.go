@@ -1,0 +1,85 @@
+package translate
+
+import (
+	"encoding/json"
+
+	"github.com/swarmgate/swarmgate/extproc/family"
+)
+
+// maxBuffered caps a JSON answer (or error body) held until its end: a
+// larger one is an error, never buffered further.
+const maxBuffered = 16 << 20
+
+// errMsg is what both families' error bodies carry.
+type errMsg struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   string `json:"param"`
+	Code    any    `json:"code"`
+}
+
+// ErrorBody rewrites a backend's error body (OpenAI's or Anthropic's shape)
+// in the client's shape, keeping its message and type at the status the
+// backend sent. A body that is neither keeps its text as the message.
+func ErrorBody(body []byte, status int, to family.ErrorShape) []byte {
+	var v struct {
+		Error json.RawMessage `json:"error"`
+	}
+	var m errMsg
+	if json.Unmarshal(body, &v) == nil && len(v.Error) > 0 {
+		if json.Unmarshal(v.Error, &m) != nil {
+			_ = json.Unmarshal(v.Error, &m.Message) // {"error":"text"}
+		}
+	}
+	if m.Message == "" {
+		m.Message = string(body)
+		if len(m.Message) > 1024 {
+			m.Message = m.Message[:1024]
+		}
+	}
+	e := &family.Error{Status: status, Message: m.Message, Type: m.Type, Param: m.Param}
+	if c, ok := m.Code.(string); ok {
+		e.Code = c
+	}
+	if e.Type == "" {
+		e.Type = "upstream_error"
+	}
+	if to == family.Anthropic {
+		_, b := to.Render(e)
+		return b
+	}
+	// An Anthropic type names the class of error; OpenAI clients read it
+	// the same way.
+	_, b := to.Render(e)
+	return b
+}
+
+// errorResponse holds an error answer to its end and writes it in the
+// client's shape.
+type errorResponse struct {
+	status int
+	to     family.ErrorShape
+	buf    []byte
+	over   bool
+}
+
+func newErrorResponse(status int, to family.ErrorShape) *errorResponse {
+	return &errorResponse{status: status, to: to}
+}
+
+func (r *errorResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	if !r.over {
+		if len(r.buf)+len(chunk) > maxBuffered {
+			r.over, r.buf = true, nil
+		} else {
+			r.buf = append(r.buf, chunk...)
+		}
+	}
+	if !end {
+		return dst, nil
+	}
+	if r.over {
+		return append(dst, ErrorBody([]byte("the backend's error body was too large to translate"), r.status, r.to)...), nil
+	}
+	return append(dst, ErrorBody(r.buf, r.status, r.to)...), nil
+}

@@ -1,0 +1,148 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden *.out.* files from the translators' output")
+
+// caseOptions is a golden case's options.json (all optional).
+type caseOptions struct {
+	Model            string `json:"model"`              // RequestOptions.Model; default "upstream-model"
+	DefaultMaxTokens int    `json:"default_max_tokens"` // RequestOptions.DefaultMaxTokens; default 4096
+	Status           int    `json:"status"`             // ResponseOptions.Status; default 200
+	IncludeUsage     bool   `json:"include_usage"`
+	RequestID        string `json:"request_id"` // default "sg-golden"
+}
+
+// runGoldens reviews a translator through its golden files, one directory
+// per case under testdata/<From>_to_<To>/:
+//
+//	request.in.json  → request.out.json, or request.err (the Unsupported's
+//	                   param on the first line) when it must be refused
+//	response.in.json → response.out.json   (a JSON answer)
+//	response.in.sse  → response.out.sse    (a stream)
+//	options.json     → caseOptions
+//
+// A stream must translate to the same bytes however it is chunked.
+// go test ./extproc/translate -run Golden -update rewrites the outputs;
+// review the diff like code.
+func runGoldens(t *testing.T, tr *Translator) {
+	t.Helper()
+	if tr == nil {
+		t.Fatal("translator not registered")
+	}
+	dir := filepath.Join("testdata", tr.From+"_to_"+tr.To)
+	cases, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatalf("no golden cases in %s", dir)
+	}
+	for _, c := range cases {
+		if !c.IsDir() {
+			continue
+		}
+		t.Run(c.Name(), func(t *testing.T) {
+			cdir := filepath.Join(dir, c.Name())
+			o := caseOptions{Model: "upstream-model", DefaultMaxTokens: 4096, Status: 200, RequestID: "sg-golden"}
+			if b, err := os.ReadFile(filepath.Join(cdir, "options.json")); err == nil {
+				if err := json.Unmarshal(b, &o); err != nil {
+					t.Fatalf("options.json: %v", err)
+				}
+			}
+			ran := false
+			if in, err := os.ReadFile(filepath.Join(cdir, "request.in.json")); err == nil {
+				ran = true
+				out, err := tr.Request(in, RequestOptions{Model: o.Model, DefaultMaxTokens: o.DefaultMaxTokens})
+				var un *Unsupported
+				switch {
+				case errors.As(err, &un):
+					compareGolden(t, filepath.Join(cdir, "request.err"), []byte(un.Param+"\n"+un.Message+"\n"))
+				case err != nil:
+					t.Fatalf("request: %v", err)
+				default:
+					compareGolden(t, filepath.Join(cdir, "request.out.json"), indent(t, out))
+				}
+			}
+			for _, kind := range []string{"json", "sse"} {
+				in, err := os.ReadFile(filepath.Join(cdir, "response.in."+kind))
+				if err != nil {
+					continue
+				}
+				ran = true
+				ro := ResponseOptions{Status: o.Status, Stream: kind == "sse", IncludeUsage: o.IncludeUsage, RequestID: o.RequestID}
+				whole := translateChunked(t, tr, ro, in, len(in))
+				for _, size := range []int{1, 7, 64} {
+					if got := translateChunked(t, tr, ro, in, size); !bytes.Equal(got, whole) {
+						t.Fatalf("chunks of %d bytes translate differently:\n%s\nwhole:\n%s", size, got, whole)
+					}
+				}
+				if kind == "json" && o.Status < 400 {
+					whole = indent(t, whole)
+				}
+				compareGolden(t, filepath.Join(cdir, "response.out."+kind), whole)
+			}
+			if !ran {
+				t.Fatal("case has no request.in.json or response.in.*")
+			}
+		})
+	}
+}
+
+func translateChunked(t *testing.T, tr *Translator, o ResponseOptions, in []byte, size int) []byte {
+	t.Helper()
+	r := tr.NewResponse(o)
+	var out []byte
+	for i := 0; i < len(in); i += size {
+		j := min(i+size, len(in))
+		var err error
+		if out, err = r.Write(out, in[i:j], j == len(in)); err != nil {
+			t.Fatalf("response: %v", err)
+		}
+	}
+	if len(in) == 0 {
+		var err error
+		if out, err = r.Write(out, nil, true); err != nil {
+			t.Fatalf("response: %v", err)
+		}
+	}
+	return out
+}
+
+// indent makes a JSON body reviewable; it fails the test if the body is
+// not JSON.
+func indent(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, b)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes()
+}
+
+func compareGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it, then review it)", err)
+	}
+	if !bytes.Equal(bytes.TrimSpace(want), bytes.TrimSpace(got)) {
+		t.Fatalf("%s differs:\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+

@@ -1,0 +1,110 @@
+// Package translate turns a request of one API family into another's and
+// the backend's answer back, for backends that do not speak the client's
+// family (docs/families.md, "Translation"). One Translator per (client
+// family, backend family) pair, one file set each:
+//
+//   - messages_chat*.go:  Anthropic Messages client → chat completions backend
+//   - chat_messages*.go:  chat completions client → Anthropic Messages backend
+//   - responses_chat*.go: Responses API client → chat completions backend
+//
+// The request half runs per attempt in the upstream filter (a retry may
+// land on a backend of another family); the response half in the
+// router-level filter, which learns the answering backend from the
+// attempt's response tag. Usage for the ledger is read from the backend's
+// own bytes before translation, so translation never changes what is
+// billed.
+package translate
+
+import "github.com/swarmgate/swarmgate/config"
+
+// Translator is one (client family, backend family) pair. Names are the
+// config family names (config.Family*).
+type Translator struct {
+	From, To string
+	// Path is the backend family's request path (before the backend's base
+	// path is applied).
+	Path string
+	// Request rewrites a client request body of family From into one of
+	// family To, naming o.Model as the model. What the backend family
+	// cannot express is refused with an *Unsupported naming the field.
+	Request func(body []byte, o RequestOptions) ([]byte, error)
+	// NewResponse starts translating one backend answer (family To) into
+	// the client's family (From).
+	NewResponse func(o ResponseOptions) Response
+}
+
+// RequestOptions are the facts a request translation needs beyond the body.
+type RequestOptions struct {
+	// Model is the model name the backend gets (the target's upstream model).
+	Model string
+	// DefaultMaxTokens is the output cap to send when the client named none
+	// and the backend family requires one (Anthropic's max_tokens).
+	DefaultMaxTokens int
+}
+
+// ResponseOptions are the facts a response translation needs.
+type ResponseOptions struct {
+	// Status is the backend's HTTP status: an answer of 400 or more is an
+	// error body in the backend family's shape, translated to the client's.
+	Status int
+	// Stream: the backend answers in server-sent events.
+	Stream bool
+	// IncludeUsage: a chat completions client asked for the usage chunk
+	// (stream_options.include_usage); translated streams to chat clients
+	// send it only then.
+	IncludeUsage bool
+	// RequestID is the gateway's request id, for ids the client family
+	// requires and the backend family has none of.
+	RequestID string
+}
+
+// Response translates one backend answer, chunk by chunk.
+type Response interface {
+	// Write translates the next chunk of the backend's body and appends
+	// what the client gets to dst. end marks the body's last chunk (which
+	// may be empty). A JSON answer is held until end; a stream is
+	// translated event by event, holding only a partial event. An error
+	// means the backend's bytes could not be read in its family; what was
+	// returned before stands.
+	Write(dst, chunk []byte, end bool) ([]byte, error)
+}
+
+// Unsupported is a request the backend family cannot express: a 400 in the
+// client's shape naming the field (param).
+type Unsupported struct {
+	Param   string
+	Message string
+}
+
+func (e *Unsupported) Error() string { return e.Message }
+
+var pairs = map[[2]string]*Translator{}
+
+// register adds a pair; called from each pair's init.
+func register(t *Translator) {
+	k := [2]string{t.From, t.To}
+	if _, dup := pairs[k]; dup {
+		panic("translate: two translators for " + t.From + " → " + t.To)
+	}
+	pairs[k] = t
+}
+
+// Lookup is the translator from the client's family to a backend family,
+// nil when none exists.
+func Lookup(from, to string) *Translator { return pairs[[2]string{from, to}] }
+
+// For is how a backend serving the families `serves` takes a request of the
+// client family: natively (nil, true), through a translator (t, true), or
+// not at all (nil, false). Native service is always preferred; among
+// translators the order of config.FamilyNames decides.
+func For(client string, serves func(family string) bool) (*Translator, bool) {
+	if serves(client) {
+		return nil, true
+	}
+	for _, f := range config.FamilyNames {
+		if t := Lookup(client, f); t != nil && serves(f) {
+			return t, true
+		}
+	}
+	return nil, false
+}
