@@ -19,6 +19,7 @@ type caseOptions struct {
 	Status           int    `json:"status"`             // ResponseOptions.Status; default 200
 	IncludeUsage     bool   `json:"include_usage"`
 	RequestID        string `json:"request_id"` // default "sg-golden"
+	Created          int64  `json:"created"`    // default 1764806400
 }
 
 // runGoldens reviews a translator through its golden files, one directory
@@ -52,7 +53,7 @@ func runGoldens(t *testing.T, tr *Translator) {
 		}
 		t.Run(c.Name(), func(t *testing.T) {
 			cdir := filepath.Join(dir, c.Name())
-			o := caseOptions{Model: "upstream-model", DefaultMaxTokens: 4096, Status: 200, RequestID: "sg-golden"}
+			o := caseOptions{Model: "upstream-model", DefaultMaxTokens: 4096, Status: 200, RequestID: "sg-golden", Created: 1764806400}
 			if b, err := os.ReadFile(filepath.Join(cdir, "options.json")); err == nil {
 				if err := json.Unmarshal(b, &o); err != nil {
 					t.Fatalf("options.json: %v", err)
@@ -78,7 +79,7 @@ func runGoldens(t *testing.T, tr *Translator) {
 					continue
 				}
 				ran = true
-				ro := ResponseOptions{Status: o.Status, Stream: kind == "sse", IncludeUsage: o.IncludeUsage, RequestID: o.RequestID}
+				ro := ResponseOptions{Status: o.Status, Stream: kind == "sse", IncludeUsage: o.IncludeUsage, RequestID: o.RequestID, Created: o.Created}
 				whole := translateChunked(t, tr, ro, in, len(in))
 				for _, size := range []int{1, 7, 64} {
 					if got := translateChunked(t, tr, ro, in, size); !bytes.Equal(got, whole) {

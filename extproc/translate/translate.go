@@ -56,6 +56,9 @@ type ResponseOptions struct {
 	// RequestID is the gateway's request id, for ids the client family
 	// requires and the backend family has none of.
 	RequestID string
+	// Created is the answer's time (Unix seconds) for a client family that
+	// states one and a backend family that does not.
+	Created int64
 }
 
 // Response translates one backend answer, chunk by chunk.
