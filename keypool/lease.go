@@ -24,6 +24,7 @@ type Lease struct {
 	pool *KeyPool
 	key  *keyState
 	req  string
+	pace time.Duration // the key's pace interval when this pick took a slot of it
 }
 
 // Done releases the lease and feeds its outcome to the key's breaker.

@@ -22,6 +22,10 @@ type keyState struct {
 	inFlight     int
 	win          window
 	limitedUntil time.Time // the shared KeyLimiter refused it until then
+	// paceUntil is when the key's own pace (keypace.go) has its next slot,
+	// as far as this replica knows: its last pick here plus the interval,
+	// or what Redis said when it refused one.
+	paceUntil time.Time
 	// tokensLeft is the provider's last x-ratelimit-remaining-tokens minus
 	// the estimates picked since, valid until tokensReset: a request
 	// larger than what is left skips the key instead of earning a 429.
@@ -102,6 +106,7 @@ type pickInput struct {
 	nowSec        int64 // now.Unix(), for the windows
 	pol           *policy
 	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
+	pacing        bool // each key's own pace decides too (keypace.go)
 	syncUnknown   bool // fail-closed and the remote state is unknown
 	unknownSince  time.Time
 	overflow      bool               // BestEffort second pass: any key not open
@@ -146,6 +151,7 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
+		in.pacing && now.Before(k.paceUntil),
 		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
 		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
@@ -164,6 +170,15 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	for _, k := range kp.keys {
 		k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
 		any = any || k.ok
+	}
+	if !any && in.pacing {
+		// Keys whose only reason to wait is their pace: wait for the
+		// soonest slot (Pools.Pick) rather than overflow onto a key whose
+		// provider window may be full.
+		if wait, ok := kp.paceWaitLocked(in, req); ok {
+			kp.mu.Unlock()
+			return Lease{}, &pacedError{wait: wait}
+		}
 	}
 	if !any && req.BestEffort {
 		in.overflow = true
@@ -205,17 +220,23 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	if k.limited() {
 		k.win.add(in.nowSec, 1, req.EstTokens)
 	}
+	var pace time.Duration
+	if in.pacing && !in.overflow {
+		if pace = k.paceInterval(); pace > 0 {
+			k.paceUntil = now.Add(pace) // this replica's claim; Redis confirms it (Pools.Pick)
+		}
+	}
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
 	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
-		pool: kp, key: k, req: req.RequestID}
+		pool: kp, key: k, req: req.RequestID, pace: pace}
 	kp.mu.Unlock()
 	k.m.inFlight.Inc()
 	return l, nil
 }
 
-// undo takes back a pick the shared limiter refused.
-func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time) {
+// undo takes back a pick the shared limiter or the key's pace refused.
+func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil, paceUntil time.Time) {
 	kp.mu.Lock()
 	k := l.key
 	found, _ := kp.leases.release(leaseKey{l.req, k})
@@ -232,6 +253,9 @@ func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil time.Time)
 	k.syncProbe = false
 	if limitedUntil.After(k.limitedUntil) {
 		k.limitedUntil = limitedUntil
+	}
+	if !paceUntil.IsZero() {
+		k.paceUntil = paceUntil
 	}
 	kp.mu.Unlock()
 	if found {

@@ -63,6 +63,10 @@ type policy struct {
 	readTimeout  time.Duration
 	resetGrace   time.Duration
 	health       healthPolicy
+	// keyPace: each key's own pace applies to picks (admission.pace);
+	// paceMaxWait bounds the waits for it in one pick (keypace.go).
+	keyPace     bool
+	paceMaxWait time.Duration
 }
 
 // Pools holds one KeyPool per backend. All methods are safe for concurrent
@@ -170,6 +174,8 @@ func (p *Pools) policyFor(cfg *config.Config) *policy {
 		resetGrace:   cfg.Breaker.ResetGrace.D(),
 		health: healthPolicy{hold: min(cfg.Breaker.HealthHold.D(), cfg.Breaker.MaxCooldown.D()),
 			maxHold: cfg.Breaker.MaxCooldown.D(), window: cfg.Breaker.HealthFlapWindow.D()},
+		keyPace:     cfg.Admission.Pace,
+		paceMaxWait: min(cfg.Request.MessageTimeout.D()/2, time.Second),
 	}
 }
 
@@ -237,11 +243,37 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	if p.sync != nil && in.pol.failClosed {
 		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
 	}
+	var paced time.Duration // waited for keys' paces so far
 	for {
 		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
+		in.pacing = in.pol.keyPace && paced >= 0
 		l, err := kp.pick(&in, &req)
+		var pe *pacedError
+		if errors.As(err, &pe) {
+			if paced+pe.wait > in.pol.paceMaxWait {
+				// Waited enough: pick as without the pace (see keypace.go).
+				paced = -1
+				continue
+			}
+			if err := sleepCtx(ctx, pe.wait); err != nil {
+				return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+			}
+			paced += pe.wait
+			in.now = p.clock.Now()
+			in.nowSec = in.now.Unix()
+			continue
+		}
 		if err != nil {
 			return Lease{}, err
+		}
+		if l.pace > 0 && p.sync != nil {
+			ok, wait, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace)
+			if perr == nil && !ok {
+				// Another replica took the slot: skip the key until its next.
+				kp.undo(in.now, l, req.EstTokens, time.Time{}, in.now.Add(wait))
+				continue
+			}
+			// perr: Redis did not answer; this replica's claim stands.
 		}
 		if in.enforceWindow || in.bypass {
 			l.key.m.picks.Inc()
@@ -255,12 +287,12 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			if prev := p.limiterDown.Swap(in.now.Add(time.Second).UnixNano()); prev < in.now.UnixNano() {
 				p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
 			}
-			kp.undo(in.now, l, req.EstTokens, time.Time{})
+			kp.undo(in.now, l, req.EstTokens, time.Time{}, time.Time{})
 		case ok:
 			l.key.m.picks.Inc()
 			return l, nil
 		default:
-			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)))
+			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)), time.Time{})
 			if req.BestEffort && in.overflow {
 				in.bypass = true // every key is over its shared limit: send anyway (see BestEffort)
 				continue

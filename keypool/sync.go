@@ -37,6 +37,7 @@ type syncer struct {
 	triedPrefix  string // key prefix of per-request failed-key sets
 	cancelPrefix string // key prefix of requests whose client went away
 	limitsKey    string // hash of learned limits (limits.go)
+	prefix       string // Redis key prefix (the per-backend pace hashes, keypace.go)
 
 	queue chan syncOp
 
@@ -65,6 +66,7 @@ func newSyncer(p *Pools, rdb redis.UniversalClient, prefix, replica string) *syn
 		triedPrefix:  prefix + "keypool:tried:",
 		cancelPrefix: prefix + "keypool:cancel:",
 		limitsKey:    limitsKey(prefix),
+		prefix:       prefix,
 		queue:        make(chan syncOp, syncQueue),
 		pending:      map[string]syncOp{},
 	}
