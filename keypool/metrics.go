@@ -18,6 +18,8 @@ type metrics struct {
 	syncErrors    *prometheus.CounterVec
 	syncDropped   prometheus.Counter
 	lag           *prometheus.HistogramVec
+	paceWait      *prometheus.HistogramVec
+	paceOverflow  *prometheus.CounterVec
 }
 
 // keyMetrics are one key's series, resolved once so the hot path does no
@@ -75,10 +77,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from a breaker transition on one replica to its adoption here, by path (pubsub, poll).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"path"}),
+		paceWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "swarmgate_keypool_pace_wait_seconds",
+			Help:    "Time picks waited for a key's own pace slot (only picks that waited).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"backend"}),
+		paceOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmgate_keypool_pace_overflow_total",
+			Help: "Picks that found every key paced beyond their wait bound and took a key without a pace slot.",
+		}, []string{"backend"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.pickFailures, m.inFlight, m.state, m.trips, m.probes,
-			m.leasesExpired, m.unanswered, m.authFailures, m.healthy, m.syncErrors, m.syncDropped, m.lag)
+			m.leasesExpired, m.unanswered, m.authFailures, m.healthy, m.syncErrors, m.syncDropped, m.lag,
+			m.paceWait, m.paceOverflow)
 	}
 	return m
 }

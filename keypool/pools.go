@@ -244,15 +244,22 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
 	}
 	var paced time.Duration // waited for keys' paces so far
+	noPace := false         // waited the bound: pick as without the pace
+	defer func() {
+		if paced > 0 {
+			p.metrics.paceWait.WithLabelValues(backend).Observe(paced.Seconds())
+		}
+	}()
 	for {
 		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
-		in.pacing = in.pol.keyPace && paced >= 0
+		in.pacing = in.pol.keyPace && !noPace
 		l, err := kp.pick(&in, &req)
 		var pe *pacedError
 		if errors.As(err, &pe) {
 			if paced+pe.wait > in.pol.paceMaxWait {
 				// Waited enough: pick as without the pace (see keypace.go).
-				paced = -1
+				p.metrics.paceOverflow.WithLabelValues(backend).Inc()
+				noPace = true
 				continue
 			}
 			if err := sleepCtx(ctx, pe.wait); err != nil {
