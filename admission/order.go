@@ -28,6 +28,13 @@ type Ticket struct {
 	// Deadline is when the ticket leaves by itself (its maximum wait),
 	// also if its replica dies and never removes it.
 	Deadline time.Time
+	// Lead lets the shared order admit the ticket from any of the first
+	// Lead+1 places, not only the first (0: first only). A replica sets it
+	// for its own first waiter of the scope (Options.Lead): the global
+	// first may be another replica's, which asks only every poll, and a
+	// pace slot waiting for it is lost. Order is then global within Lead
+	// places; each replica's own waiters still go in their order.
+	Lead int
 }
 
 // Decision is the order's answer for one ticket.

@@ -152,3 +152,50 @@ func TestTokenPace(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisOrderLead: a ticket behind the first is admitted only within its
+// Lead, and then still only when the pace allows; the first keeps its
+// place. (The local order serves one replica, whose first waiter is the
+// first: it has no use for Lead.)
+func TestRedisOrderLead(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		lead  int
+		pace  Pace
+		admit bool
+	}{
+		{"rank 1, lead 0: waits for the first", 0, Pace{}, false},
+		{"rank 1, lead 1: admitted", 1, Pace{}, true},
+		{"rank 1, lead 3: admitted", 3, Pace{}, true},
+		{"rank 1, lead 1, paced: waits for the slot", 1, Pace{Rate: 0.001, Burst: 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewRedisOrder(srv.Client(), "lead:"+tc.name+":")
+			ctx := context.Background()
+			if tc.pace.Rate > 0 {
+				// Take the scope's one slot.
+				if d, err := o.Step(ctx, ticket("before", "a", 1, 0), tc.pace, true); err != nil || !d.Admitted {
+					t.Fatalf("before: %+v %v", d, err)
+				}
+			}
+			first, second := ticket("first", "a", 1, 0), ticket("second", "b", 1, 0)
+			for _, tk := range []*Ticket{first, second} {
+				if _, err := o.Step(ctx, tk, tc.pace, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second.Lead = tc.lead
+			d, err := o.Step(ctx, second, tc.pace, true)
+			if err != nil || d.Admitted != tc.admit {
+				t.Fatalf("second: %+v %v, want admitted %v", d, err, tc.admit)
+			}
+			if tc.pace.Rate > 0 && d.Wait <= 0 {
+				t.Fatalf("second within its lead but paced: %+v, want the pace's wait", d)
+			}
+			if n, _ := o.Depth(ctx, "pool"); n != map[bool]int64{true: 1, false: 2}[tc.admit] {
+				t.Fatalf("depth %d after the second's step", n)
+			}
+		})
+	}
+}

@@ -116,3 +116,28 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestQueueBurstFloor: a paced scope admits at least Options.Burst back to
+// back (default Lead+1); an unpaced one is left alone.
+func TestQueueBurstFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		in   Pace
+		want int
+	}{
+		{"default: lead 3, burst 4", Options{}, Pace{Rate: 10, Burst: 1}, 4},
+		{"lead 0 (-1): burst 1", Options{Lead: -1}, Pace{Rate: 10, Burst: 1}, 1},
+		{"higher burst kept", Options{}, Pace{Rate: 10, Burst: 9}, 9},
+		{"explicit burst", Options{Burst: 2}, Pace{Rate: 10, Burst: 1}, 2},
+		{"unpaced", Options{}, Pace{Burst: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := New(tc.opts)
+			_, _, p := q.capacity(func() (bool, time.Duration, Pace) { return true, 0, tc.in })
+			if p.Burst != tc.want {
+				t.Errorf("burst %d, want %d", p.Burst, tc.want)
+			}
+		})
+	}
+}

@@ -32,7 +32,8 @@ func (o *RedisOrder) keys(scope string) []string {
 }
 
 // stepScript: ARGV id, tenant, weight, class, deadline (ms from now), rate
-// (per s), burst, ready (0/1), ttl (ms), token rate (per s), tokens.
+// (per s), burst, ready (0/1), ttl (ms), token rate (per s), tokens, lead
+// (the last rank that may be admitted).
 // Returns {admitted, wait ms, ahead, tag as string}. The pace is two GCRAs
 // (admission/order.go gcraWait): requests on tat, tokens on ttat.
 var stepScript = redis.NewScript(`
@@ -40,7 +41,7 @@ local q, dl, st = KEYS[1], KEYS[2], KEYS[3]
 local id, tenant = ARGV[1], ARGV[2]
 local w, class, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rate, burst, ready, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1', tonumber(ARGV[9])
-local trate, tokens = tonumber(ARGV[10]), math.max(tonumber(ARGV[11]), 1)
+local trate, tokens, lead = tonumber(ARGV[10]), math.max(tonumber(ARGV[11]), 1), tonumber(ARGV[12])
 local span = 1099511627776
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
@@ -86,7 +87,7 @@ else
   tag = tonumber(tag)
 end
 local rank = redis.call('ZRANK', q, id)
-if rank > 0 or not ready then return {0, 0, rank, string.format('%.17g', tag)} end
+if rank > lead or not ready then return {0, 0, rank, string.format('%.17g', tag)} end
 local wait, nt, ntt = pace()
 if wait > 0 then return {0, math.ceil(wait), 0, string.format('%.17g', tag)} end
 redis.call('ZREM', q, id)
@@ -103,7 +104,7 @@ func (o *RedisOrder) Step(ctx context.Context, t *Ticket, p Pace, ready bool) (D
 		r = "1"
 	}
 	res, err := stepScript.Run(ctx, o.rdb, o.keys(t.Scope), t.ID, t.Tenant, t.Weight, t.Class,
-		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds(), p.TokenRate, t.Tokens).Slice()
+		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds(), p.TokenRate, t.Tokens, max(t.Lead, 0)).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("admission: order step: %w", err)
 	}
