@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
 func benchConfig(b *testing.B, keys int) *config.Config {
@@ -146,5 +147,29 @@ func BenchmarkPickLatency1000Streams(b *testing.B) {
 			b.ReportMetric(q(0.99), "p99-pick-ns")
 			b.ReportMetric(q(0.999), "p999-pick-ns")
 		})
+	}
+}
+
+// BenchmarkPickKeyPace is Pick+Done with admission.pace on: each pick
+// takes a slot of its key's pace in a real redis-server (one EVALSHA),
+// keys paced far above the loop's rate so no pick waits. Compare with
+// BenchmarkPick/goroutines=1/keys=8 (no pace: no Redis call).
+func BenchmarkPickKeyPace(b *testing.B) {
+	srv := redistest.Start(b)
+	ks := make([]key, 8)
+	for i := range ks {
+		ks[i] = key{id: "k" + strconv.Itoa(i), weight: 1 + i%3, rpm: 1 << 30}
+	}
+	cfg := testConfig(b, "admission: {max_wait: 2s, pace: true}\n", map[string][]key{"b": ks})
+	p := newPools(b, cfg, Options{Redis: srv.Client(), ReplicaID: "bench"})
+	ctx := context.Background()
+	ok := status(200)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l, err := p.Pick(ctx, "b", PickRequest{RequestID: "req-" + strconv.Itoa(i&255), Attempt: 1, EstTokens: 100})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Done(ok)
 	}
 }
