@@ -3,8 +3,10 @@ package swarm
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +81,7 @@ type stack struct {
 	health *tappedHealth
 	http   *http.Client
 	queues []*admission.Queue // per replica, when queueing
+	waits  *waitLog           // every replica's admission decisions, when queueing
 }
 
 func relayKeyID(relay string, i int) string  { return fmt.Sprintf("%s-k%d", relay, i+1) }
@@ -160,6 +163,7 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 	s.cfg = cfg
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	s.waits = &waitLog{}
 	for i := range max(sp.replicas, 1) {
 		reg := prometheus.NewRegistry()
 		pools, err := keypool.New(cfg, keypool.Options{Redis: s.redis.Client(), ReplicaID: fmt.Sprintf("r%d", i), Registerer: reg})
@@ -175,7 +179,7 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
 				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue})
 			s.queues = append(s.queues, q)
-			opts.Queue = wire.Queue(q)
+			opts.Queue = s.waits.wrap(wire.Queue(q))
 		}
 		ep, err := extproc.New(opts)
 		if err != nil {
@@ -320,4 +324,63 @@ func keyState(p *keypool.Pools, backend, key string) string {
 func waitRecord(t *testing.T, sim *envoysim.Sim, id string) (envoysim.Record, bool) {
 	t.Helper()
 	return sim.AwaitRecord(id, 5*time.Second)
+}
+
+// waitLog records every admission decision of every replica: the
+// request's tenant, how long it waited in the queue (0: admitted at once)
+// and when the decision was made.
+type waitLog struct {
+	mu  sync.Mutex
+	all []admissionWait
+}
+
+type admissionWait struct {
+	tenant   string
+	admitted bool
+	waited   time.Duration
+	at       time.Time
+}
+
+func (l *waitLog) wrap(q extproc.AdmissionQueue) extproc.AdmissionQueue { return loggedQueue{q, l} }
+
+type loggedQueue struct {
+	q   extproc.AdmissionQueue
+	log *waitLog
+}
+
+func (lq loggedQueue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func() (bool, time.Duration, extproc.Rate)) extproc.QueueResult {
+	res := lq.q.Admit(ctx, r, capacity)
+	lq.log.mu.Lock()
+	lq.log.all = append(lq.log.all, admissionWait{tenant: r.Tenant, admitted: res.Admitted, waited: res.Waited, at: time.Now()})
+	lq.log.mu.Unlock()
+	return res
+}
+
+// admitted returns the admitted decisions in the order they were made.
+func (l *waitLog) admitted() []admissionWait {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []admissionWait
+	for _, w := range l.all {
+		if w.admitted {
+			out = append(out, w)
+		}
+	}
+	slices.SortFunc(out, func(a, b admissionWait) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// waitPct is the p-quantile of the admitted requests' queue waits (0 for
+// those admitted at once), and how many there were.
+func (l *waitLog) waitPct(p float64) (time.Duration, int) {
+	ws := l.admitted()
+	if len(ws) == 0 {
+		return 0, 0
+	}
+	d := make([]time.Duration, len(ws))
+	for i, w := range ws {
+		d[i] = w.waited
+	}
+	slices.Sort(d)
+	return d[min(int(math.Ceil(p*float64(len(d))))-1, len(d)-1)], len(d)
 }
