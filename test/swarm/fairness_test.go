@@ -49,53 +49,91 @@ func TestSwarmFairnessAcrossReplicas(t *testing.T) {
 		admission:  fmt.Sprintf("  max_wait: %s\n  pace: true", maxWait),
 		tenants:    tenants,
 	})
-	res := runTasks(t, "two tenants, weights 3:1", s.sim.URL(), taskPlan{agents: sc.agents, perAgent: 1 << 20,
-		think: func(a, j int) time.Duration { return agentThink(a, j) }, maxWait: maxWait, bound: sc.run,
-		keys: []string{tenants[0].key, tenants[1].key}})
+	res := runTasks(t, "two tenants, weights 3:1", s.sim.URL(), taskPlan{agents: sc.agents, perAgent: 1 << 20, open: true,
+		think: agentThink, maxWait: maxWait, bound: sc.run, keys: []string{tenants[0].key, tenants[1].key}})
 	upReq, up429 := upstreamCounts(s)
 
 	adm := s.waits.admitted()
 	if len(adm) == 0 {
 		t.Fatal("nothing admitted")
 	}
-	// Measure while both tenants are backlogged: from 2 s after the first
+	// Shares while both tenants are backlogged: from 2 s after the first
 	// admission (the queues fill) to 1 s before the agents stop.
 	from, to := adm[0].at.Add(2*time.Second), adm[0].at.Add(sc.run-3*time.Second)
 	count := map[string]int{}
-	// FIFO per tenant: an admission whose request arrived more than 50 ms
-	// before the tenant's previous admitted one was overtaken.
-	lastArrival := map[string]time.Time{}
-	inversions, admittedInSpan := 0, 0
+	inSpan := 0
 	for _, w := range adm {
-		arrival := w.at.Add(-w.waited)
-		if prev, ok := lastArrival[w.tenant]; ok && arrival.Before(prev.Add(-50*time.Millisecond)) {
-			inversions++
-		}
-		if arrival.After(lastArrival[w.tenant]) {
-			lastArrival[w.tenant] = arrival
-		}
 		if w.at.Before(from) || w.at.After(to) {
 			continue
 		}
 		count[w.tenant]++
-		admittedInSpan++
+		inSpan++
 	}
-	share := float64(count["gold"]) / float64(max(admittedInSpan, 1))
+	share := float64(count["gold"]) / float64(max(inSpan, 1))
+	// Order within a tenant: how many of its requests that arrived earlier
+	// (by more than 10 ms, the harness's own timing) each admission
+	// overtook. A replica's first waiter may be admitted from the first
+	// four places of the shared order (admission's default Lead 3), so up
+	// to three; a replica that fell back to its own order (a Redis step
+	// over admission.redis_timeout) could overtake any number.
+	overtook, worst := overtaken(adm, 10*time.Millisecond)
+	orderErrs := counterSum(t, s, "swarmgate_admission_order_errors_total")
 	p95, _ := s.waits.waitPct(0.95)
 	t.Log("\n" + taskHeader + "\n" + res.row())
 	t.Logf("admitted between +2 s and -1 s: gold (weight 3) %d, bronze (weight 1) %d: gold's share %.3f (configured 0.750); "+
-		"admitted out of arrival order within a tenant: %d of %d; p95 queue wait %s; upstream %d requests, %d answered 429",
-		count["gold"], count["bronze"], share, inversions, len(adm), p95.Round(time.Millisecond), upReq, up429)
-	if admittedInSpan < 50 {
-		t.Fatalf("only %d admissions in the measured span", admittedInSpan)
+		"admissions that overtook an earlier request of their tenant: %d of %d (at most %d places); order steps failed over to a replica's own order: %.0f; "+
+		"p95 queue wait %s; upstream %d requests, %d answered 429",
+		count["gold"], count["bronze"], share, overtook, len(adm), worst, orderErrs, p95.Round(time.Millisecond), upReq, up429)
+	if inSpan < 50 {
+		t.Fatalf("only %d admissions in the measured span", inSpan)
 	}
 	if math.Abs(share-0.75) > sc.tolerance {
 		t.Errorf("gold's share %.3f, want 0.75 ± %.2f", share, sc.tolerance)
 	}
-	if inversions > len(adm)/100 {
-		t.Errorf("%d of %d admissions overtook an earlier request of their tenant", inversions, len(adm))
+	if worst > 3 && orderErrs == 0 {
+		t.Errorf("an admission overtook %d earlier requests of its tenant with the shared order up, want ≤ 3", worst)
 	}
 	if res.s5xx > 0 {
 		t.Errorf("clients saw %d 5xx: %v", res.s5xx, res.errs)
 	}
+}
+
+// overtaken counts, over admissions in the order they were made, those
+// that went before an earlier-arrived (by more than slack) request of the
+// same tenant, and the most such requests one admission overtook.
+func overtaken(adm []admissionWait, slack time.Duration) (n, worst int) {
+	for i, w := range adm {
+		arrival := w.at.Add(-w.waited)
+		k := 0
+		for _, later := range adm[i+1:] {
+			if later.tenant == w.tenant && later.at.Add(-later.waited).Before(arrival.Add(-slack)) {
+				k++
+			}
+		}
+		if k > 0 {
+			n++
+			worst = max(worst, k)
+		}
+	}
+	return n, worst
+}
+
+// counterSum adds a counter over every replica's registry.
+func counterSum(t *testing.T, s *stack, name string) float64 {
+	t.Helper()
+	var sum float64
+	for _, reg := range s.regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				for _, m := range mf.GetMetric() {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }

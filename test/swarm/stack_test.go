@@ -177,7 +177,7 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 			// One order for every replica, in the shared redis-server.
 			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
 				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
-				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue})
+				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg)})
 			s.queues = append(s.queues, q)
 			opts.Queue = s.waits.wrap(wire.Queue(q))
 		}

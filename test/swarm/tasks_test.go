@@ -28,6 +28,9 @@ type taskPlan struct {
 	bound            time.Duration // the whole run
 	// keys: agent a presents keys[a%len(keys)] (tenant by tenant).
 	keys []string
+	// open: agents keep starting tasks (up to perAgent) until the bound;
+	// the result counts the tasks started, not perAgent per agent.
+	open bool
 }
 
 // taskResult is what the agents saw. Latencies are per task (first try to
@@ -83,6 +86,9 @@ func runTasks(t *testing.T, name, baseURL string, pl taskPlan) *taskResult {
 		clients[k] = sdkClient(baseURL, k, hc)
 	}
 	res := &taskResult{name: name, tasks: pl.agents * pl.perAgent, errs: map[string]int{}}
+	if pl.open {
+		res.tasks = 0
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for a := range pl.agents {
@@ -91,6 +97,12 @@ func runTasks(t *testing.T, name, baseURL string, pl taskPlan) *taskResult {
 		rng := rand.New(rand.NewPCG(uint64(a), 7))
 		wg.Go(func() {
 			for j := range pl.perAgent {
+				if pl.open {
+					if ctx.Err() != nil {
+						return
+					}
+					res.count(func() { res.tasks++ })
+				}
 				res.task(ctx, client, key, a, j, pl, rng)
 				if d := pl.think(a, j); d > 0 {
 					select {
