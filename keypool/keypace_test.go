@@ -2,14 +2,29 @@ package keypool
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
-const paceYAML = "admission: {max_wait: 2s, pace: true}\nredis: {read_timeout: 200ms, dial_timeout: 200ms}\n"
+const paceYAML = "admission: {max_wait: 2s, pace: true}\nredis: {read_timeout: 2s, dial_timeout: 2s}\n"
+
+// paceReplicas starts n Pools sharing one real redis-server, with Redis
+// timeouts long enough that a loaded box does not turn a slot Redis
+// refused into this replica's own claim (the fallback).
+func paceReplicas(t *testing.T, srv *redistest.Server, cfg *config.Config, n int) []*Pools {
+	t.Helper()
+	ps := make([]*Pools, n)
+	for i := range ps {
+		ps[i] = newPools(t, cfg, Options{Redis: srv.Client(), ReplicaID: fmt.Sprintf("r%d", i)})
+		run(t, ps[i])
+	}
+	return ps
+}
 
 // TestKeyPaceLocal: without Redis each key's pace holds per replica. A key
 // whose slot is taken is skipped; when every key is paced beyond the
@@ -73,7 +88,7 @@ func TestKeyPaceLocal(t *testing.T) {
 func TestKeyPaceAcrossReplicas(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := testConfig(t, paceYAML, map[string][]key{"b": {{id: "a", rpm: 6}, {id: "b", rpm: 6}}})
-	ps := replicas(t, srv, cfg, 3)
+	ps := paceReplicas(t, srv, cfg, 3)
 	seen := map[string]bool{}
 	for i := range 2 {
 		l := pick(t, ps[i], "b", PickRequest{Attempt: 1})
@@ -103,7 +118,7 @@ func TestKeyPaceWaitsForSlot(t *testing.T) {
 	srv := redistest.Start(t)
 	// 240 rpm at 95 %: a slot every 263 ms; three picks fit in the 1 s bound.
 	cfg := testConfig(t, paceYAML, map[string][]key{"b": {{id: "a", rpm: 240}}})
-	ps := replicas(t, srv, cfg, 3)
+	ps := paceReplicas(t, srv, cfg, 3)
 	var wg sync.WaitGroup
 	start := time.Now()
 	took := make([]time.Duration, 3)

@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ func TestPaceFromLearnedLimits(t *testing.T) {
 	}
 	rate := func(p *Pools) [2]float64 {
 		r, tk := p.Pace([]string{"b"})
-		return [2]float64{r / paceShare, tk / paceShare}
+		// Rounded: the share is applied in floating point.
+		return [2]float64{math.Round(r/admitShare*1e9) / 1e9, math.Round(tk/admitShare*1e9) / 1e9}
 	}
 	if got := rate(ps[0]); got != [2]float64{0, 0} {
 		t.Fatalf("nothing learned: %v, want unpaced (keys b and c have no limit)", got)

@@ -85,6 +85,7 @@ type Pools struct {
 	pol   atomic.Pointer[policy]
 
 	unanswered unanswered // attempts that ended without response headers
+	mix        attemptMix // picks and retries, for the admission pace
 
 	changes     chan struct{}
 	rearm       chan struct{} // a key opened: Run recomputes its timer
@@ -284,6 +285,7 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 		}
 		if in.enforceWindow || in.bypass {
 			l.key.m.picks.Inc()
+			p.mix.add(req.Attempt)
 			return l, nil
 		}
 		ok, retryAfter, err := p.limiter.Allow(ctx, l.KeyID, req.EstTokens)
@@ -297,6 +299,7 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			kp.undo(in.now, l, req.EstTokens, time.Time{}, time.Time{})
 		case ok:
 			l.key.m.picks.Inc()
+			p.mix.add(req.Attempt)
 			return l, nil
 		default:
 			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)), time.Time{})
