@@ -19,11 +19,15 @@ type fairnessScale struct {
 
 func fairnessFor() fairnessScale {
 	if fullSwarm() {
-		// 200 agents (~680 calls/s) against 4 × 600 rpm (38/s paced).
-		return fairnessScale{agents: 200, keys: 4, keyRPM: 600, run: 25 * time.Second, tolerance: 0.05}
+		// 100 agents (~340 calls/s) against 4 × 600 rpm (admission paces
+		// 35/s). Each tenant's waits settle where its demand meets its
+		// share: ~1.7 s for gold, ~5.5 s for bronze, both backlogged and
+		// within the 10 s wait (a tenant whose requests time out is
+		// charged for them in the order: see docs/admission.md).
+		return fairnessScale{agents: 100, keys: 4, keyRPM: 600, run: 25 * time.Second, tolerance: 0.05}
 	}
-	// make test (-race): 30 agents against 2 × 600 rpm (19/s paced). The
-	// short run has ~100 admissions in its measured span; it checks the
+	// make test (-race): 30 agents against 2 × 600 rpm (18/s paced). The
+	// short run has ~70 admissions in its measured span; it checks the
 	// shares more loosely than the full run.
 	return fairnessScale{agents: 30, keys: 2, keyRPM: 600, run: 9 * time.Second, tolerance: 0.10}
 }
@@ -71,12 +75,13 @@ func TestSwarmFairnessAcrossReplicas(t *testing.T) {
 	}
 	share := float64(count["gold"]) / float64(max(inSpan, 1))
 	// Order within a tenant: how many of its requests that arrived earlier
-	// (by more than 10 ms, the harness's own timing) each admission
+	// (by more than 100 ms: arrival and admission are timed around the
+	// queue's call, on a box where goroutines wait their turn) each admission
 	// overtook. A replica's first waiter may be admitted from the first
 	// four places of the shared order (admission's default Lead 3), so up
 	// to three; a replica that fell back to its own order (a Redis step
 	// over admission.redis_timeout) could overtake any number.
-	overtook, worst := overtaken(adm, 10*time.Millisecond)
+	overtook, worst := overtaken(adm, 100*time.Millisecond)
 	orderErrs := counterSum(t, s, "swarmgate_admission_order_errors_total")
 	p95, _ := s.waits.waitPct(0.95)
 	t.Log("\n" + taskHeader + "\n" + res.row())
@@ -103,10 +108,9 @@ func TestSwarmFairnessAcrossReplicas(t *testing.T) {
 // same tenant, and the most such requests one admission overtook.
 func overtaken(adm []admissionWait, slack time.Duration) (n, worst int) {
 	for i, w := range adm {
-		arrival := w.at.Add(-w.waited)
 		k := 0
 		for _, later := range adm[i+1:] {
-			if later.tenant == w.tenant && later.at.Add(-later.waited).Before(arrival.Add(-slack)) {
+			if later.tenant == w.tenant && later.arrival.Before(w.arrival.Add(-slack)) {
 				k++
 			}
 		}

@@ -87,6 +87,12 @@ func TestSwarmOverCapacity(t *testing.T) {
 		r.upReq, r.up429 = upstreamCounts(s)
 		t.Logf("%s: upstream %d requests, %d answered 429 (%.2f %%); errors %v", name, r.upReq, r.up429,
 			100*float64(r.up429)/float64(max(r.upReq, 1)), r.res.errs)
+		if admission != "" {
+			p95, n := s.waits.waitPct(0.95)
+			pw, po := paceWaits(t, s.regs)
+			t.Logf("%s: p95 queue wait of %d admitted %s; picks that waited for a key's pace %d, went on without a slot %d; order errors %.0f",
+				name, n, p95.Round(time.Millisecond), pw, po, counterSum(t, s, "swarmgate_admission_order_errors_total"))
+		}
 		return r
 	}
 	queueYAML := fmt.Sprintf("  max_wait: %s\n  pace: true", sc.maxWait)

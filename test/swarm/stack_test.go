@@ -338,7 +338,8 @@ type admissionWait struct {
 	tenant   string
 	admitted bool
 	waited   time.Duration
-	at       time.Time
+	at       time.Time // when Admit returned
+	arrival  time.Time // when it was called
 }
 
 func (l *waitLog) wrap(q extproc.AdmissionQueue) extproc.AdmissionQueue { return loggedQueue{q, l} }
@@ -349,9 +350,11 @@ type loggedQueue struct {
 }
 
 func (lq loggedQueue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func() (bool, time.Duration, extproc.Rate)) extproc.QueueResult {
+	start := time.Now()
 	res := lq.q.Admit(ctx, r, capacity)
+	at := time.Now()
 	lq.log.mu.Lock()
-	lq.log.all = append(lq.log.all, admissionWait{tenant: r.Tenant, admitted: res.Admitted, waited: res.Waited, at: time.Now()})
+	lq.log.all = append(lq.log.all, admissionWait{tenant: r.Tenant, admitted: res.Admitted, waited: res.Waited, at: at, arrival: start})
 	lq.log.mu.Unlock()
 	return res
 }
