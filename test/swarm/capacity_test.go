@@ -80,7 +80,8 @@ func TestSwarmAtCapacity(t *testing.T) {
 			t.Log("\n" + b.String())
 			t.Logf("queue wait of %d admitted requests: p50 %s, p95 %s; picks that waited for a key's pace: %d, went on without a slot: %d",
 				n, p50.Round(time.Millisecond), p95.Round(time.Millisecond), pw, po)
-			t.Logf("upstream %d requests, %d answered 429 (%.2f %%); errors %v", upReq, up429, 100*float64(up429)/float64(max(upReq, 1)), res.errs)
+			t.Logf("upstream %d requests, %d answered 429 (%.2f %%); errors %v; final 429s by code %v", upReq, up429,
+				100*float64(up429)/float64(max(upReq, 1)), res.errs, res.rlCodes)
 			if res.s5xx > 0 || res.other > 0 {
 				t.Errorf("clients saw %d 5xx and %d other errors: %v", res.s5xx, res.other, res.errs)
 			}

@@ -44,6 +44,7 @@ type taskResult struct {
 	slowestRefusal                time.Duration
 	wall                          time.Duration
 	errs                          map[string]int
+	rlCodes                       map[string]int // final 429s by error code
 	done                          []taskDone // completed tasks in completion order
 	mu                            sync.Mutex
 }
@@ -85,7 +86,7 @@ func runTasks(t *testing.T, name, baseURL string, pl taskPlan) *taskResult {
 	for _, k := range pl.keys {
 		clients[k] = sdkClient(baseURL, k, hc)
 	}
-	res := &taskResult{name: name, tasks: pl.agents * pl.perAgent, errs: map[string]int{}}
+	res := &taskResult{name: name, tasks: pl.agents * pl.perAgent, errs: map[string]int{}, rlCodes: map[string]int{}}
 	if pl.open {
 		res.tasks = 0
 	}
@@ -166,7 +167,7 @@ func (r *taskResult) task(ctx context.Context, client openai.Client, key string,
 					continue
 				}
 			}
-			r.count(func() { r.rl++ })
+			r.count(func() { r.rl++; r.rlCodes[apiErr.Code]++ })
 		case ctx.Err() != nil:
 			r.count(func() { r.u++ })
 		case isAPI && apiErr.StatusCode >= 500:
