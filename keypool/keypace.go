@@ -65,47 +65,51 @@ func (e *pacedError) Error() string {
 }
 
 // keyPaceScript: KEYS[1] the backend's pace hash; ARGV key id, interval
-// (µs), ttl (ms). Returns 0 when the key's slot was taken now (its next
-// one is an interval later), else how long until its next slot (µs).
+// (µs), ttl (ms), how far ahead a slot may be booked (µs). Returns 0 when
+// the key's slot was taken now, a positive wait (µs) when the slot that
+// far ahead was booked, and minus the wait when the next slot is further
+// than that (nothing booked).
 var keyPaceScript = redis.NewScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local tat = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if tat > now then return math.ceil(tat - now) end
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + tonumber(ARGV[2])))
+local tat = math.max(tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0'), now)
+local wait = tat - now
+if wait > tonumber(ARGV[4]) then return -math.ceil(wait) end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', tat + tonumber(ARGV[2])))
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-return 0
+return math.ceil(wait)
 `)
 
 // paceTTL bounds how long an idle backend's pace hash is kept.
 const paceTTL = 10 * time.Minute
 
-// takeSlot asks Redis for k's next slot. ok: taken; otherwise wait is when
-// the next one is. err: Redis did not answer (the local pace decides).
-func (s *syncer) takeSlot(ctx context.Context, backend, keyID string, interval time.Duration) (ok bool, wait time.Duration, err error) {
+// takeSlot books k's next slot in Redis if it is at most ahead away. ok:
+// booked, wait from now; otherwise wait is how far the next slot is. err:
+// Redis did not answer (the local pace decides).
+func (s *syncer) takeSlot(ctx context.Context, backend, keyID string, interval, ahead time.Duration) (ok bool, wait time.Duration, err error) {
 	if s.down.Load() {
 		return false, 0, errors.New("keypool: redis down")
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.p.pol.Load().readTimeout)
 	defer cancel()
 	us, err := keyPaceScript.Run(rctx, s.rdb, []string{paceHashKey(s.prefix, backend)}, keyID,
-		interval.Microseconds(), paceTTL.Milliseconds()).Int64()
+		interval.Microseconds(), paceTTL.Milliseconds(), max(ahead, 0).Microseconds()).Int64()
 	if err != nil {
 		if ctx.Err() == nil {
 			s.fail("pace", err)
 		}
 		return false, 0, fmt.Errorf("keypool: key pace: %w", err)
 	}
-	if us <= 0 {
-		return true, 0, nil
+	if us < 0 {
+		return false, time.Duration(-us) * time.Microsecond, nil
 	}
-	return false, time.Duration(us) * time.Microsecond, nil
+	return true, time.Duration(us) * time.Microsecond, nil
 }
 
-// paceWaitLocked is, when no key can take req only because of its pace,
-// how long until the soonest paced key's slot (ok true). Caller holds
-// kp.mu; in.pacing is set.
-func (kp *KeyPool) paceWaitLocked(in *pickInput, req *PickRequest) (wait time.Duration, ok bool) {
+// soonestPacedLocked is, when no key can take req now only because of its
+// pace, the key whose slot comes soonest and how far ahead it is. Caller
+// holds kp.mu; in.pacing is set.
+func (kp *KeyPool) soonestPacedLocked(in *pickInput, req *PickRequest) (best *keyState, wait time.Duration, ok bool) {
 	in.pacing = false
 	defer func() { in.pacing = true }()
 	for _, k := range kp.keys {
@@ -114,11 +118,11 @@ func (kp *KeyPool) paceWaitLocked(in *pickInput, req *PickRequest) (wait time.Du
 		}
 		if kp.eligible(in, req, k) {
 			if d := k.paceUntil.Sub(in.now); !ok || d < wait {
-				wait, ok = d, true
+				best, wait, ok = k, d, true
 			}
 		}
 	}
-	return wait, ok
+	return best, wait, ok
 }
 
 // sleepCtx waits d or until ctx ends.

@@ -105,7 +105,7 @@ func TestKeyPaceAcrossReplicas(t *testing.T) {
 	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Errorf("a pick with every slot 10 s away waited %s instead of going on at once", d)
 	}
-	ok, wait, err := ps[0].sync.takeSlot(context.Background(), "b", "a", time.Second)
+	ok, wait, err := ps[0].sync.takeSlot(context.Background(), "b", "a", time.Second, 0)
 	if err != nil || ok || wait <= 9*time.Second || wait > 11*time.Second {
 		t.Errorf("slot of a after the picks: ok %v wait %s err %v; want refused for ~10.5 s", ok, wait, err)
 	}
@@ -135,7 +135,7 @@ func TestKeyPaceWaitsForSlot(t *testing.T) {
 	if last := max(took[0], took[1], took[2]); last < 2*250*time.Millisecond {
 		t.Errorf("three picks of a key paced at 263 ms ended by %s: some did not wait for its slot (%v)", last, took)
 	}
-	ok, _, err := ps[0].sync.takeSlot(context.Background(), "b", "a", time.Second)
+	ok, _, err := ps[0].sync.takeSlot(context.Background(), "b", "a", time.Second, 0)
 	if err != nil || ok {
 		t.Errorf("slot right after the third pick: ok %v err %v; want refused", ok, err)
 	}

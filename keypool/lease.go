@@ -21,10 +21,11 @@ type Lease struct {
 	// whose probe is already out.
 	Overflow bool
 
-	pool *KeyPool
-	key  *keyState
-	req  string
-	pace time.Duration // the key's pace interval when this pick took a slot of it
+	pool   *KeyPool
+	key    *keyState
+	req    string
+	pace   time.Duration // the key's pace interval when this pick took a slot of it
+	booked time.Duration // that slot is this far ahead of the pick (this replica's view)
 }
 
 // Done releases the lease and feeds its outcome to the key's breaker.

@@ -105,9 +105,10 @@ type pickInput struct {
 	now           time.Time
 	nowSec        int64 // now.Unix(), for the windows
 	pol           *policy
-	enforceWindow bool // local RPM/TPM windows decide (no shared limiter, or it failed)
-	pacing        bool // each key's own pace decides too (keypace.go)
-	syncUnknown   bool // fail-closed and the remote state is unknown
+	enforceWindow bool          // local RPM/TPM windows decide (no shared limiter, or it failed)
+	pacing        bool          // each key's own pace decides too (keypace.go)
+	paceBudget    time.Duration // how far ahead a pick may book a key's slot
+	syncUnknown   bool          // fail-closed and the remote state is unknown
 	unknownSince  time.Time
 	overflow      bool               // BestEffort second pass: any key not open
 	bypass        bool               // BestEffort: every key refused by the shared limiter; skip it
@@ -171,13 +172,20 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
 		any = any || k.ok
 	}
+	var k *keyState
+	var booked time.Duration // the slot taken on k is this far ahead
 	if !any && in.pacing {
-		// Keys whose only reason to wait is their pace: wait for the
-		// soonest slot (Pools.Pick) rather than overflow onto a key whose
-		// provider window may be full.
-		if wait, ok := kp.paceWaitLocked(in, req); ok {
-			kp.mu.Unlock()
-			return Lease{}, &pacedError{wait: wait}
+		// Keys whose only reason to wait is their pace: book the soonest
+		// slot (the caller waits for it) rather than overflow onto a key
+		// whose provider window may be full. Booking moves the key's next
+		// slot on, so this replica's next waiter books the one after, or
+		// another key's: no herd of waiters racing for one slot.
+		if sk, wait, ok := kp.soonestPacedLocked(in, req); ok {
+			if wait > in.paceBudget {
+				kp.mu.Unlock()
+				return Lease{}, &pacedError{wait: wait}
+			}
+			k, booked, any = sk, wait, true
 		}
 	}
 	if !any && req.BestEffort {
@@ -187,14 +195,13 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 			any = any || k.ok
 		}
 	}
-	var k *keyState
-	if any {
-		if req.Sticky != "" {
-			k = stickyPick(kp.keys, fnv64(req.Sticky))
-		} else {
-			k = swrr(kp.keys)
-		}
-	} else if req.LastResort && req.Key == "" {
+	switch {
+	case k != nil: // a paced key's slot, booked above
+	case any && req.Sticky != "":
+		k = stickyPick(kp.keys, fnv64(req.Sticky))
+	case any:
+		k = swrr(kp.keys)
+	case req.LastResort && req.Key == "":
 		k = kp.lastResortLocked(in, req)
 		in.overflow = k != nil
 	}
@@ -223,13 +230,14 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	var pace time.Duration
 	if in.pacing && !in.overflow {
 		if pace = k.paceInterval(); pace > 0 {
-			k.paceUntil = now.Add(pace) // this replica's claim; Redis confirms it (Pools.Pick)
+			// This replica's claim; Redis confirms it (Pools.Pick).
+			k.paceUntil = now.Add(booked + pace)
 		}
 	}
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
 	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
-		pool: kp, key: k, req: req.RequestID, pace: pace}
+		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked}
 	kp.mu.Unlock()
 	k.m.inFlight.Inc()
 	return l, nil

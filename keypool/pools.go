@@ -254,34 +254,39 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	for {
 		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 		in.pacing = in.pol.keyPace && !noPace
+		in.paceBudget = in.pol.paceMaxWait - paced
 		l, err := kp.pick(&in, &req)
-		var pe *pacedError
-		if errors.As(err, &pe) {
-			if paced+pe.wait > in.pol.paceMaxWait {
-				// Waited enough: pick as without the pace (see keypace.go).
-				p.metrics.paceOverflow.WithLabelValues(backend).Inc()
-				noPace = true
-				continue
-			}
-			if err := sleepCtx(ctx, pe.wait); err != nil {
-				return Lease{}, fmt.Errorf("keypool: pick: %w", err)
-			}
-			paced += pe.wait
-			in.now = p.clock.Now()
-			in.nowSec = in.now.Unix()
+		if errors.As(err, new(*pacedError)) {
+			// Every key's next slot is beyond what this pick may still
+			// wait: pick as without the pace (see keypace.go).
+			p.metrics.paceOverflow.WithLabelValues(backend).Inc()
+			noPace = true
 			continue
 		}
 		if err != nil {
 			return Lease{}, err
 		}
-		if l.pace > 0 && p.sync != nil {
-			ok, wait, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace)
-			if perr == nil && !ok {
-				// Another replica took the slot: skip the key until its next.
-				kp.undo(in.now, l, req.EstTokens, time.Time{}, in.now.Add(wait))
-				continue
+		if l.pace > 0 {
+			wait := l.booked
+			if p.sync != nil {
+				ok, w, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace, in.paceBudget)
+				if perr == nil && !ok {
+					// Other replicas took the key's slots that far ahead:
+					// skip it until its next one.
+					kp.undo(in.now, l, req.EstTokens, time.Time{}, in.now.Add(w))
+					continue
+				}
+				if perr == nil {
+					wait = w // Redis's clock and every replica's bookings
+				} // perr: Redis did not answer; this replica's booking stands.
 			}
-			// perr: Redis did not answer; this replica's claim stands.
+			if wait > 0 {
+				if err := sleepCtx(ctx, wait); err != nil {
+					l.Release()
+					return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+				}
+				paced += wait
+			}
 		}
 		if in.enforceWindow || in.bypass {
 			l.key.m.picks.Inc()
