@@ -43,6 +43,9 @@ local w, class, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local rate, burst, ready, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1', tonumber(ARGV[9])
 local trate, tokens, lead = tonumber(ARGV[10]), math.max(tonumber(ARGV[11]), 1), tonumber(ARGV[12])
 local span = 1099511627776
+-- tostring keeps 14 digits: 10 µs of a millisecond timestamp, enough to
+-- hold a fast pace's next ticket back by a rounded-up millisecond.
+local function num(x) return string.format('%.17g', x) end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
 local old = redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 64)
@@ -70,11 +73,11 @@ redis.call('PEXPIRE', st, ttl)
 local tag = redis.call('ZSCORE', q, id)
 if not tag then
   local fin = math.max(v, tonumber(redis.call('HGET', st, 'f:' .. tenant) or '0')) + 1 / w
-  redis.call('HSET', st, 'f:' .. tenant, tostring(fin))
+  redis.call('HSET', st, 'f:' .. tenant, num(fin))
   if ready and redis.call('ZCARD', q) == 0 then
     local wait, nt, ntt = pace()
     if wait == 0 then
-      redis.call('HSET', st, 'tat', tostring(nt), 'ttat', tostring(ntt), 'v', tostring(fin))
+      redis.call('HSET', st, 'tat', num(nt), 'ttat', num(ntt), 'v', num(fin))
       return {1, 0, 0, ''}
     end
   end
@@ -92,7 +95,7 @@ local wait, nt, ntt = pace()
 if wait > 0 then return {0, math.ceil(wait), 0, string.format('%.17g', tag)} end
 redis.call('ZREM', q, id)
 redis.call('ZREM', dl, id)
-redis.call('HSET', st, 'tat', tostring(nt), 'ttat', tostring(ntt), 'v', tostring(math.max(v, tag - class * span)))
+redis.call('HSET', st, 'tat', num(nt), 'ttat', num(ntt), 'v', num(math.max(v, tag - class * span)))
 return {1, 0, 0, string.format('%.17g', tag)}
 `)
 
