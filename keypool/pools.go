@@ -256,7 +256,8 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 		in.pacing = in.pol.keyPace && !noPace
 		in.paceBudget = in.pol.paceMaxWait - paced
 		l, err := kp.pick(&in, &req)
-		if errors.As(err, new(*pacedError)) {
+		// kp.pick returns it unwrapped (errors.As would allocate per pick).
+		if _, ok := err.(*pacedError); ok {
 			// Every key's next slot is beyond what this pick may still
 			// wait: pick as without the pace (see keypace.go).
 			p.metrics.paceOverflow.WithLabelValues(backend).Inc()
