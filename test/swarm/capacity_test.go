@@ -88,6 +88,18 @@ func TestSwarmAtCapacity(t *testing.T) {
 			if c := res.completion(); c < 0.995 {
 				t.Errorf("%d of %d tasks completed (%.1f %%), want ≥ 99.5 %%", res.ok, res.tasks, 100*c)
 			}
+			if !fullSwarm() {
+				return
+			}
+			// The baseline, reported only: the same stack without the
+			// queue, agents giving up on a 429.
+			spec.admission = ""
+			s = startStack(t, spec)
+			base := runTasks(t, fmt.Sprintf("%d agents, no queue", sc.agents), s.sim.URL(), taskPlan{agents: sc.agents, perAgent: sc.perAgent,
+				think: think, maxWait: maxWait, bound: time.Duration(sc.perAgent)*(maxWait+sc.thinkMin+sc.spread) + 10*time.Second, keys: []string{agentKey}})
+			upReq, up429 = upstreamCounts(s)
+			t.Log("\n" + taskHeader + "\n" + base.row())
+			t.Logf("no queue: upstream %d requests, %d answered 429; final 429s by code %v", upReq, up429, base.rlCodes)
 		})
 	}
 }
