@@ -138,6 +138,9 @@ func (c *Config) applyDefaults() {
 		if len(b.Families) == 0 {
 			b.Families = DefaultFamilies(b.APIStyle)
 		}
+		if b.Translate == nil {
+			b.Translate = new(true)
+		}
 		if b.Auth == "" {
 			b.Auth = AuthBearer
 		}

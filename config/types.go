@@ -253,6 +253,11 @@ type Backend struct {
 	// embeddings; anthropic → anthropic_messages. Requests are routed only to
 	// targets whose backend serves the request's family.
 	Families []string `yaml:"families" json:"families"`
+	// Translate lets the gateway serve the backend requests of families it
+	// does not speak by translating them (TranslationTargets; default
+	// true): Anthropic Messages and Responses clients on a chat completions
+	// relay, chat clients on an Anthropic backend (docs/families.md).
+	Translate *bool `yaml:"translate" json:"translate"`
 	// Headers are static headers added to every upstream request.
 	Headers        map[string]string `yaml:"headers" json:"headers"`
 	Keys           []APIKey          `yaml:"keys" json:"keys"`

@@ -112,10 +112,19 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			}
 		}
 	}
+	translating := r.admitted && !local && s.startTranslation(r)
+	if translating {
+		// The translator reads plain bytes (the usage decoder's output) and
+		// writes plain bytes; its answer has another length.
+		r.filter = nil
+	}
 	a := r.answer()
 	resp, _ := a.start(answerResponseHeaders)
 	for _, h := range removeAttemptHeaders {
 		a.remove(h)
+	}
+	if translating && cenc != "" {
+		a.remove("content-encoding")
 	}
 	if h.GetEndOfStream() {
 		s.finish(r, false)
@@ -150,6 +159,9 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 				r.kind = bodyOther
 			}
 			plain = p
+		}
+		if r.tr != nil {
+			s.translateChunk(r, plain, b.GetEndOfStream())
 		}
 		switch r.kind {
 		case bodySSE:
@@ -233,7 +245,8 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			u, reported = r.parser.Usage()
 		}
 	}
-	if ok2xx && r.spec == family.Responses {
+	if ok2xx && r.spec == family.Responses && r.tr == nil {
+		// A translated answer's id is the gateway's: no backend holds it.
 		s.rememberResponse(r)
 	}
 	estimated := false
