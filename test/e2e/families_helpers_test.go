@@ -16,7 +16,8 @@ import (
 )
 
 // The families stack: two OpenAI-style relays that serve chat completions
-// and the Responses API, two Anthropic-style providers. Every secret is
+// and the Responses API, two Anthropic-style providers, translation off
+// (passthrough only; translation_test.go has its own stack). Every secret is
 // distinct, so an attempt's credential names its backend and key.
 var familySecrets = map[string]string{
 	"O1": "oai-secret-1", "O2": "oai-secret-2", "R1": "oai-relay-secret-1", "N1": "ant-secret-1", "N2": "ant-secret-2", "M1": "ant-b-secret-1",
@@ -53,6 +54,7 @@ backends:
     base_url: http://%s/v1
     auth: bearer
     families: [chat_completions, responses]
+    translate: false
     keys:
       - {id: oai-1, secret: env:O1}
       - {id: oai-2, secret: env:O2}
@@ -60,12 +62,14 @@ backends:
     base_url: http://%s/openai/v1
     auth: bearer
     families: [chat_completions, responses]
+    translate: false
     keys:
       - {id: oai-relay-1, secret: env:R1}
   - name: ant
     base_url: http://%s/v1
     api_style: anthropic
     auth: x-api-key
+    translate: false
     keys:
       - {id: ant-1, secret: env:N1}
       - {id: ant-2, secret: env:N2}
@@ -73,6 +77,7 @@ backends:
     base_url: http://%s/anthropic/v1
     api_style: anthropic
     auth: x-api-key
+    translate: false
     keys:
       - {id: ant-b-1, secret: env:M1}
 models:
