@@ -97,24 +97,32 @@ func (s *Server) familyTargets(r *routerStream, m *config.Model, body []byte) (t
 		sel.native, sel.take = true, sel.speaks
 		return sel, nil
 	}
-	var unsupported *translate.Unsupported
-	for _, tr := range needs {
-		_, err := tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens})
-		if errors.As(err, &unsupported) {
-			break
+	if len(needs) > 0 {
+		if unsupported := s.untranslatable(r, needs, body); unsupported != nil {
+			sel.native, sel.take = true, sel.speaks
+			return sel, unsupported
 		}
-		if err != nil {
-			unsupported = &translate.Unsupported{Message: "The request cannot be translated for this model's backends: " + err.Error()}
-			break
-		}
-	}
-	if unsupported != nil {
-		s.metrics.untranslatable.Inc()
-		sel.native, sel.take = true, sel.speaks
-		return sel, unsupported
 	}
 	sel.take = sel.reach
 	return sel, nil
+}
+
+// untranslatable translates the body once per backend family it must go
+// to, and returns why it cannot be (nil when it can).
+func (s *Server) untranslatable(r *routerStream, needs []*translate.Translator, body []byte) *translate.Unsupported {
+	for _, tr := range needs {
+		_, err := tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens})
+		if err == nil {
+			continue
+		}
+		s.metrics.untranslatable.Inc()
+		var un *translate.Unsupported
+		if errors.As(err, &un) {
+			return un
+		}
+		return &translate.Unsupported{Message: "The request cannot be translated for this model's backends: " + err.Error()}
+	}
+	return nil
 }
 
 // countTokensLocally answers count_tokens for a model none of whose
