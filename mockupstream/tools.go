@@ -30,8 +30,11 @@ import (
 //     two input_json_delta events then content_block_stop, message_delta
 //     (stop_reason tool_use, output_tokens), message_stop.
 //
-// Usage is the same as a text answer's. A request ending in a tool result
-// is answered with text, as without tools.
+// Usage is the same as a text answer's (Options.CompletionTokens,
+// max_tokens, the x-mock-* headers), and the finish stays tool_calls /
+// tool_use even when max_tokens cut that count. A request ending in a tool
+// result is answered with text, as without tools. tool_choice,
+// parallel_tool_calls and disable_parallel_tool_use are not looked at.
 
 // ToolCallText is the text an Anthropic tool-use answer says before its
 // tool_use blocks.
