@@ -85,6 +85,12 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	default:
 		r.kind = bodyOther
 	}
+	translating := r.admitted && !local && s.startTranslation(r)
+	if translating && strings.EqualFold(cenc, "gzip") && (r.status < 200 || r.status >= 300) {
+		// The translator reads plain bytes, error bodies too.
+		r.gzip = true
+		r.decoder = s.opts.Usage.NewGzip()
+	}
 	if r.admitted && r.status >= 200 && r.status < 300 {
 		switch {
 		case strings.EqualFold(cenc, "gzip"):
@@ -112,10 +118,8 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			}
 		}
 	}
-	translating := r.admitted && !local && s.startTranslation(r)
 	if translating {
-		// The translator reads plain bytes (the usage decoder's output) and
-		// writes plain bytes; its answer has another length.
+		// The translator writes plain bytes; its answer has another length.
 		r.filter = nil
 	}
 	a := r.answer()
@@ -123,7 +127,7 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	for _, h := range removeAttemptHeaders {
 		a.remove(h)
 	}
-	if translating && cenc != "" {
+	if translating && r.decoder != nil {
 		a.remove("content-encoding")
 	}
 	if h.GetEndOfStream() {

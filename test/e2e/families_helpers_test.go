@@ -119,14 +119,18 @@ type familyGateway struct {
 	oai, relay, ant, antB *mockupstream.Server
 }
 
-func startFamilyMock(t *testing.T, ctx context.Context, auth config.AuthStyle, keys map[string]string) *mockupstream.Server {
+func startFamilyMock(t *testing.T, ctx context.Context, auth config.AuthStyle, keys map[string]string, tweak ...func(*mockupstream.Options)) *mockupstream.Server {
 	t.Helper()
 	var ks []mockupstream.Key
 	for id, env := range keys {
 		ks = append(ks, mockupstream.Key{ID: id, Value: familySecrets[env]})
 	}
-	s := mockupstream.New(mockupstream.Options{Auth: auth, Keys: ks, CompletionTokens: 7, CachedTokens: 2, ReasoningTokens: 3, CacheWriteTokens: 3,
-		RecordHeaders: []string{"authorization", "x-api-key", "anthropic-version", "anthropic-beta"}})
+	o := mockupstream.Options{Auth: auth, Keys: ks, CompletionTokens: 7, CachedTokens: 2, ReasoningTokens: 3, CacheWriteTokens: 3,
+		RecordHeaders: []string{"authorization", "x-api-key", "anthropic-version", "anthropic-beta"}}
+	for _, f := range tweak {
+		f(&o)
+	}
+	s := mockupstream.New(o)
 	if _, err := s.Start(ctx, "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
