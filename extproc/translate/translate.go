@@ -15,8 +15,6 @@
 // billed.
 package translate
 
-import "github.com/swarmgate/swarmgate/config"
-
 // Translator is one (client family, backend family) pair. Names are the
 // config family names (config.Family*).
 type Translator struct {
@@ -95,19 +93,3 @@ func register(t *Translator) {
 // Lookup is the translator from the client's family to a backend family,
 // nil when none exists.
 func Lookup(from, to string) *Translator { return pairs[[2]string{from, to}] }
-
-// For is how a backend serving the families `serves` takes a request of the
-// client family: natively (nil, true), through a translator (t, true), or
-// not at all (nil, false). Native service is always preferred; among
-// translators the order of config.FamilyNames decides.
-func For(client string, serves func(family string) bool) (*Translator, bool) {
-	if serves(client) {
-		return nil, true
-	}
-	for _, f := range config.FamilyNames {
-		if t := Lookup(client, f); t != nil && serves(f) {
-			return t, true
-		}
-	}
-	return nil, false
-}
