@@ -44,12 +44,8 @@ func ErrorBody(body []byte, status int, to family.ErrorShape) []byte {
 	if e.Type == "" {
 		e.Type = "upstream_error"
 	}
-	if to == family.Anthropic {
-		_, b := to.Render(e)
-		return b
-	}
-	// An Anthropic type names the class of error; OpenAI clients read it
-	// the same way.
+	// Render maps the status to Anthropic's error type; an OpenAI client
+	// reads an Anthropic type as the class of error, as OpenAI's own.
 	_, b := to.Render(e)
 	return b
 }
