@@ -1,0 +1,496 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/swarmgate/swarmgate/extproc/family"
+)
+
+// The answer half of Anthropic Messages client → chat completions
+// backend: a chat completion (JSON or chunk stream) written as a Messages
+// answer (message object or its event stream).
+
+func newMessagesChatResponse(o ResponseOptions) Response {
+	switch {
+	case o.Status >= 400:
+		return newErrorResponse(o.Status, family.Anthropic)
+	case o.Stream:
+		return &messagesChatStream{o: o}
+	}
+	return &messagesChatJSON{o: o}
+}
+
+// messagesChatUsage is a chat completion's usage.
+type messagesChatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// messagesChatUsageOut is Anthropic's usage: input_tokens counts only the
+// prompt tokens not read from the cache. Chat backends report no cache
+// writes.
+type messagesChatUsageOut struct {
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+}
+
+func (u *messagesChatUsage) anthropic() messagesChatUsageOut {
+	cached := min(max(u.PromptTokensDetails.CachedTokens, 0), max(u.PromptTokens, 0))
+	return messagesChatUsageOut{
+		InputTokens:          max(u.PromptTokens, 0) - cached,
+		CacheReadInputTokens: cached,
+		OutputTokens:         u.CompletionTokens,
+	}
+}
+
+// messagesChatStopReason maps a chat finish_reason to a Messages
+// stop_reason. Chat does not say which stop sequence ended the answer, so
+// a stop sequence reads as end_turn.
+func messagesChatStopReason(finish string) string {
+	switch finish {
+	case "length":
+		return "max_tokens"
+	case "tool_calls", "function_call":
+		return "tool_use"
+	case "content_filter":
+		return "refusal"
+	}
+	return "end_turn"
+}
+
+// messagesChatMessageID is "msg_" and the chat id without its "chatcmpl-"
+// prefix, or the gateway's request id when the backend sent none.
+func messagesChatMessageID(id, requestID string) string {
+	id, _ = strings.CutPrefix(id, "chatcmpl-")
+	if id == "" {
+		id = requestID
+	}
+	return "msg_" + id
+}
+
+// ---- JSON answers ----
+
+type messagesChatJSON struct {
+	o    ResponseOptions
+	buf  []byte
+	over bool
+}
+
+type messagesChatAnswer struct {
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index   int `json:"index"`
+		Message struct {
+			Content      *string                `json:"content"`
+			Refusal      *string                `json:"refusal"`
+			ToolCalls    []messagesChatToolCall `json:"tool_calls"`
+			FunctionCall *struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function_call"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *messagesChatUsage `json:"usage"`
+}
+
+type messagesChatMessage struct {
+	ID           string               `json:"id"`
+	Type         string               `json:"type"`
+	Role         string               `json:"role"`
+	Model        string               `json:"model"`
+	Content      []any                `json:"content"`
+	StopReason   any                  `json:"stop_reason"` // a string, null while streaming
+	StopSequence *string              `json:"stop_sequence"`
+	Usage        messagesChatUsageOut `json:"usage"`
+}
+
+type messagesChatTextBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type messagesChatToolUseBlock struct {
+	Type  string          `json:"type"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
+func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	if !r.over {
+		if len(r.buf)+len(chunk) > maxBuffered {
+			r.over, r.buf = true, nil
+		} else {
+			r.buf = append(r.buf, chunk...)
+		}
+	}
+	if !end {
+		return dst, nil
+	}
+	if r.over {
+		return dst, errors.New("translate: the backend's chat completion exceeds 16 MiB")
+	}
+	var a messagesChatAnswer
+	if err := json.Unmarshal(r.buf, &a); err != nil {
+		return dst, fmt.Errorf("translate: reading the backend's chat completion: %w", err)
+	}
+	if len(a.Choices) == 0 {
+		return dst, errors.New("translate: the backend's chat completion has no choices")
+	}
+	c := &a.Choices[0]
+	for i := range a.Choices {
+		if a.Choices[i].Index == 0 {
+			c = &a.Choices[i]
+			break
+		}
+	}
+	m := messagesChatMessage{
+		ID: messagesChatMessageID(a.ID, r.o.RequestID), Type: "message", Role: "assistant", Model: a.Model,
+		Content: []any{}, StopReason: messagesChatStopReason(c.FinishReason),
+	}
+	if a.Usage != nil {
+		m.Usage = a.Usage.anthropic()
+	}
+	// A refusal is the model's answer in words: it is the text.
+	for _, s := range []*string{c.Message.Content, c.Message.Refusal} {
+		if s != nil && *s != "" {
+			m.Content = append(m.Content, messagesChatTextBlock{Type: "text", Text: *s})
+		}
+	}
+	for i, tc := range c.Message.ToolCalls {
+		id := tc.ID
+		if id == "" {
+			id = messagesChatToolID(r.o.RequestID, i)
+		}
+		m.Content = append(m.Content, messagesChatToolUseBlock{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: messagesChatInput(tc.Function.Arguments)})
+	}
+	if fc := c.Message.FunctionCall; fc != nil && len(c.Message.ToolCalls) == 0 {
+		m.Content = append(m.Content, messagesChatToolUseBlock{Type: "tool_use", ID: messagesChatToolID(r.o.RequestID, 0), Name: fc.Name, Input: messagesChatInput(fc.Arguments)})
+	}
+	b, err := messagesChatMarshal(m)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
+// messagesChatToolID names a tool call the backend gave no id.
+func messagesChatToolID(requestID string, i int) string {
+	return "toolu_" + requestID + "_" + strconv.Itoa(i)
+}
+
+// messagesChatInput is a tool call's arguments as a tool_use input, which
+// must be an object: empty arguments are {}; arguments that are not a JSON
+// object (a model's malformed call) are kept as text under "arguments",
+// so the client sees what the model wrote and its schema check fails
+// instead of its JSON parser.
+func messagesChatInput(args string) json.RawMessage {
+	t := bytes.TrimSpace([]byte(args))
+	if len(t) == 0 {
+		return json.RawMessage("{}")
+	}
+	if t[0] == '{' && json.Valid(t) {
+		return t
+	}
+	b, _ := json.Marshal(map[string]string{"arguments": args})
+	return b
+}
+
+// ---- streams ----
+
+// messagesChatStream translates a chat chunk stream event by event. The
+// text and argument strings of a chunk are copied as their JSON tokens,
+// never decoded.
+type messagesChatStream struct {
+	o      ResponseOptions
+	events Events
+	chunk  messagesChatChunk
+	out    []byte // what the event being handled appends
+
+	started  bool
+	done     bool   // message_stop or error written: the rest is ignored
+	finish   string // the finish_reason seen, "" before
+	usage    *messagesChatUsage
+	next     int  // the next content block index
+	open     byte // the open block: 0 none, 't' text, 'f' tool_use
+	openTool int  // the chat tool call index of the open tool_use block
+	tools    []int
+}
+
+// messagesChatChunk is the part of a chat.completion.chunk read. Its
+// slices are reused from chunk to chunk (reset before each).
+type messagesChatChunk struct {
+	ID      json.RawMessage           `json:"id"`
+	Model   json.RawMessage           `json:"model"`
+	Choices []messagesChatChunkChoice `json:"choices"`
+	Usage   json.RawMessage           `json:"usage"`
+	Error   json.RawMessage           `json:"error"`
+}
+
+type messagesChatChunkChoice struct {
+	Index int `json:"index"`
+	Delta struct {
+		Content      json.RawMessage          `json:"content"`
+		Refusal      json.RawMessage          `json:"refusal"`
+		ToolCalls    []messagesChatChunkTool  `json:"tool_calls"`
+		FunctionCall *messagesChatChunkFnCall `json:"function_call"`
+	} `json:"delta"`
+	FinishReason json.RawMessage `json:"finish_reason"`
+}
+
+type messagesChatChunkTool struct {
+	Index    int                     `json:"index"`
+	ID       json.RawMessage         `json:"id"`
+	Function messagesChatChunkFnCall `json:"function"`
+}
+
+type messagesChatChunkFnCall struct {
+	Name      json.RawMessage `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// messagesChatLegacyCall is the tool call index a legacy function_call
+// delta is handled under.
+const messagesChatLegacyCall = -1
+
+func (c *messagesChatChunk) reset() {
+	c.ID, c.Model, c.Usage, c.Error = c.ID[:0], c.Model[:0], c.Usage[:0], c.Error[:0]
+	cs := c.Choices[:cap(c.Choices)]
+	for i := range cs {
+		ch := &cs[i]
+		ch.Index = 0
+		ch.Delta.Content, ch.Delta.Refusal, ch.FinishReason = ch.Delta.Content[:0], ch.Delta.Refusal[:0], ch.FinishReason[:0]
+		ch.Delta.FunctionCall = nil
+		ts := ch.Delta.ToolCalls[:cap(ch.Delta.ToolCalls)]
+		for j := range ts {
+			t := &ts[j]
+			t.Index, t.ID = 0, t.ID[:0]
+			t.Function.Name, t.Function.Arguments = t.Function.Name[:0], t.Function.Arguments[:0]
+		}
+		ch.Delta.ToolCalls = ch.Delta.ToolCalls[:0]
+	}
+	c.Choices = c.Choices[:0]
+}
+
+// messagesChatString is a raw JSON value that is a non-empty string.
+func messagesChatString(r json.RawMessage) bool {
+	return len(r) > 2 && r[0] == '"'
+}
+
+func (s *messagesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	s.out = dst
+	err := s.events.Feed(chunk, end, s.event)
+	if err == nil && end && !s.done {
+		if s.finish != "" {
+			s.stop()
+		} else {
+			s.fail("api_error", "the backend's stream ended before its answer was complete")
+		}
+	}
+	dst, s.out = s.out, nil
+	return dst, err
+}
+
+func (s *messagesChatStream) event(e Event) error {
+	if s.done {
+		return nil
+	}
+	data := bytes.TrimSpace(e.Data)
+	if string(data) == "[DONE]" {
+		if s.finish != "" {
+			s.stop()
+		} else {
+			s.fail("api_error", "the backend's stream ended before its answer was complete")
+		}
+		return nil
+	}
+	if string(e.Name) == "error" {
+		s.out = AppendEvent(s.out, "error", ErrorBody(data, 500, family.Anthropic))
+		s.done = true
+		return nil
+	}
+	c := &s.chunk
+	c.reset()
+	if err := json.Unmarshal(data, c); err != nil {
+		return fmt.Errorf("translate: reading the backend's chat chunk: %w", err)
+	}
+	if messagesChatPresent(c.Error) {
+		s.out = AppendEvent(s.out, "error", ErrorBody(data, 500, family.Anthropic))
+		s.done = true
+		return nil
+	}
+	if !s.started {
+		s.start(c)
+	}
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if ch.Index != 0 || s.finish != "" {
+			continue // Messages has one answer; chat may be asked for n
+		}
+		if messagesChatString(ch.Delta.Content) {
+			s.text(ch.Delta.Content)
+		}
+		if messagesChatString(ch.Delta.Refusal) {
+			s.text(ch.Delta.Refusal)
+		}
+		for j := range ch.Delta.ToolCalls {
+			t := &ch.Delta.ToolCalls[j]
+			if !s.tool(t.Index, t.ID, &t.Function) {
+				return nil
+			}
+		}
+		if fc := ch.Delta.FunctionCall; fc != nil {
+			if !s.tool(messagesChatLegacyCall, nil, fc) {
+				return nil
+			}
+		}
+		if messagesChatString(ch.FinishReason) {
+			s.closeBlock()
+			var f string
+			if json.Unmarshal(ch.FinishReason, &f) != nil || f == "" {
+				f = "stop"
+			}
+			s.finish = f
+		}
+	}
+	if messagesChatPresent(c.Usage) {
+		u := new(messagesChatUsage)
+		if json.Unmarshal(c.Usage, u) == nil {
+			s.usage = u
+		}
+		if s.finish != "" {
+			s.stop()
+		}
+	}
+	return nil
+}
+
+// start writes message_start. Usage is known only at the end: it is 0
+// here and stated in message_delta.
+func (s *messagesChatStream) start(c *messagesChatChunk) {
+	s.started = true
+	var id, model string
+	_ = json.Unmarshal(c.ID, &id)
+	_ = json.Unmarshal(c.Model, &model)
+	msg := messagesChatMessage{ID: messagesChatMessageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
+	b, _ := messagesChatMarshal(msg) // stop_reason is null until message_delta
+	s.out = append(s.out, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)
+	s.out = append(s.out, b...)
+	s.out = append(s.out, "}\n\n"...)
+}
+
+func (s *messagesChatStream) text(raw json.RawMessage) {
+	if s.open != 't' {
+		s.closeBlock()
+		s.open = 't'
+		s.out = append(s.out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
+		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+		s.out = append(s.out, ",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
+	}
+	s.out = append(s.out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+	s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+	s.out = append(s.out, ",\"delta\":{\"type\":\"text_delta\",\"text\":"...)
+	s.out = append(s.out, raw...)
+	s.out = append(s.out, "}}\n\n"...)
+}
+
+// tool handles one tool call delta; false when the stream ended in an
+// error (a call continued after another began: blocks cannot reopen).
+func (s *messagesChatStream) tool(index int, id json.RawMessage, fn *messagesChatChunkFnCall) bool {
+	if s.open != 'f' || s.openTool != index {
+		for _, seen := range s.tools {
+			if seen == index {
+				s.fail("api_error", "the backend interleaved the arguments of parallel tool calls, which a Messages stream cannot express")
+				return false
+			}
+		}
+		s.closeBlock()
+		s.open, s.openTool = 'f', index
+		s.tools = append(s.tools, index)
+		s.out = append(s.out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
+		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+		s.out = append(s.out, ",\"content_block\":{\"type\":\"tool_use\",\"id\":"...)
+		if messagesChatString(id) {
+			s.out = append(s.out, id...)
+		} else {
+			s.out = messagesChatAppendString(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
+		}
+		s.out = append(s.out, ",\"name\":"...)
+		if messagesChatString(fn.Name) {
+			s.out = append(s.out, fn.Name...)
+		} else {
+			s.out = append(s.out, `""`...)
+		}
+		s.out = append(s.out, ",\"input\":{}}}\n\n"...)
+	}
+	if messagesChatString(fn.Arguments) {
+		s.out = append(s.out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+		s.out = append(s.out, ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":"...)
+		s.out = append(s.out, fn.Arguments...)
+		s.out = append(s.out, "}}\n\n"...)
+	}
+	return true
+}
+
+func (s *messagesChatStream) closeBlock() {
+	if s.open == 0 {
+		return
+	}
+	s.out = append(s.out, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":"...)
+	s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+	s.out = append(s.out, "}\n\n"...)
+	s.open = 0
+	s.next++
+}
+
+// stop writes message_delta (stop reason and the whole answer's usage)
+// and message_stop.
+func (s *messagesChatStream) stop() {
+	s.closeBlock()
+	s.out = append(s.out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
+	s.out = append(s.out, messagesChatStopReason(s.finish)...)
+	s.out = append(s.out, "\",\"stop_sequence\":null},\"usage\":{"...)
+	if s.usage == nil {
+		s.out = append(s.out, "\"output_tokens\":0"...)
+	} else {
+		u := s.usage.anthropic()
+		s.out = append(s.out, "\"input_tokens\":"...)
+		s.out = strconv.AppendInt(s.out, u.InputTokens, 10)
+		s.out = append(s.out, ",\"cache_read_input_tokens\":"...)
+		s.out = strconv.AppendInt(s.out, u.CacheReadInputTokens, 10)
+		s.out = append(s.out, ",\"output_tokens\":"...)
+		s.out = strconv.AppendInt(s.out, u.OutputTokens, 10)
+	}
+	s.out = append(s.out, "}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
+	s.done = true
+}
+
+// fail ends the stream with an Anthropic error event.
+func (s *messagesChatStream) fail(typ, message string) {
+	s.out = append(s.out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"...)
+	s.out = strconv.AppendQuote(s.out, typ)
+	s.out = append(s.out, ",\"message\":"...)
+	s.out = strconv.AppendQuote(s.out, message)
+	s.out = append(s.out, "}}\n\n"...)
+	s.done = true
+}
+
+// messagesChatAppendString appends s as a JSON string (off the per-chunk
+// path: ids the backend did not send).
+func messagesChatAppendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
+}
