@@ -343,9 +343,14 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) 
 			}
 			c := messagesChatToolCall{ID: b.ID, Type: "function"}
 			c.Function.Name = b.Name
+			// The input as a model writes arguments: compact, its members
+			// and their order kept.
 			c.Function.Arguments = "{}"
 			if messagesChatPresent(b.Input) {
-				c.Function.Arguments = string(b.Input)
+				var buf bytes.Buffer
+				if json.Compact(&buf, b.Input) == nil {
+					c.Function.Arguments = buf.String()
+				}
 			}
 			calls = append(calls, c)
 		case "tool_result":
