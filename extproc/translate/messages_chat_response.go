@@ -210,82 +210,31 @@ func messagesChatInput(args string) json.RawMessage {
 
 // ---- streams ----
 
-// messagesChatStream translates a chat chunk stream event by event. The
-// text and argument strings of a chunk are copied as their JSON tokens,
-// never decoded.
+// messagesChatStream translates a chat chunk stream event by event. A
+// chunk is checked with json.Valid and then walked in place: its text and
+// argument strings are copied as their JSON tokens, never decoded, so a
+// text delta costs no allocation.
 type messagesChatStream struct {
 	o      ResponseOptions
 	events Events
-	chunk  messagesChatChunk
 	out    []byte // what the event being handled appends
 
 	started  bool
 	done     bool   // message_stop or error written: the rest is ignored
 	finish   string // the finish_reason seen, "" before
-	usage    *messagesChatUsage
-	next     int  // the next content block index
-	open     byte // the open block: 0 none, 't' text, 'f' tool_use
-	openTool int  // the chat tool call index of the open tool_use block
-	tools    []int
-}
-
-// messagesChatChunk is the part of a chat.completion.chunk read. Its
-// slices are reused from chunk to chunk (reset before each).
-type messagesChatChunk struct {
-	ID      json.RawMessage           `json:"id"`
-	Model   json.RawMessage           `json:"model"`
-	Choices []messagesChatChunkChoice `json:"choices"`
-	Usage   json.RawMessage           `json:"usage"`
-	Error   json.RawMessage           `json:"error"`
-}
-
-type messagesChatChunkChoice struct {
-	Index int `json:"index"`
-	Delta struct {
-		Content      json.RawMessage          `json:"content"`
-		Refusal      json.RawMessage          `json:"refusal"`
-		ToolCalls    []messagesChatChunkTool  `json:"tool_calls"`
-		FunctionCall *messagesChatChunkFnCall `json:"function_call"`
-	} `json:"delta"`
-	FinishReason json.RawMessage `json:"finish_reason"`
-}
-
-type messagesChatChunkTool struct {
-	Index    int                     `json:"index"`
-	ID       json.RawMessage         `json:"id"`
-	Function messagesChatChunkFnCall `json:"function"`
-}
-
-type messagesChatChunkFnCall struct {
-	Name      json.RawMessage `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
+	usage    []byte // the last usage object seen, decoded at the end
+	next     int    // the next content block index
+	open     byte   // the open block: 0 none, 't' text, 'f' tool_use
+	openTool int    // the chat tool call index of the open tool_use block
+	tools    []int  // the chat tool call indexes given a block
 }
 
 // messagesChatLegacyCall is the tool call index a legacy function_call
 // delta is handled under.
 const messagesChatLegacyCall = -1
 
-func (c *messagesChatChunk) reset() {
-	c.ID, c.Model, c.Usage, c.Error = c.ID[:0], c.Model[:0], c.Usage[:0], c.Error[:0]
-	cs := c.Choices[:cap(c.Choices)]
-	for i := range cs {
-		ch := &cs[i]
-		ch.Index = 0
-		ch.Delta.Content, ch.Delta.Refusal, ch.FinishReason = ch.Delta.Content[:0], ch.Delta.Refusal[:0], ch.FinishReason[:0]
-		ch.Delta.FunctionCall = nil
-		ts := ch.Delta.ToolCalls[:cap(ch.Delta.ToolCalls)]
-		for j := range ts {
-			t := &ts[j]
-			t.Index, t.ID = 0, t.ID[:0]
-			t.Function.Name, t.Function.Arguments = t.Function.Name[:0], t.Function.Arguments[:0]
-		}
-		ch.Delta.ToolCalls = ch.Delta.ToolCalls[:0]
-	}
-	c.Choices = c.Choices[:0]
-}
-
 // messagesChatString is a raw JSON value that is a non-empty string.
-func messagesChatString(r json.RawMessage) bool {
+func messagesChatString(r []byte) bool {
 	return len(r) > 2 && r[0] == '"'
 }
 
@@ -321,55 +270,41 @@ func (s *messagesChatStream) event(e Event) error {
 		s.done = true
 		return nil
 	}
-	c := &s.chunk
-	c.reset()
-	if err := json.Unmarshal(data, c); err != nil {
-		return fmt.Errorf("translate: reading the backend's chat chunk: %w", err)
+	top, ok := messagesChatEnter(data, '{')
+	if !ok || !json.Valid(data) {
+		return fmt.Errorf("translate: a backend chunk is not a JSON object: %.80q", data)
 	}
-	if messagesChatPresent(c.Error) {
+	var id, model, choices, usage, failure []byte
+	for k, v, ok := top.member(); ok; k, v, ok = top.member() {
+		switch string(k) {
+		case "id":
+			id = v
+		case "model":
+			model = v
+		case "choices":
+			choices = v
+		case "usage":
+			usage = v
+		case "error":
+			failure = v
+		}
+	}
+	if messagesChatPresent(failure) {
 		s.out = AppendEvent(s.out, "error", ErrorBody(data, 500, family.Anthropic))
 		s.done = true
 		return nil
 	}
 	if !s.started {
-		s.start(c)
+		s.start(id, model)
 	}
-	for i := range c.Choices {
-		ch := &c.Choices[i]
-		if ch.Index != 0 || s.finish != "" {
-			continue // Messages has one answer; chat may be asked for n
-		}
-		if messagesChatString(ch.Delta.Content) {
-			s.text(ch.Delta.Content)
-		}
-		if messagesChatString(ch.Delta.Refusal) {
-			s.text(ch.Delta.Refusal)
-		}
-		for j := range ch.Delta.ToolCalls {
-			t := &ch.Delta.ToolCalls[j]
-			if !s.tool(t.Index, t.ID, &t.Function) {
-				return nil
-			}
-		}
-		if fc := ch.Delta.FunctionCall; fc != nil {
-			if !s.tool(messagesChatLegacyCall, nil, fc) {
-				return nil
-			}
-		}
-		if messagesChatString(ch.FinishReason) {
-			s.closeBlock()
-			var f string
-			if json.Unmarshal(ch.FinishReason, &f) != nil || f == "" {
-				f = "stop"
-			}
-			s.finish = f
+	list, _ := messagesChatEnter(choices, '[')
+	for ch, ok := list.elem(); ok; ch, ok = list.elem() {
+		if err := s.choice(ch); err != nil || s.done {
+			return err
 		}
 	}
-	if messagesChatPresent(c.Usage) {
-		u := new(messagesChatUsage)
-		if json.Unmarshal(c.Usage, u) == nil {
-			s.usage = u
-		}
+	if len(usage) > 0 && usage[0] == '{' {
+		s.usage = append(s.usage[:0], usage...)
 		if s.finish != "" {
 			s.stop()
 		}
@@ -377,13 +312,107 @@ func (s *messagesChatStream) event(e Event) error {
 	return nil
 }
 
+// choice translates one choices[] entry of a chunk: Messages has one
+// answer, so only choice 0 (chat may have been asked for n).
+func (s *messagesChatStream) choice(ch []byte) error {
+	obj, _ := messagesChatEnter(ch, '{')
+	index := 0
+	var delta, finish []byte
+	for k, v, ok := obj.member(); ok; k, v, ok = obj.member() {
+		switch string(k) {
+		case "index":
+			n, ok := messagesChatInt(v)
+			if !ok {
+				return fmt.Errorf("translate: a backend chunk's choice index is %.20q", v)
+			}
+			index = n
+		case "delta":
+			delta = v
+		case "finish_reason":
+			finish = v
+		}
+	}
+	if index != 0 || s.finish != "" {
+		return nil
+	}
+	var content, refusal, calls, fcall []byte
+	d, _ := messagesChatEnter(delta, '{')
+	for k, v, ok := d.member(); ok; k, v, ok = d.member() {
+		switch string(k) {
+		case "content":
+			content = v
+		case "refusal":
+			refusal = v
+		case "tool_calls":
+			calls = v
+		case "function_call":
+			fcall = v
+		}
+	}
+	if messagesChatString(content) {
+		s.text(content)
+	}
+	if messagesChatString(refusal) {
+		s.text(refusal) // a refusal is the model's answer in words
+	}
+	list, _ := messagesChatEnter(calls, '[')
+	for call, ok := list.elem(); ok; call, ok = list.elem() {
+		c, _ := messagesChatEnter(call, '{')
+		index = 0
+		var id, fn []byte
+		for k, v, ok := c.member(); ok; k, v, ok = c.member() {
+			switch string(k) {
+			case "index":
+				n, ok := messagesChatInt(v)
+				if !ok {
+					return fmt.Errorf("translate: a backend chunk's tool call index is %.20q", v)
+				}
+				index = n
+			case "id":
+				id = v
+			case "function":
+				fn = v
+			}
+		}
+		name, args := messagesChatFunction(fn)
+		if !s.tool(index, id, name, args) {
+			return nil
+		}
+	}
+	if len(fcall) > 0 && fcall[0] == '{' {
+		name, args := messagesChatFunction(fcall)
+		if !s.tool(messagesChatLegacyCall, nil, name, args) {
+			return nil
+		}
+	}
+	if messagesChatString(finish) {
+		s.closeBlock()
+		s.finish = string(finish[1 : len(finish)-1])
+	}
+	return nil
+}
+
+// messagesChatFunction is a function object's name and arguments, raw.
+func messagesChatFunction(fn []byte) (name, args []byte) {
+	f, _ := messagesChatEnter(fn, '{')
+	for k, v, ok := f.member(); ok; k, v, ok = f.member() {
+		switch string(k) {
+		case "name":
+			name = v
+		case "arguments":
+			args = v
+		}
+	}
+	return name, args
+}
+
 // start writes message_start. Usage is known only at the end: it is 0
 // here and stated in message_delta.
-func (s *messagesChatStream) start(c *messagesChatChunk) {
+func (s *messagesChatStream) start(rawID, rawModel []byte) {
 	s.started = true
 	var id, model string
-	_ = json.Unmarshal(c.ID, &id)
-	_ = json.Unmarshal(c.Model, &model)
+	_ = json.Unmarshal(rawID, &id)
+	_ = json.Unmarshal(rawModel, &model)
 	msg := messagesChatMessage{ID: messagesChatMessageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
 	b, _ := messagesChatMarshal(msg) // stop_reason is null until message_delta
 	s.out = append(s.out, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)
@@ -391,7 +420,7 @@ func (s *messagesChatStream) start(c *messagesChatChunk) {
 	s.out = append(s.out, "}\n\n"...)
 }
 
-func (s *messagesChatStream) text(raw json.RawMessage) {
+func (s *messagesChatStream) text(raw []byte) {
 	if s.open != 't' {
 		s.closeBlock()
 		s.open = 't'
@@ -408,7 +437,7 @@ func (s *messagesChatStream) text(raw json.RawMessage) {
 
 // tool handles one tool call delta; false when the stream ended in an
 // error (a call continued after another began: blocks cannot reopen).
-func (s *messagesChatStream) tool(index int, id json.RawMessage, fn *messagesChatChunkFnCall) bool {
+func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
 	if s.open != 'f' || s.openTool != index {
 		for _, seen := range s.tools {
 			if seen == index {
@@ -428,18 +457,18 @@ func (s *messagesChatStream) tool(index int, id json.RawMessage, fn *messagesCha
 			s.out = messagesChatAppendString(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
 		}
 		s.out = append(s.out, ",\"name\":"...)
-		if messagesChatString(fn.Name) {
-			s.out = append(s.out, fn.Name...)
+		if messagesChatString(name) {
+			s.out = append(s.out, name...)
 		} else {
 			s.out = append(s.out, `""`...)
 		}
 		s.out = append(s.out, ",\"input\":{}}}\n\n"...)
 	}
-	if messagesChatString(fn.Arguments) {
+	if messagesChatString(args) {
 		s.out = append(s.out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
 		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
 		s.out = append(s.out, ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":"...)
-		s.out = append(s.out, fn.Arguments...)
+		s.out = append(s.out, args...)
 		s.out = append(s.out, "}}\n\n"...)
 	}
 	return true
@@ -463,10 +492,11 @@ func (s *messagesChatStream) stop() {
 	s.out = append(s.out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
 	s.out = append(s.out, messagesChatStopReason(s.finish)...)
 	s.out = append(s.out, "\",\"stop_sequence\":null},\"usage\":{"...)
-	if s.usage == nil {
+	var usage messagesChatUsage
+	if len(s.usage) == 0 || json.Unmarshal(s.usage, &usage) != nil {
 		s.out = append(s.out, "\"output_tokens\":0"...)
 	} else {
-		u := s.usage.anthropic()
+		u := usage.anthropic()
 		s.out = append(s.out, "\"input_tokens\":"...)
 		s.out = strconv.AppendInt(s.out, u.InputTokens, 10)
 		s.out = append(s.out, ",\"cache_read_input_tokens\":"...)
