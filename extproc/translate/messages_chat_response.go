@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -226,6 +227,7 @@ type messagesChatStream struct {
 	next     int    // the next content block index
 	open     byte   // the open block: 0 none, 't' text, 'f' tool_use
 	openTool int    // the chat tool call index of the open tool_use block
+	openID   []byte // and its id as the backend wrote it (JSON), if any
 	tools    []int  // the chat tool call indexes given a block
 }
 
@@ -435,18 +437,21 @@ func (s *messagesChatStream) text(raw []byte) {
 	s.out = append(s.out, "}}\n\n"...)
 }
 
-// tool handles one tool call delta; false when the stream ended in an
-// error (a call continued after another began: blocks cannot reopen).
+// tool handles one tool call delta. A call starts a tool_use block when
+// its index changes, or when it names a new id under the same index (some
+// backends number every call 0). A fragment without an id for a call whose
+// block was already closed ends the stream in an error (false): the
+// backend interleaved parallel calls, and blocks cannot reopen.
 func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
-	if s.open != 'f' || s.openTool != index {
-		for _, seen := range s.tools {
-			if seen == index {
-				s.fail("api_error", "the backend interleaved the arguments of parallel tool calls, which a Messages stream cannot express")
-				return false
-			}
+	named := messagesChatString(id)
+	if s.open != 'f' || s.openTool != index || named && !bytes.Equal(id, s.openID) {
+		if !named && slices.Contains(s.tools, index) {
+			s.fail("api_error", "the backend interleaved the arguments of parallel tool calls, which a Messages stream cannot express")
+			return false
 		}
 		s.closeBlock()
 		s.open, s.openTool = 'f', index
+		s.openID = append(s.openID[:0], id...)
 		s.tools = append(s.tools, index)
 		s.out = append(s.out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
 		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
