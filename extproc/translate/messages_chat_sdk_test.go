@@ -194,8 +194,12 @@ func TestMessagesChatSDKStreamError(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if stream.Err() == nil {
-				t.Fatal("the stream's error did not reach the SDK")
+			var apiErr *anthropic.Error
+			if err := stream.Err(); !errors.As(err, &apiErr) || apiErr.Type() != "api_error" {
+				t.Fatalf("got %v, want the stream's api_error", err)
+			}
+			if len(msg.Content) != 1 || msg.Content[0].Text == "" {
+				t.Fatalf("the text before the error: %+v", msg.Content)
 			}
 		})
 	}
