@@ -137,7 +137,7 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"instructions":null,"max_output_tokens":null,"metadata":{},"model":`...)
+	b = append(b, `,"instructions":null,"metadata":{},"model":`...)
 	b = responsesChatAppendString(b, r.model)
 	b = append(b, `,"output":[`...)
 	for i := range r.items {
