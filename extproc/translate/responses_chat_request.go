@@ -111,6 +111,9 @@ func responsesChatDecode(b []byte, v any, path string) error {
 			}
 			p += te.Field
 		}
+		if p == "" {
+			return fmt.Errorf("translate: the responses request body is a JSON %s, not an object", te.Value)
+		}
 		return responsesChatUnsupported(p, "%s: a JSON %s is not valid here", p, te.Value)
 	}
 	if path == "" {
