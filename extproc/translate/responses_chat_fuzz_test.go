@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -75,6 +76,13 @@ func FuzzResponsesChatResponseSSE(f *testing.F) {
 		}
 		if werr == nil && n < 3 {
 			t.Fatalf("a finished stream has %d events:\n%s", n, whole)
+		}
+		// The fast path reads what encoding/json reads.
+		slow := newResponsesChatStream(o)
+		slow.noScan = true
+		decoded, serr := slow.Write(nil, in, true)
+		if werr == nil && serr == nil && !reflect.DeepEqual(responsesChatEvents(t, whole), responsesChatEvents(t, decoded)) {
+			t.Fatalf("the fast path translates differently:\n%s\nencoding/json:\n%s", whole, decoded)
 		}
 	})
 }

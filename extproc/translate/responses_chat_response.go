@@ -67,7 +67,8 @@ type responsesChatOut struct {
 	id     string
 	status string // in_progress until done: completed or incomplete
 	// A message: its text and refusal parts, in the order they came
-	// (textPart and refusalPart are content indexes, -1 for none).
+	// (textPart and refusalPart are content indexes, -1 for none). Text
+	// and arguments are kept as escaped JSON string contents.
 	text, refusal         []byte
 	textPart, refusalPart int
 	// A function call.
@@ -180,7 +181,7 @@ func (it *responsesChatOut) appendItem(b []byte, full bool) []byte {
 		b = responsesChatAppendString(b, it.name)
 		b = append(b, `,"arguments":`...)
 		if full {
-			b = responsesChatAppendBytes(b, it.args)
+			b = responsesChatAppendRaw(b, it.args)
 		} else {
 			b = append(b, `""`...)
 		}
@@ -214,7 +215,7 @@ func (it *responsesChatOut) appendPart(b []byte, refusal, full bool) []byte {
 	if refusal {
 		b = append(b, `{"type":"refusal","refusal":`...)
 		if full {
-			b = responsesChatAppendBytes(b, it.refusal)
+			b = responsesChatAppendRaw(b, it.refusal)
 		} else {
 			b = append(b, `""`...)
 		}
@@ -222,17 +223,28 @@ func (it *responsesChatOut) appendPart(b []byte, refusal, full bool) []byte {
 	}
 	b = append(b, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
 	if full {
-		b = responsesChatAppendBytes(b, it.text)
+		b = responsesChatAppendRaw(b, it.text)
 	} else {
 		b = append(b, `""`...)
 	}
 	return append(b, '}')
 }
 
-// responsesChatAppendBytes appends text the translation accumulated as a
-// JSON string.
-func responsesChatAppendBytes(b, s []byte) []byte {
-	return responsesChatAppendString(b, string(s)) // no copy: the conversion does not escape
+// responsesChatAppendRaw appends escaped JSON string contents as a JSON
+// string.
+func responsesChatAppendRaw(b, escaped []byte) []byte {
+	b = append(b, '"')
+	b = append(b, escaped...)
+	return append(b, '"')
+}
+
+// responsesChatAppendEscaped appends s escaped as JSON string contents
+// (without the quotes).
+func responsesChatAppendEscaped(b []byte, s string) []byte {
+	n := len(b)
+	b = responsesChatAppendString(b, s)
+	copy(b[n:], b[n+1:len(b)-1])
+	return b[:len(b)-2]
 }
 
 // responsesChatJSON holds a chat completion to its end and writes it as a
@@ -294,10 +306,10 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		if m.Content != "" || m.Refusal != "" {
 			it := responsesChatOut{kind: responsesChatMessageItem, id: "msg_" + base, status: res.itemStatus(), textPart: -1, refusalPart: -1}
 			if m.Content != "" {
-				it.textPart, it.text = 0, []byte(m.Content)
+				it.textPart, it.text = 0, responsesChatAppendEscaped(nil, m.Content)
 			}
 			if m.Refusal != "" {
-				it.refusalPart, it.refusal = 0, []byte(m.Refusal)
+				it.refusalPart, it.refusal = 0, responsesChatAppendEscaped(nil, m.Refusal)
 				if it.textPart == 0 {
 					it.refusalPart = 1
 				}
@@ -307,7 +319,7 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		for i, tc := range m.ToolCalls {
 			res.items = append(res.items, responsesChatOut{
 				kind: responsesChatCallItem, id: responsesChatCallItemID(base, i), status: res.itemStatus(),
-				callID: responsesChatCallID(tc.ID, base, i), name: tc.Function.Name, args: []byte(tc.Function.Arguments),
+				callID: responsesChatCallID(tc.ID, base, i), name: tc.Function.Name, args: responsesChatAppendEscaped(nil, tc.Function.Arguments),
 			})
 		}
 	}

@@ -30,6 +30,9 @@ type responsesChatStream struct {
 	onEvt  func(Event) error
 	out    []byte // dst while Write runs
 	chunk  responsesChatChunk
+	delta  responsesChatDeltaChunk
+	esc    []byte // a decoded string escaped again
+	noScan bool   // tests: every chunk through encoding/json
 
 	res       responsesChatResult
 	base      string
@@ -75,6 +78,27 @@ func (s *responsesChatStream) event(e Event) error {
 		s.complete()
 		return nil
 	}
+	// Most chunks are one delta: read without encoding/json.
+	if s.started && !s.noScan && responsesChatScanDelta(e.Data, &s.delta) {
+		d := &s.delta
+		if d.content != nil {
+			s.text(d.content, false)
+		}
+		if d.refusal != nil {
+			s.text(d.refusal, true)
+		}
+		if d.hasArgs {
+			s.toolCall(d.argsIndex, "", "", d.args)
+		}
+		if d.finish != nil {
+			s.finishing = true
+			s.res.finish(string(d.finish))
+		}
+		if s.finishing && s.res.usage != nil {
+			s.complete()
+		}
+		return nil
+	}
 	c := &s.chunk
 	ch := c.Choices[:cap(c.Choices)]
 	clear(ch)
@@ -108,13 +132,17 @@ func (s *responsesChatStream) event(e Event) error {
 			continue // a Response has one answer
 		}
 		if ch.Delta.Content != "" {
-			s.text(ch.Delta.Content, false)
+			s.esc = responsesChatAppendEscaped(s.esc[:0], ch.Delta.Content)
+			s.text(s.esc, false)
 		}
 		if ch.Delta.Refusal != "" {
-			s.text(ch.Delta.Refusal, true)
+			s.esc = responsesChatAppendEscaped(s.esc[:0], ch.Delta.Refusal)
+			s.text(s.esc, true)
 		}
 		for j := range ch.Delta.ToolCalls {
-			s.toolCall(&ch.Delta.ToolCalls[j])
+			tc := &ch.Delta.ToolCalls[j]
+			s.esc = responsesChatAppendEscaped(s.esc[:0], tc.Function.Arguments)
+			s.toolCall(tc.Index, tc.ID, tc.Function.Name, s.esc)
 		}
 		if ch.FinishReason != "" {
 			s.finishing = true
@@ -184,9 +212,9 @@ func (s *responsesChatStream) itemEvent(name string, i int, full bool) {
 	s.end()
 }
 
-// text translates a content (or refusal) delta, opening the message and
-// its part when it is the first.
-func (s *responsesChatStream) text(delta string, refusal bool) {
+// text translates a content (or refusal) delta, escaped JSON string
+// contents, opening the message and its part when it is the first.
+func (s *responsesChatStream) text(delta []byte, refusal bool) {
 	if s.msg < 0 {
 		id := "msg_" + s.base
 		if len(s.res.items) > 0 {
@@ -225,7 +253,7 @@ func (s *responsesChatStream) text(delta string, refusal bool) {
 	s.out = append(s.out, `,"content_index":`...)
 	s.out = responsesChatAppendInt(s.out, int64(*part))
 	s.out = append(s.out, `,"delta":`...)
-	s.out = responsesChatAppendString(s.out, delta)
+	s.out = responsesChatAppendRaw(s.out, delta)
 	if !refusal {
 		s.out = append(s.out, `,"logprobs":[]`...)
 	}
@@ -252,14 +280,14 @@ func (s *responsesChatStream) closeMessage(status string) {
 			s.out = append(s.out, `,"content_index":`...)
 			s.out = responsesChatAppendInt(s.out, int64(p))
 			s.out = append(s.out, `,"refusal":`...)
-			s.out = responsesChatAppendBytes(s.out, it.refusal)
+			s.out = responsesChatAppendRaw(s.out, it.refusal)
 		} else {
 			s.begin("response.output_text.done")
 			s.itemRef(i)
 			s.out = append(s.out, `,"content_index":`...)
 			s.out = responsesChatAppendInt(s.out, int64(p))
 			s.out = append(s.out, `,"text":`...)
-			s.out = responsesChatAppendBytes(s.out, it.text)
+			s.out = responsesChatAppendRaw(s.out, it.text)
 			s.out = append(s.out, `,"logprobs":[]`...)
 		}
 		s.end()
@@ -275,12 +303,12 @@ func (s *responsesChatStream) closeMessage(status string) {
 	s.itemEvent("response.output_item.done", i, true)
 }
 
-// toolCall translates one tool call delta: the first of its index opens a
-// function_call item.
-func (s *responsesChatStream) toolCall(tc *responsesChatToolCall) {
+// toolCall translates one tool call delta (args escaped JSON string
+// contents): the first of its index opens a function_call item.
+func (s *responsesChatStream) toolCall(index int, id, name string, args []byte) {
 	i := -1
 	for _, k := range s.calls {
-		if s.res.items[k].chatIndex == tc.Index {
+		if s.res.items[k].chatIndex == index {
 			i = k
 			break
 		}
@@ -290,23 +318,23 @@ func (s *responsesChatStream) toolCall(tc *responsesChatToolCall) {
 		i = len(s.res.items)
 		s.calls = append(s.calls, i)
 		s.res.items = append(s.res.items, responsesChatOut{
-			kind: responsesChatCallItem, id: responsesChatCallItemID(s.base, tc.Index), status: "in_progress",
-			chatIndex: tc.Index, callID: responsesChatCallID(tc.ID, s.base, tc.Index), name: tc.Function.Name,
+			kind: responsesChatCallItem, id: responsesChatCallItemID(s.base, index), status: "in_progress",
+			chatIndex: index, callID: responsesChatCallID(id, s.base, index), name: name,
 			textPart: -1, refusalPart: -1,
 		})
 		s.itemEvent("response.output_item.added", i, false)
-	} else if tc.Function.Name != "" {
-		s.res.items[i].name += tc.Function.Name // a name sent in pieces
+	} else if name != "" {
+		s.res.items[i].name += name // a name sent in pieces
 	}
-	if tc.Function.Arguments == "" {
+	if len(args) == 0 {
 		return
 	}
 	it := &s.res.items[i]
-	it.args = append(it.args, tc.Function.Arguments...)
+	it.args = append(it.args, args...)
 	s.begin("response.function_call_arguments.delta")
 	s.itemRef(i)
 	s.out = append(s.out, `,"delta":`...)
-	s.out = responsesChatAppendString(s.out, tc.Function.Arguments)
+	s.out = responsesChatAppendRaw(s.out, args)
 	s.end()
 }
 
@@ -324,7 +352,7 @@ func (s *responsesChatStream) complete() {
 		s.out = append(s.out, `,"name":`...)
 		s.out = responsesChatAppendString(s.out, it.name)
 		s.out = append(s.out, `,"arguments":`...)
-		s.out = responsesChatAppendBytes(s.out, it.args)
+		s.out = responsesChatAppendRaw(s.out, it.args)
 		s.end()
 		it.status = s.res.itemStatus()
 		s.itemEvent("response.output_item.done", i, true)
