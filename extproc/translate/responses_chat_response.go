@@ -89,7 +89,7 @@ type responsesChatResult struct {
 	usage      *responsesChatUsage
 }
 
-// responsesChatFinish applies a chat finish_reason to the result.
+// finish applies a chat finish_reason to the result.
 func (r *responsesChatResult) finish(reason string) {
 	r.status = "completed"
 	switch reason {
