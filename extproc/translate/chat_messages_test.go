@@ -241,3 +241,27 @@ func BenchmarkChatMessagesSSEChunk(b *testing.B) {
 func readChatMessagesCase(name, file string) ([]byte, error) {
 	return os.ReadFile(filepath.Join("testdata", config.FamilyChatCompletions+"_to_"+config.FamilyAnthropicMessages, name, file))
 }
+
+// FuzzChatMessagesScan holds the stream events' one-pass reader to
+// encoding/json's idea of valid JSON.
+func FuzzChatMessagesScan(f *testing.F) {
+	for _, s := range []string{`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\u00e9\n"}}`,
+		`{"a":[1,-2.5e+3,true,false,null,{"b":"\"\\\/\b\f\r\t"}]}`, `{"a":01}`, `{"a":"\u12"}`, `[1,]`, ` "x" `, `{"a" 1}`, "{\"a\":\"\x01\"}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := chatMessagesValid(b), json.Valid(b); got != want {
+			t.Fatalf("valid %v, encoding/json says %v: %q", got, want, b)
+		}
+		m := chatMessagesMembers{b: b}
+		n := 0
+		for m.next() {
+			n++
+		}
+		var obj map[string]json.RawMessage
+		isObj := json.Unmarshal(b, &obj) == nil && bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{"))
+		if m.ok() != isObj {
+			t.Fatalf("members ok %v, encoding/json reads an object: %v: %q", m.ok(), isObj, b)
+		}
+	})
+}
