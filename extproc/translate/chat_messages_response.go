@@ -4,7 +4,8 @@ package translate
 // A JSON answer is held to its end and rewritten whole; a stream is
 // rewritten event by event into chat.completion.chunk lines, copying the
 // backend's JSON string literals (text, partial_json) as they are, so a
-// text delta costs one small parse and one append.
+// text delta costs one validating pass over the event and one append
+// (chat_messages_stream.go).
 
 import (
 	"bytes"
@@ -26,33 +27,17 @@ func newChatMessagesResponse(o ResponseOptions) Response {
 	return &chatMessagesJSON{o: o}
 }
 
-// chatMessagesUsage is Anthropic's usage; pointers tell a field sent from
-// one left out (a later message_delta overrides only what it sends).
+// chatMessagesUsage is a JSON answer's usage.
 type chatMessagesUsage struct {
-	InputTokens              *int64 `json:"input_tokens"`
-	OutputTokens             *int64 `json:"output_tokens"`
-	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
 // chatMessagesTokens is the usage as counted so far.
 type chatMessagesTokens struct {
 	input, output, cacheCreation, cacheRead int64
-}
-
-func (t *chatMessagesTokens) add(u *chatMessagesUsage) {
-	if u.InputTokens != nil {
-		t.input = *u.InputTokens
-	}
-	if u.OutputTokens != nil {
-		t.output = *u.OutputTokens
-	}
-	if u.CacheCreationInputTokens != nil {
-		t.cacheCreation = *u.CacheCreationInputTokens
-	}
-	if u.CacheReadInputTokens != nil {
-		t.cacheRead = *u.CacheReadInputTokens
-	}
 }
 
 // appendJSON writes the chat completions usage object: Anthropic counts
@@ -149,8 +134,8 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if err := json.Unmarshal(r.buf, &a); err != nil {
 		return dst, &chatMessagesReadError{err: err}
 	}
-	var tokens chatMessagesTokens
-	tokens.add(&a.Usage)
+	u := a.Usage
+	tokens := chatMessagesTokens{input: u.InputTokens, output: u.OutputTokens, cacheCreation: u.CacheCreationInputTokens, cacheRead: u.CacheReadInputTokens}
 
 	b := dst
 	b = append(b, `{"id":`...)
