@@ -265,3 +265,31 @@ func FuzzChatMessagesScan(f *testing.F) {
 		}
 	})
 }
+
+// TestChatMessagesStreamShapes: a stream without event lines, with CRLF
+// line ends and comments, translates as the recorded one does.
+func TestChatMessagesStreamShapes(t *testing.T) {
+	in, err := readChatMessagesCase("stream_tool_use", "response.in.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := readChatMessagesCase("stream_tool_use", "response.out.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(": a comment\r\n\r\n")
+	for _, line := range strings.Split(string(in), "\n") {
+		if strings.HasPrefix(line, "event: ") {
+			continue
+		}
+		b.WriteString(line + "\r\n")
+	}
+	o := ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400}
+	for _, size := range []int{1, 5, 1 << 20} {
+		got := translateChunked(t, chatMessagesTranslator(t), o, []byte(b.String()), size)
+		if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
+			t.Fatalf("chunks of %d:\n%s\nwant:\n%s", size, got, want)
+		}
+	}
+}
