@@ -7,6 +7,7 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -166,7 +167,11 @@ func chatMessagesAbsent(raw json.RawMessage) bool {
 func chatMessagesRequest(body []byte, o RequestOptions) ([]byte, error) {
 	var in chatMessagesChatRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, &Unsupported{Param: "", Message: "the request body is not a chat completions request: " + err.Error()}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, chatMessagesRefuse(te.Field, "the request's "+te.Field+" has the wrong type ("+te.Value+")")
+		}
+		return nil, chatMessagesRefuse("", "the request body is not a JSON chat completions request")
 	}
 	if err := chatMessagesRefuseOptions(&in); err != nil {
 		return nil, err
@@ -296,6 +301,8 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRe
 		schema := t.Function.Parameters
 		if chatMessagesAbsent(schema) {
 			schema = json.RawMessage(`{"type":"object"}`)
+		} else if schema[0] != '{' {
+			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].function.parameters", "a tool's parameters must be a JSON Schema object")
 		}
 		out.Tools = append(out.Tools, chatMessagesAnthropicTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
 	}

@@ -64,7 +64,11 @@ func TestChatMessagesRequestRefusals(t *testing.T) {
 		{`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"x","input":"y"}}]}]}`, "messages[0].tool_calls[0].type"},
 		{`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"x","arguments":"{broken"}}]}]}`, "messages[0].tool_calls[0].function.arguments"},
 		{`{"messages":[{"role":"critic","content":"x"}]}`, "messages[0].role"},
-		{`{"messages":"hello"}`, ""},
+		{`{"messages":"hello"}`, "messages"},
+		{`{"messages":[{"role":"user","content":"hi"}],"user":5}`, "user"},
+		{`{"messages":[{"role":7}]}`, "messages.role"},
+		{`{"messages":[{"role":"user","content":"hi"}]`, ""},
+		{`{` + user + `,"tools":[{"type":"function","function":{"name":"f","parameters":"object"}}]}`, "tools[0].function.parameters"},
 	} {
 		_, err := chatMessagesRequest([]byte(c.body), RequestOptions{Model: "m", DefaultMaxTokens: 100})
 		var un *Unsupported
