@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -420,28 +421,20 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthr
 // blocks before its other blocks, keeping the order within each kind:
 // Anthropic wants the results of the previous turn's tool calls first.
 func chatMessagesToolResultsFirst(blocks []chatMessagesBlock) {
-	seenOther := false
-	for _, b := range blocks {
-		if b.Type != "tool_result" {
-			seenOther = true
-		} else if seenOther {
-			goto reorder
-		}
+	if slices.IsSortedFunc(blocks, chatMessagesResultOrder) {
+		return
 	}
-	return
-reorder:
-	sorted := make([]chatMessagesBlock, 0, len(blocks))
-	for _, b := range blocks {
-		if b.Type == "tool_result" {
-			sorted = append(sorted, b)
+	slices.SortStableFunc(blocks, chatMessagesResultOrder)
+}
+
+func chatMessagesResultOrder(a, b chatMessagesBlock) int {
+	rank := func(x chatMessagesBlock) int {
+		if x.Type == "tool_result" {
+			return 0
 		}
+		return 1
 	}
-	for _, b := range blocks {
-		if b.Type != "tool_result" {
-			sorted = append(sorted, b)
-		}
-	}
-	copy(blocks, sorted)
+	return rank(a) - rank(b)
 }
 
 // chatMessagesParts reads a content field: a string (one text part), an
