@@ -30,9 +30,9 @@ func TestChatMessagesRegistered(t *testing.T) {
 	if tr.Path != "/v1/messages" {
 		t.Fatalf("path %q", tr.Path)
 	}
-	got, ok := For(config.FamilyChatCompletions, func(f string) bool { return f == config.FamilyAnthropicMessages })
-	if !ok || got != tr {
-		t.Fatalf("For picked %v, %v", got, ok)
+	b := config.Backend{Families: []string{config.FamilyAnthropicMessages}}
+	if to, ok := b.Route(config.FamilyChatCompletions); !ok || Lookup(config.FamilyChatCompletions, to) != tr {
+		t.Fatalf("an Anthropic backend takes chat completions as %q, %v", to, ok)
 	}
 }
 
