@@ -141,6 +141,7 @@ func (c *Config) applyDefaults() {
 		if b.Translate == nil {
 			b.Translate = new(true)
 		}
+		def(&b.MaxTokensField, "max_tokens")
 		if b.Auth == "" {
 			b.Auth = AuthBearer
 		}

@@ -309,7 +309,8 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 	var nb []byte
 	var err error
 	if u.tr != nil {
-		nb, err = u.tr.Request(b.GetBody(), translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens})
+		nb, err = u.tr.Request(b.GetBody(), translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens,
+			MaxTokensField: u.backend.MaxTokensField})
 		if err != nil {
 			// The router-level filter translated this body once to choose
 			// the cluster; only a config change in between gets here.

@@ -93,6 +93,7 @@ type messagesChatOut struct {
 	ToolChoice        any                    `json:"tool_choice,omitempty"`
 	ParallelToolCalls *bool                  `json:"parallel_tool_calls,omitempty"`
 	MaxTokens         json.RawMessage        `json:"max_tokens,omitempty"`
+	MaxCompletion     json.RawMessage        `json:"max_completion_tokens,omitempty"`
 	Stop              []string               `json:"stop,omitempty"`
 	Temperature       json.RawMessage        `json:"temperature,omitempty"`
 	TopP              json.RawMessage        `json:"top_p,omitempty"`
@@ -225,7 +226,11 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		}
 	}
 	if messagesChatPresent(in.MaxTokens) {
-		out.MaxTokens = in.MaxTokens
+		if o.ChatMaxTokens() == "max_completion_tokens" {
+			out.MaxCompletion = in.MaxTokens
+		} else {
+			out.MaxTokens = in.MaxTokens
+		}
 	}
 	out.Stop = in.StopSequences
 	if messagesChatPresent(in.Temperature) {

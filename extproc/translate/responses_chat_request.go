@@ -200,7 +200,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		name, chat string
 		v          json.RawMessage
 	}{
-		{"max_output_tokens", "max_tokens", r.MaxOutputTokens},
+		{"max_output_tokens", o.ChatMaxTokens(), r.MaxOutputTokens},
 		{"temperature", "temperature", r.Temperature},
 		{"top_p", "top_p", r.TopP},
 	} {

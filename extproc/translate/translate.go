@@ -38,6 +38,18 @@ type RequestOptions struct {
 	// DefaultMaxTokens is the output cap to send when the client named none
 	// and the backend family requires one (Anthropic's max_tokens).
 	DefaultMaxTokens int
+	// MaxTokensField names the output cap in a chat completions request:
+	// "max_tokens" (default; what relays speak most widely) or
+	// "max_completion_tokens" (what OpenAI's reasoning models require).
+	MaxTokensField string
+}
+
+// ChatMaxTokens is the chat completions field the output cap goes in.
+func (o RequestOptions) ChatMaxTokens() string {
+	if o.MaxTokensField == "max_completion_tokens" {
+		return o.MaxTokensField
+	}
+	return "max_tokens"
 }
 
 // ResponseOptions are the facts a response translation needs.
