@@ -268,7 +268,7 @@ func (s *messagesChatStream) event(e Event) error {
 		return nil
 	}
 	if string(e.Name) == "error" {
-		s.out = AppendEvent(s.out, "error", ErrorBody(data, 500, family.Anthropic))
+		s.out = AppendEvent(s.out, "error", ErrorBody(data, 0, family.Anthropic))
 		s.done = true
 		return nil
 	}
@@ -292,7 +292,7 @@ func (s *messagesChatStream) event(e Event) error {
 		}
 	}
 	if messagesChatPresent(failure) {
-		s.out = AppendEvent(s.out, "error", ErrorBody(data, 500, family.Anthropic))
+		s.out = AppendEvent(s.out, "error", ErrorBody(data, 0, family.Anthropic))
 		s.done = true
 		return nil
 	}
