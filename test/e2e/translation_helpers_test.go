@@ -13,7 +13,7 @@ import (
 // The translation stack: a relay that speaks chat completions only, an
 // Anthropic provider, and aliases whose clients speak another family than
 // their backend (docs/families.md, "Translation").
-func translationYAML(relay, ant, redisAddr string) string {
+func translationYAML(relay, relayB, ant, redisAddr string) string {
 	price := func(p config.Price) string {
 		return fmt.Sprintf("{input_per_mtok: %g, output_per_mtok: %g, cached_input_per_mtok: %g, reasoning_per_mtok: %g, cache_write_input_per_mtok: %g}",
 			p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok, p.ReasoningPerMTok, p.CacheWriteInputPerMTok)
@@ -39,6 +39,12 @@ backends:
     families: [chat_completions]
     keys:
       - {id: relay-1, secret: env:R1}
+  - name: relay-b
+    base_url: http://%s/v1
+    auth: bearer
+    families: [chat_completions]
+    keys:
+      - {id: relay-b-1, secret: env:O1}
   - name: ant
     base_url: http://%s/v1
     api_style: anthropic
@@ -59,9 +65,14 @@ models:
     targets:
       - {backend: relay, model: relay-model, price: %s}
       - {backend: ant, model: claude-upstream, priority: 1, price: %s}
+  # Two chat relays: a Responses request fails over translated.
+  - name: two-relays
+    targets:
+      - {backend: relay, model: relay-model, price: %s}
+      - {backend: relay-b, model: relay-model, priority: 1, price: %s}
 tenants:
   - name: team
-    models: [claude-cheap, gpt-on-claude, either]
+    models: [claude-cheap, gpt-on-claude, either, two-relays]
     keys:
       - {id: team-1, hash: %s}
     limits: {tpm: 1000000}
@@ -75,12 +86,13 @@ tenants:
     budget: {monthly: 0.00001, hard_cap: true}
     keys:
       - {id: broke-1, hash: %s}
-`, redisAddr, relay, ant, price(priceOAI), price(priceAnt), price(priceOAI), price(priceAnt),
+`, redisAddr, relay, relayB, ant, price(priceOAI), price(priceAnt), price(priceOAI), price(priceAnt), price(priceOAI), price(priceOAI),
 		config.HashKey(keyTeam), config.HashKey(keyLimited), config.HashKey(keyBroke))
 }
 
 type translationGateway struct {
 	*familyGateway
+	relayB *mockupstream.Server
 }
 
 func startTranslation(t *testing.T) *translationGateway {
@@ -93,13 +105,14 @@ func startTranslation(t *testing.T) *translationGateway {
 	tools := func(o *mockupstream.Options) { o.ToolCalls = true }
 	g.relay = startFamilyMock(t, ctx, config.AuthBearer, map[string]string{"relay-1": "R1"}, tools)
 	g.ant = startFamilyMock(t, ctx, config.AuthXAPIKey, map[string]string{"ant-1": "N1"}, tools)
-	cfg, err := config.Parse([]byte(translationYAML(g.relay.Addr().String(), g.ant.Addr().String(), rs.Addr)),
+	relayB := startFamilyMock(t, ctx, config.AuthBearer, map[string]string{"relay-b-1": "O1"}, tools)
+	cfg, err := config.Parse([]byte(translationYAML(g.relay.Addr().String(), relayB.Addr().String(), g.ant.Addr().String(), rs.Addr)),
 		"translation.yaml", config.Options{LookupEnv: func(k string) (string, bool) { v, ok := familySecrets[k]; return v, ok }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.serve(t, ctx, cfg, rs.Client(), nil)
-	return &translationGateway{g}
+	return &translationGateway{g, relayB}
 }
 
 // servedAll are the 200 records of every mock.

@@ -249,6 +249,22 @@ func TestTranslatedFailover(t *testing.T) {
 	if err := cs.Err(); err != nil || acc.Choices[0].Message.Content == "" {
 		t.Fatalf("chat stream: %v %+v", err, acc.ChatCompletion)
 	}
+	// Responses has no Anthropic translation: its retry goes to the
+	// second chat relay, translated again.
+	rr, err := oc.Responses.New(ctx, responseParams("two-relays"), option.WithHeader("x-request-id", "fo-r-json"))
+	if err != nil || rr.OutputText() == "" {
+		t.Fatalf("responses: %v %+v", err, rr)
+	}
+	rs := oc.Responses.NewStreaming(ctx, responseParams("two-relays"), option.WithHeader("x-request-id", "fo-r-sse"))
+	for rs.Next() {
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"fo-r-json", "fo-r-sse"} {
+		a, _ := lastAttempt(t, g, id)
+		checkAttempt(t, id, a, "/v1/chat/completions", "authorization", "Bearer oai-secret-1")
+	}
 	rec, ok := waitRecord(t, g.sim, "fo-m-json")
 	if !ok || len(rec.Attempts) != 2 || rec.Attempts[0].Status != 429 || rec.Cluster != contract.PoolCluster("either") {
 		t.Fatalf("first request: %+v", rec)
@@ -260,10 +276,11 @@ func TestTranslatedFailover(t *testing.T) {
 		checkAttempt(t, id, a, "/v1/messages", "x-api-key", "ant-secret-1")
 	}
 	want, cost := billed(priceAnt, served(g.ant)...)
-	waitFor(t, "ledger equal to the provider's usage", func() bool {
+	wantB, costB := billed(priceOAI, served(g.relayB)...)
+	waitFor(t, "ledger equal to the providers' usage", func() bool {
 		r, err := g.ledger.Query(ctx, "team", month())
-		return err == nil && r.Total.Requests == 4 && r.Total.InputTokens == want.PromptTokens &&
-			r.Total.OutputTokens == want.CompletionTokens && r.Total.Cost == cost
+		return err == nil && r.Total.Requests == 6 && r.Total.InputTokens == want.PromptTokens+wantB.PromptTokens &&
+			r.Total.OutputTokens == want.CompletionTokens+wantB.CompletionTokens && r.Total.Cost == cost+costB
 	})
 }
 
@@ -297,9 +314,21 @@ func TestTranslatedRefusals(t *testing.T) {
 					t.Errorf("messages: want %d %s, got %v", tc.anthropicStatus, tc.anthropicType, err)
 				}
 			}
+			oc := g.client(tc.key)
+			rp := responseParams("claude-cheap")
+			rp.MaxOutputTokens = openai.Int(tc.maxTokens)
+			_, rerr := oc.Responses.New(ctx, rp)
+			rs := oc.Responses.NewStreaming(ctx, rp)
+			for rs.Next() {
+			}
+			for _, err := range []error{rerr, rs.Err()} {
+				var oe *openai.Error
+				if !errors.As(err, &oe) || oe.StatusCode != tc.openaiStatus || oe.Code != tc.openaiCode {
+					t.Errorf("responses: want %d %s, got %v", tc.openaiStatus, tc.openaiCode, err)
+				}
+			}
 			p := chatParams("gpt-on-claude")
 			p.MaxTokens = openai.Int(tc.maxTokens)
-			oc := g.client(tc.key)
 			_, jerr = oc.Chat.Completions.New(ctx, p)
 			cs := oc.Chat.Completions.NewStreaming(ctx, p)
 			for cs.Next() {
