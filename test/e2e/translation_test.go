@@ -391,6 +391,19 @@ func TestCountTokensWithoutAnthropicBackend(t *testing.T) {
 	if len(g.relay.Requests()) != 0 {
 		t.Fatal("count_tokens reached the relay")
 	}
+	// On a model with an Anthropic backend too, count_tokens goes there
+	// only (the cluster of native speakers), and the provider counts.
+	n, err = c.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: "either",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello to the gateway."))}},
+		aoption.WithHeader("x-request-id", "count-either"))
+	if err != nil || n.InputTokens <= 0 {
+		t.Fatalf("count_tokens on either: %v %+v", err, n)
+	}
+	rec, ok := waitRecord(t, g.sim, "count-either")
+	if !ok || rec.Cluster != contract.PoolNativeCluster("either", config.FamilyAnthropicMessages) || len(rec.Attempts) != 1 ||
+		rec.Attempts[0].Path != "/v1/messages/count_tokens" {
+		t.Fatalf("sim record %+v", rec)
+	}
 }
 
 var _ = mockupstream.ActOK
