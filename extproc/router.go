@@ -389,7 +389,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	// Context-window-aware routing: skip targets too small for prompt plus
 	// output; restrict the pool to the rest (docs/extproc.md, decisions).
 	need := r.estTokens + r.maxOut
-	minFit, fits := 0, 0
+	minFit, fits, selMax := 0, 0, 0
 	for _, t := range model.Targets {
 		if r.pinned.Backend != "" && t.Backend != r.pinned.Backend {
 			continue
@@ -397,6 +397,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		if familyPool && !sel.takes(r.cfg, r.spec, t.Backend) {
 			continue
 		}
+		selMax = max(selMax, t.ContextWindow)
 		if t.ContextWindow == 0 || t.ContextWindow >= need {
 			fits++
 			r.backends = append(r.backends, t.Backend)
@@ -417,11 +418,15 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		// Only the backend holding the previous response, retries
 		// included; its context window is not checked further.
 		pool = contract.PoolBackendCluster(alias, r.pinned.Backend)
+	case familyPool && fits < sel.take:
+		// The family's cluster restricted to the windows that fit, as
+		// for the whole pool below (xds/ir familyPools).
+		if minFit == 0 {
+			minFit = selMax + 1
+		}
+		pool = sel.cluster(alias, r.spec.Name, minFit)
 	case familyPool:
-		// Context windows within a family cluster are not restricted
-		// further: a too-small window among its targets may still be
-		// picked (docs/families.md).
-		pool = sel.cluster(alias, r.spec.Name)
+		pool = sel.cluster(alias, r.spec.Name, 0)
 	case fits < len(model.Targets):
 		if minFit == 0 {
 			// Only targets of unknown window fit: above every known one.

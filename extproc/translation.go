@@ -60,12 +60,11 @@ func (sel targetSel) takes(cfg *config.Config, spec *family.Spec, backend string
 	return ok
 }
 
-// cluster names the selection's cluster, as xds/ir familyPools generates it.
-func (sel targetSel) cluster(alias, fam string) string {
-	if sel.native && sel.speaks < sel.reach {
-		return contract.PoolNativeCluster(alias, fam)
-	}
-	return contract.PoolFamilyCluster(alias, fam)
+// cluster names the selection's cluster (restricted to targets whose
+// context window is at least minContext, when positive), as xds/ir
+// familyPools generates it.
+func (sel targetSel) cluster(alias, fam string, minContext int) string {
+	return contract.PoolFamilyContextCluster(alias, fam, sel.native && sel.speaks < sel.reach, minContext)
 }
 
 // familyTargets selects the targets that can serve the request. When some

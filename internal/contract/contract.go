@@ -178,6 +178,24 @@ func PoolNativeCluster(model, family string) string {
 	return "poolnat_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
 }
 
+// PoolFamilyContextCluster is a family cluster (PoolNativeCluster when
+// native, else PoolFamilyCluster) restricted further to the targets whose
+// context window is at least minContext tokens (or unknown), as
+// PoolContextCluster restricts the whole pool; minContext <= 0 is the
+// family cluster itself. "poolfamctx<N>_" and "poolnatctx<N>_" cannot
+// collide with the other prefixes.
+func PoolFamilyContextCluster(model, family string, native bool, minContext int) string {
+	base := PoolFamilyCluster(model, family)
+	if native {
+		base = PoolNativeCluster(model, family)
+	}
+	if minContext <= 0 {
+		return base
+	}
+	prefix, rest, _ := strings.Cut(base, "_")
+	return prefix + "ctx" + strconv.Itoa(minContext) + "_" + rest
+}
+
 // PoolBackendCluster is the cluster serving a model alias on one of its
 // backends only: a Responses request naming a previous_response_id must
 // reach the backend (and key) that created it, retries included. The

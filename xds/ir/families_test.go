@@ -79,3 +79,55 @@ func TestFamilyPools(t *testing.T) {
 		t.Errorf("poolnat_anthropic_messages_m %+v", nat)
 	}
 }
+
+// TestFamilyContextPools: family clusters are restricted further by
+// context window, over their own targets, as the router asks for them
+// (extproc TestRouterFamilyClusters uses the same model).
+func TestFamilyContextPools(t *testing.T) {
+	const y = `
+backends:
+  - {name: relay, base_url: "http://127.0.0.1:9/v1", families: [chat_completions], keys: [{id: r1, secret: env:R}]}
+  - {name: oai, base_url: "http://127.0.0.1:9/v1", families: [chat_completions], keys: [{id: o1, secret: env:O}]}
+  - {name: ant, base_url: "http://127.0.0.1:9/v1", api_style: anthropic, auth: x-api-key, keys: [{id: a1, secret: env:A}]}
+models:
+  - name: m
+    targets:
+      - {backend: relay, context_window: 1000}
+      - {backend: oai, context_window: 8000}
+      - {backend: ant, context_window: 200000}
+`
+	cfg, err := config.Parse([]byte(y), "t.yaml", config.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string][]string{}
+	for _, p := range Build(cfg).Pools {
+		var bs []string
+		for _, tg := range p.Targets {
+			bs = append(bs, tg.Backend)
+		}
+		slices.Sort(bs)
+		pools[p.Cluster] = bs
+	}
+	want := map[string][]string{
+		"pool_m":          {"ant", "oai", "relay"},
+		"poolctx8000_m":   {"ant", "oai"},
+		"poolctx200000_m": {"ant"},
+		// chat natively: relay and oai; windows 1000 and 8000.
+		"poolnat_chat_completions_m":        {"oai", "relay"},
+		"poolnatctx8000_chat_completions_m": {"oai"},
+		// Messages natively: ant only, one window.
+		"poolnat_anthropic_messages_m": {"ant"},
+		// Responses: the chat speakers (translated); windows 1000, 8000.
+		"poolfam_responses_m":        {"oai", "relay"},
+		"poolfamctx8000_responses_m": {"oai"},
+	}
+	for name, bs := range want {
+		if !slices.Equal(pools[name], bs) {
+			t.Errorf("%s: %v, want %v", name, pools[name], bs)
+		}
+	}
+	if len(pools) != len(want) {
+		t.Errorf("clusters %v", pools)
+	}
+}

@@ -185,14 +185,46 @@ func familyPools(cfg *config.Config, m *config.Model) []poolSel {
 				native++
 			}
 		}
+		var sels []poolSel
 		if reach > 0 && reach < len(m.Targets) {
-			out = append(out, poolSel{family: f})
+			sels = append(sels, poolSel{family: f})
 		}
 		if native > 0 && native < reach {
-			out = append(out, poolSel{family: f, native: true})
+			sels = append(sels, poolSel{family: f, native: true})
+		}
+		for _, sel := range sels {
+			out = append(out, sel)
+			// Each restricted further by context window, as the whole
+			// pool is (contextWindows), over the selection's targets.
+			var in []config.Target
+			for _, t := range m.Targets {
+				if sel.admits(cfg, &t) {
+					in = append(in, t)
+				}
+			}
+			for _, w := range contextWindows(&config.Model{Targets: in}) {
+				out = append(out, poolSel{family: f, native: sel.native, minContext: w})
+			}
 		}
 	}
 	return out
+}
+
+// admits reports whether a target's backend is in the family selection
+// (context windows aside).
+func (sel poolSel) admits(cfg *config.Config, t *config.Target) bool {
+	if sel.backend != "" && t.Backend != sel.backend {
+		return false
+	}
+	if sel.family == "" {
+		return true
+	}
+	b, ok := cfg.Backend(t.Backend)
+	if !ok {
+		return false
+	}
+	_, reach := b.Route(sel.family)
+	return reach && (!sel.native || b.Serves(sel.family))
 }
 
 // affinityBackends lists the backends of a model with more than one
@@ -224,10 +256,8 @@ func (sel poolSel) cluster(model string) string {
 	switch {
 	case sel.backend != "":
 		return contract.PoolBackendCluster(model, sel.backend)
-	case sel.family != "" && sel.native:
-		return contract.PoolNativeCluster(model, sel.family)
 	case sel.family != "":
-		return contract.PoolFamilyCluster(model, sel.family)
+		return contract.PoolFamilyContextCluster(model, sel.family, sel.native, sel.minContext)
 	}
 	return contract.PoolContextCluster(model, sel.minContext)
 }
@@ -254,17 +284,8 @@ func buildPool(cfg *config.Config, m *config.Model, sel poolSel) Pool {
 	// weights of at least 1). Thresholds are summed over the selected
 	// targets only.
 	skip := func(t *config.Target) bool {
-		if sel.backend != "" && t.Backend != sel.backend {
+		if !sel.admits(cfg, t) {
 			return true
-		}
-		if sel.family != "" {
-			b, ok := cfg.Backend(t.Backend)
-			if !ok {
-				return true
-			}
-			if _, reach := b.Route(sel.family); !reach || (sel.native && !b.Serves(sel.family)) {
-				return true
-			}
 		}
 		return t.Weight <= 0 || (sel.minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < sel.minContext)
 	}
