@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,6 +35,8 @@ type Options struct {
 	// Queue is how many records may wait for Run; default 4096.
 	Queue  int
 	Logger *slog.Logger
+	// Registerer, when set, gets the store's metrics (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 // Store records and looks up owners in Redis.
@@ -45,6 +48,8 @@ type Store struct {
 	log     *slog.Logger
 	dropped atomic.Int64
 	failed  atomic.Int64
+	written atomic.Int64
+	lookups *prometheus.CounterVec // by result; nil without a Registerer
 }
 
 type record struct {
@@ -67,7 +72,11 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{rdb: rdb, prefix: o.Prefix + "affinity:resp:", timeout: o.ReadTimeout, queue: make(chan record, o.Queue), log: o.Logger}
+	s := &Store{rdb: rdb, prefix: o.Prefix + "affinity:resp:", timeout: o.ReadTimeout, queue: make(chan record, o.Queue), log: o.Logger}
+	if o.Registerer != nil {
+		s.register(o.Registerer)
+	}
+	return s
 }
 
 // encode joins an owner into one value. Backend, key and tenant names
@@ -102,14 +111,18 @@ func (s *Store) Owner(ctx context.Context, id string) (Owner, error) {
 	v, err := s.rdb.Get(ctx, s.prefix+id).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
+		s.lookup("not_found")
 		return Owner{}, ErrNotFound
 	case err != nil:
+		s.lookup("error")
 		return Owner{}, fmt.Errorf("affinity: looking up %q: %w", id, err)
 	}
 	o, ok := decode(v)
 	if !ok {
+		s.lookup("not_found")
 		return Owner{}, ErrNotFound
 	}
+	s.lookup("found")
 	return o, nil
 }
 
@@ -159,7 +172,9 @@ func (s *Store) write(ctx context.Context, batch []record) {
 		}
 		return nil
 	})
-	if err != nil {
+	if err == nil {
+		s.written.Add(int64(len(batch)))
+	} else {
 		if s.failed.Add(int64(len(batch))) == int64(len(batch)) {
 			s.log.Warn("affinity: writing response owners failed", "records", len(batch), "err", err)
 		}

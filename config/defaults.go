@@ -138,6 +138,10 @@ func (c *Config) applyDefaults() {
 		if len(b.Families) == 0 {
 			b.Families = DefaultFamilies(b.APIStyle)
 		}
+		if b.Translate == nil {
+			b.Translate = new(true)
+		}
+		def(&b.MaxTokensField, "max_tokens")
 		if b.Auth == "" {
 			b.Auth = AuthBearer
 		}

@@ -31,3 +31,35 @@ func (b *Backend) Serves(family string) bool { return slices.Contains(b.Families
 // Anthropic reports whether the backend speaks Anthropic's API conventions
 // (anthropic-version header on every request).
 func (b *Backend) Anthropic() bool { return b.APIStyle == "anthropic" }
+
+// translationTargets lists, per client family, the backend families a
+// request can be translated into, in order of preference. extproc/translate
+// holds one translator per pair (a test keeps the two in step).
+var translationTargets = map[string][]string{
+	FamilyAnthropicMessages: {FamilyChatCompletions},
+	FamilyChatCompletions:   {FamilyAnthropicMessages},
+	FamilyResponses:         {FamilyChatCompletions},
+}
+
+// TranslationTargets is the backend families a request of the client
+// family can be translated into.
+func TranslationTargets(client string) []string { return translationTargets[client] }
+
+// Route is the family in which the backend takes a request of the client
+// family: the client's own when the backend serves it, else the first
+// translation target it serves (when translation is on); ok is false when
+// the backend cannot take the request at all.
+func (b *Backend) Route(client string) (family string, ok bool) {
+	if b.Serves(client) {
+		return client, true
+	}
+	if b.Translate != nil && !*b.Translate {
+		return "", false
+	}
+	for _, f := range translationTargets[client] {
+		if b.Serves(f) {
+			return f, true
+		}
+	}
+	return "", false
+}

@@ -253,6 +253,15 @@ type Backend struct {
 	// embeddings; anthropic → anthropic_messages. Requests are routed only to
 	// targets whose backend serves the request's family.
 	Families []string `yaml:"families" json:"families"`
+	// Translate lets the gateway serve the backend requests of families it
+	// does not speak by translating them (TranslationTargets; default
+	// true): Anthropic Messages and Responses clients on a chat completions
+	// relay, chat clients on an Anthropic backend (docs/families.md).
+	Translate *bool `yaml:"translate" json:"translate"`
+	// MaxTokensField names the output cap in chat completions requests the
+	// gateway translates for this backend: max_tokens (default) or
+	// max_completion_tokens (OpenAI's reasoning models refuse max_tokens).
+	MaxTokensField string `yaml:"max_tokens_field" json:"max_tokens_field"`
 	// Headers are static headers added to every upstream request.
 	Headers        map[string]string `yaml:"headers" json:"headers"`
 	Keys           []APIKey          `yaml:"keys" json:"keys"`

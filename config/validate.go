@@ -359,6 +359,9 @@ func (c *Config) validateBackends(v *validator) map[string]bool {
 				v.add(p+".families["+strconv.Itoa(j)+"]", "API family %q listed twice", f)
 			}
 		}
+		if b.MaxTokensField != "max_tokens" && b.MaxTokensField != "max_completion_tokens" {
+			v.add(p+".max_tokens_field", "unknown field %q: want max_tokens or max_completion_tokens", b.MaxTokensField)
+		}
 		switch b.Auth {
 		case AuthBearer, AuthXAPIKey, AuthAPIKey:
 		default:

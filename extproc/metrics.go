@@ -17,6 +17,12 @@ type metrics struct {
 	unadmitted    prometheus.Counter
 	lastResort    *prometheus.CounterVec // by backend
 	accountingErr *prometheus.CounterVec // by step
+	// translated counts translated attempts by pair and half (request,
+	// response); untranslatable requests sent to native backends only or
+	// refused; translateErr backend answers that could not be read.
+	translated     *prometheus.CounterVec // by from, to, half
+	untranslatable prometheus.Counter
+	translateErr   *prometheus.CounterVec // by from, to
 
 	// Children resolved once per label set (config names only, so
 	// bounded): the data path would otherwise hash label values on every
@@ -73,11 +79,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Upstream attempts refused a key because they carried no valid signed admission (router-level filter failed open, or not Envoy)."}),
 		accountingErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_accounting_errors_total",
 			Help: "Failed accounting steps (reserve, settle, budget, ledger)."}, []string{"step"}),
+		translated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_translations_total",
+			Help: "Request bodies (per attempt) and answers translated between API families."}, []string{"from", "to", "half"}),
+		untranslatable: prometheus.NewCounter(prometheus.CounterOpts{Name: "swarmgate_extproc_untranslatable_requests_total",
+			Help: "Requests the translator could not express, sent to natively speaking backends only or refused with 400."}),
+		translateErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_translation_errors_total",
+			Help: "Backend answers that could not be translated (not readable in the backend's family)."}, []string{"from", "to"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.unadmitted, m.lastResort, m.accountingErr} {
+	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.unadmitted, m.lastResort, m.accountingErr,
+		m.translated, m.untranslatable, m.translateErr} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -85,6 +85,12 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	default:
 		r.kind = bodyOther
 	}
+	translating := r.admitted && !local && s.startTranslation(r)
+	if translating && strings.EqualFold(cenc, "gzip") && (r.status < 200 || r.status >= 300) {
+		// The translator reads plain bytes, error bodies too.
+		r.gzip = true
+		r.decoder = s.opts.Usage.NewGzip()
+	}
 	if r.admitted && r.status >= 200 && r.status < 300 {
 		switch {
 		case strings.EqualFold(cenc, "gzip"):
@@ -112,10 +118,17 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			}
 		}
 	}
+	if translating {
+		// The translator writes plain bytes; its answer has another length.
+		r.filter = nil
+	}
 	a := r.answer()
 	resp, _ := a.start(answerResponseHeaders)
 	for _, h := range removeAttemptHeaders {
 		a.remove(h)
+	}
+	if translating && r.decoder != nil {
+		a.remove("content-encoding")
 	}
 	if h.GetEndOfStream() {
 		s.finish(r, false)
@@ -150,6 +163,9 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 				r.kind = bodyOther
 			}
 			plain = p
+		}
+		if r.tr != nil {
+			s.translateChunk(r, plain, b.GetEndOfStream())
 		}
 		switch r.kind {
 		case bodySSE:
@@ -233,7 +249,8 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			u, reported = r.parser.Usage()
 		}
 	}
-	if ok2xx && r.spec == family.Responses {
+	if ok2xx && r.spec == family.Responses && r.tr == nil {
+		// A translated answer's id is the gateway's: no backend holds it.
 		s.rememberResponse(r)
 	}
 	estimated := false

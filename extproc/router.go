@@ -20,6 +20,7 @@ import (
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/identity"
 	"github.com/swarmgate/swarmgate/telemetry"
@@ -98,15 +99,21 @@ type routerStream struct {
 	reqMeta      *requestMeta // kept across pooled uses
 	ownParser    UsageStream  // kept across pooled uses; parser when SSE
 	ownFilter    ChunkFilter  // kept across pooled uses; filter when hiding usage
-	start        time.Time    // request headers seen
-	firstChunk   time.Time    // first response body bytes (TTFT of streams)
+	// tr translates the answer of a backend of another family into the
+	// client's (translation.go); trFrom/trTo name the pair for metrics.
+	tr         translate.Response
+	trPair     *translate.Translator
+	trOut      []byte // kept across pooled uses
+	trFailed   bool
+	start      time.Time // request headers seen
+	firstChunk time.Time // first response body bytes (TTFT of streams)
 }
 
 func (r *routerStream) reset() {
 	buf, jb, sp := r.reqBody[:0], r.jsonBuf[:0], r.spliced[:0]
-	bk := r.backends[:0]
+	bk, to := r.backends[:0], r.trOut[:0]
 	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta,
-		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter}
+		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, trOut: to}
 }
 
 // answer is the stream's reusable answer (see answer).
@@ -361,34 +368,36 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	case r.maxOut == 0:
 		r.maxOut = r.cfg.Request.DefaultMaxOutputTokens
 	}
-	// Only targets whose backend serves the request's family may get it
-	// (docs/families.md); a model some of whose targets do not is routed to
-	// its family cluster, which holds only the others.
-	served, familyPool := 0, false
-	for _, t := range model.Targets {
-		if b, ok := r.cfg.Backend(t.Backend); ok && b.Serves(r.spec.Name) {
-			served++
+	// Only targets whose backend takes the request's family, natively or
+	// translated, may get it (docs/families.md); a request the translator
+	// cannot express goes to the native ones only. A model some of whose
+	// targets do not take it is routed to a cluster that holds only the
+	// others (xds/ir familyPools), so retries stay there too.
+	sel, unsupported := s.familyTargets(r, model, body)
+	if sel.take == 0 {
+		switch {
+		case unsupported != nil:
+			return s.refuse(r, errBadRequest(unsupported.Message, "unsupported_parameter", unsupported.Param))
+		case r.spec == family.CountTokens:
+			return s.countTokensLocally(r, cr)
 		}
-	}
-	if served == 0 {
 		return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
 			message: "The model `" + alias + "` is not served for " + r.spec.Path + " by any of its backends."})
 	}
-	familyPool = served < len(model.Targets)
+	familyPool := sel.take < len(model.Targets)
 
 	// Context-window-aware routing: skip targets too small for prompt plus
 	// output; restrict the pool to the rest (docs/extproc.md, decisions).
 	need := r.estTokens + r.maxOut
-	minFit, fits := 0, 0
+	minFit, fits, selMax := 0, 0, 0
 	for _, t := range model.Targets {
 		if r.pinned.Backend != "" && t.Backend != r.pinned.Backend {
 			continue
 		}
-		if familyPool {
-			if b, _ := r.cfg.Backend(t.Backend); !b.Serves(r.spec.Name) {
-				continue
-			}
+		if familyPool && !sel.takes(r.cfg, r.spec, t.Backend) {
+			continue
 		}
+		selMax = max(selMax, t.ContextWindow)
 		if t.ContextWindow == 0 || t.ContextWindow >= need {
 			fits++
 			r.backends = append(r.backends, t.Backend)
@@ -409,11 +418,15 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		// Only the backend holding the previous response, retries
 		// included; its context window is not checked further.
 		pool = contract.PoolBackendCluster(alias, r.pinned.Backend)
+	case familyPool && fits < sel.take:
+		// The family's cluster restricted to the windows that fit, as
+		// for the whole pool below (xds/ir familyPools).
+		if minFit == 0 {
+			minFit = selMax + 1
+		}
+		pool = sel.cluster(alias, r.spec.Name, minFit)
 	case familyPool:
-		// Context windows within a family cluster are not restricted
-		// further: a too-small window among its targets may still be
-		// picked (docs/families.md).
-		pool = contract.PoolFamilyCluster(alias, r.spec.Name)
+		pool = sel.cluster(alias, r.spec.Name, 0)
 	case fits < len(model.Targets):
 		if minFit == 0 {
 			// Only targets of unknown window fit: above every known one.

@@ -17,6 +17,7 @@ import (
 	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/telemetry"
 )
@@ -35,9 +36,13 @@ type upstreamStream struct {
 	upstreamModel string
 	alias         string
 	rewrite       bool
-	reported      bool   // the attempt's response headers were reported
-	scratch       []byte // the decoded admission token; kept across pooled uses
-	ans           *answer
+	// tr translates the request for a backend that does not speak the
+	// client's family (extproc/translate); shape is the client's errors.
+	tr       *translate.Translator
+	shape    family.ErrorShape
+	reported bool   // the attempt's response headers were reported
+	scratch  []byte // the decoded admission token; kept across pooled uses
+	ans      *answer
 }
 
 // bodyOverride asks Envoy for this attempt's buffered body when the model
@@ -188,12 +193,22 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		return localError(errNotAdmitted().in(family.ShapeForPath(pathOf(h))))
 	}
 	u.requestID, u.alias = ad.requestID, ad.model
+	spec := family.ForPath(pathOnly(ad.path))
 	shape := family.ShapeForPath(pathOnly(ad.path))
+	u.shape = shape
 	if !known {
 		s.log.Warn("upstream attempt without a known backend in host metadata", "backend", backendName, "request_id", u.requestID)
 		return localError(errNotAdmitted().in(shape))
 	}
 	u.backend = b
+	tr, takes := translatorFor(b, spec)
+	if !takes {
+		// The request's cluster holds only backends that take its family
+		// (xds/ir familyPools); a config change between admission and this
+		// attempt can still leave one that does not.
+		s.log.Warn("upstream attempt on a backend that does not take the request's API family", "backend", b.Name, "request_id", u.requestID)
+		return localError(errNotAdmitted().in(shape))
+	}
 	if ad.key != "" && ad.backends != b.Name {
 		// The request continues a response only one backend holds; Envoy
 		// sent this attempt elsewhere (a retry in a cluster that holds
@@ -261,6 +276,18 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		a.remove("anthropic-version")
 		a.remove("anthropic-beta")
 	}
+	if tr != nil && !h.GetEndOfStream() {
+		// Another family: the body is rewritten for every attempt on this
+		// backend, under the backend family's path (the client's query
+		// belongs to the client's family). The answer is translated back
+		// by the router-level filter, which reads it plain.
+		u.tr = tr
+		u.upstreamModel, u.rewrite = cmp.Or(upstreamModel, u.alias), true
+		a.set(":path", b.UpstreamPath(tr.Path))
+		a.set("accept-encoding", "identity")
+		resp.ModeOverride = bodyOverride
+		return resp
+	}
 	a.set(":path", b.UpstreamPath(ad.path))
 	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
 		u.upstreamModel, u.rewrite = upstreamModel, true
@@ -279,8 +306,24 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 	if !u.rewrite || !b.GetEndOfStream() {
 		return resp
 	}
-	nb, err := chatreq.SetModel(b.GetBody(), u.upstreamModel)
-	if err != nil {
+	var nb []byte
+	var err error
+	if u.tr != nil {
+		nb, err = u.tr.Request(b.GetBody(), translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens,
+			MaxTokensField: u.backend.MaxTokensField})
+		if err != nil {
+			// The router-level filter translated this body once to choose
+			// the cluster; only a config change in between gets here.
+			s.metrics.untranslatable.Inc()
+			var un *translate.Unsupported
+			msg, param := "The request cannot be translated for this backend: "+err.Error(), ""
+			if errors.As(err, &un) {
+				msg, param = un.Message, un.Param
+			}
+			return localError(errBadRequest(msg, "unsupported_parameter", param).in(u.shape))
+		}
+		s.metrics.translated.WithLabelValues(u.tr.From, u.tr.To, "request").Inc()
+	} else if nb, err = chatreq.SetModel(b.GetBody(), u.upstreamModel); err != nil {
 		// The router-level filter validated this body; leave it as it is.
 		return resp
 	}

@@ -264,7 +264,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		// Who created each Responses API response, shared by every
 		// replica (previous_response_id affinity, docs/families.md).
 		aff := affinity.New(rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D(),
-			Logger: g.log.With("component", "affinity")})
+			Logger: g.log.With("component", "affinity"), Registerer: reg})
 		grp.Go(func() error { return aff.Run(ctx) })
 		ep, err := extproc.New(extproc.Options{Tracer: tracer, Queue: wire.Queue(queue), Affinity: wire.Affinity(aff),
 			Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: reg,

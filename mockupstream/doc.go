@@ -37,6 +37,19 @@
 //     x-mock-reasoning-tokens headers); reasoning tokens are part of
 //     completion_tokens and are not streamed as content.
 //
+// Tool calls are opt-in (Options.ToolCalls, --tool-calls; tools.go): a
+// chat completions or Anthropic Messages request that declares tools and
+// does not end in a tool result is answered with two parallel calls of the
+// first declared tool, arguments {"city":"Paris"} and {"city":"Rome"}
+// (ToolCallArguments), ids call_<n>_0/1 or toolu_<n>_0/1, finish_reason
+// tool_calls (content null) or stop_reason tool_use (after a text block,
+// ToolCallText), JSON or streamed as the providers stream them (arguments
+// in pieces: deltas of tool_calls[].function.arguments, input_json_delta).
+// Usage is a text answer's. A request ending in a tool result is answered
+// with text. Records count the tool calls answered (ToolCalls), the tool
+// results the request carried (ToolResults) and whether it carried an
+// image part (SawImage), whatever ToolCalls is.
+//
 // Per-key behaviour (Server.SetBehavior, goroutine-safe, from the next
 // request): OK, 429 with Retry-After, an error status, a reset before the
 // answer, a reset after N stream chunks, fixed-window RPM/TPM limits with

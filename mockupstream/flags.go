@@ -25,7 +25,7 @@ type Flags struct {
 	failStatus                  int
 	failProb                    float64
 	seed                        uint64
-	strict, h2c                 bool
+	strict, h2c, toolCalls      bool
 }
 
 // RegisterFlags defines the mock-upstream flags on fs. Call Options after
@@ -52,6 +52,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&f.failStatus, "fail-status", 500, "status of random failures")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the failure RNG")
 	fs.BoolVar(&f.h2c, "h2c", false, "also serve cleartext HTTP/2")
+	fs.BoolVar(&f.toolCalls, "tool-calls", false, "answer chat and Anthropic requests that declare tools with two parallel tool calls")
 	return f
 }
 
@@ -98,7 +99,7 @@ func (f *Flags) Options(lookupEnv func(string) (string, bool)) (string, Options,
 	if f.models != "" {
 		o.Models = strings.Split(f.models, ",")
 	}
-	o.StrictModels, o.H2C, o.Seed = f.strict, f.h2c, f.seed
+	o.StrictModels, o.H2C, o.Seed, o.ToolCalls = f.strict, f.h2c, f.seed, f.toolCalls
 	o.TTFT, o.InterTokenDelay = f.ttft, f.interToken
 	o.TokensPerChunk, o.CompletionTokens = f.tokensPerChunk, f.completion
 	o.CachedTokens, o.ReasoningTokens = f.cached, f.reasoning

@@ -168,9 +168,14 @@ func (u usage) json() *usageJSON {
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, resetAfter int) {
 	id := s.nextID()
 	created := s.opts.Now().Unix()
+	tool := s.toolToCall(rec.Endpoint, q)
 	switch {
 	case rec.Endpoint == "count_tokens":
 		s.writeJSON(w, rec, map[string]int{"input_tokens": u.prompt}, resetAfter >= 0)
+	case tool != "" && rec.Endpoint == "chat":
+		s.answerToolCalls(w, r, rec, q, u, tool, id, created, resetAfter)
+	case tool != "" && rec.Endpoint == "messages":
+		s.answerToolUse(w, r, rec, q, u, tool, id, resetAfter)
 	case rec.Endpoint == "messages":
 		s.answerMessages(w, r, rec, q, u, id, resetAfter)
 	case rec.Endpoint == "responses":
@@ -243,12 +248,14 @@ type chatCompletion struct {
 	Usage any `json:"usage,omitempty"`
 }
 
+// chatChoice's Message and Delta are a *chatMessage, or a tool-call
+// message or delta (tools.go).
 type chatChoice struct {
-	Index        int          `json:"index"`
-	Message      *chatMessage `json:"message,omitempty"`
-	Delta        *chatMessage `json:"delta,omitempty"`
-	Logprobs     *struct{}    `json:"logprobs"`
-	FinishReason *string      `json:"finish_reason"`
+	Index        int       `json:"index"`
+	Message      any       `json:"message,omitempty"`
+	Delta        any       `json:"delta,omitempty"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
 }
 
 type chatMessage struct {

@@ -82,8 +82,15 @@ type apiRequest struct {
 	MaxCompletionTokens int `json:"max_completion_tokens"`
 	MaxOutputTokens     int `json:"max_output_tokens"` // Responses
 	Messages            []struct {
+		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
+	Tools []struct {
+		Name     string `json:"name"` // Anthropic
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"` // chat completions
+	} `json:"tools"`
 	System             json.RawMessage `json:"system"`       // Anthropic: a string or text blocks
 	Instructions       json.RawMessage `json:"instructions"` // Responses
 	PreviousResponseID string          `json:"previous_response_id"`
@@ -91,6 +98,8 @@ type apiRequest struct {
 	Input              json.RawMessage `json:"input"`
 	Dimensions         int             `json:"dimensions"`
 	EncodingFormat     string          `json:"encoding_format"`
+
+	convo conversation // what the messages hold (tools.go), not decoded
 }
 
 func (q *apiRequest) maxTokens() int {
@@ -171,8 +180,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, rec, http.StatusBadRequest, "bad_request", "invalid_request_error", "invalid_json", "We could not parse the JSON body of your request.")
 		return
 	}
+	q.convo = inspectConversation(rec.Endpoint, &q)
 	s.update(func() {
 		rec.Model, rec.Stream, rec.IncludeUsage, rec.MaxTokens = q.Model, q.Stream, q.includeUsage(), q.maxTokens()
+		rec.ToolResults, rec.SawImage = q.convo.toolResults, q.convo.sawImage
 	})
 	if q.Model == "" {
 		s.fail(w, rec, http.StatusBadRequest, "bad_request", "invalid_request_error", "missing_model", "you must provide a model parameter")

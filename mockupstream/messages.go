@@ -113,14 +113,14 @@ func setAnthropicLimits(h http.Header, b Behavior, win *window, now time.Time) {
 }
 
 type anthropicMessage struct {
-	ID           string           `json:"id"`
-	Type         string           `json:"type"`
-	Role         string           `json:"role"`
-	Model        string           `json:"model"`
-	Content      []anthropicBlock `json:"content"`
-	StopReason   *string          `json:"stop_reason"`
-	StopSequence *string          `json:"stop_sequence"`
-	Usage        anthropicUsage   `json:"usage"`
+	ID           string         `json:"id"`
+	Type         string         `json:"type"`
+	Role         string         `json:"role"`
+	Model        string         `json:"model"`
+	Content      []any          `json:"content"` // anthropicBlock, anthropicToolUse (tools.go)
+	StopReason   *string        `json:"stop_reason"`
+	StopSequence *string        `json:"stop_sequence"`
+	Usage        anthropicUsage `json:"usage"`
 }
 
 type anthropicBlock struct {
@@ -147,7 +147,7 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, rec *Rec
 		stop = "max_tokens"
 	}
 	msg := anthropicMessage{ID: fmt.Sprintf("msg_mock_%x_%d", s.instance, id), Type: "message", Role: "assistant", Model: q.Model,
-		Content: []anthropicBlock{{Type: "text", Text: tokenText(0, u.completion)}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
+		Content: []any{anthropicBlock{Type: "text", Text: tokenText(0, u.completion)}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
 	if !q.Stream {
 		chunks := (u.completion + s.opts.TokensPerChunk - 1) / s.opts.TokensPerChunk
 		if !sleep(r.Context(), s.opts.TTFT+s.opts.InterTokenDelay*time.Duration(max(0, chunks-1))) {
@@ -158,7 +158,7 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, rec *Rec
 		return
 	}
 	start := msg
-	start.Content, start.StopReason, start.Usage = []anthropicBlock{}, nil, u.anthropic(1)
+	start.Content, start.StopReason, start.Usage = []any{}, nil, u.anthropic(1)
 	type m = map[string]any
 	events := []sseEvent{
 		{"message_start", m{"type": "message_start", "message": start}},

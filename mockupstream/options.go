@@ -58,6 +58,13 @@ type Options struct {
 	// for "dimensions". Default 8.
 	EmbeddingDims int
 
+	// ToolCalls makes chat completions and Anthropic Messages answer a
+	// request that declares tools, and whose last turn is not a tool
+	// result, with two parallel calls of the first declared tool
+	// (arguments ToolCallArguments, finish_reason tool_calls / stop_reason
+	// tool_use); see tools.go. Off, tools are ignored as before.
+	ToolCalls bool
+
 	// Models is what GET /v1/models lists. Default ["gpt-4o-mini"].
 	Models []string
 	// StrictModels answers 404 model_not_found for a model not in Models.

@@ -36,6 +36,11 @@ type Record struct {
 	CacheWriteTokens int    // prompt tokens written to the cache (Anthropic)
 	ReasoningTokens  int
 	ResponseID       string // the Responses API id created
+
+	// Chat completions and Anthropic Messages only.
+	ToolCalls   int  // tool calls answered (Options.ToolCalls)
+	ToolResults int  // tool results in the request: chat role "tool" messages, Anthropic tool_result blocks
+	SawImage    bool // an image part: chat image_url, Anthropic image (also inside a tool_result)
 }
 
 // Counters count requests of one key by outcome.

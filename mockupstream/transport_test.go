@@ -159,7 +159,7 @@ func TestFlags(t *testing.T) {
 		check   func(t *testing.T, addr string, o Options)
 	}{
 		{name: "defaults", args: nil, check: func(t *testing.T, addr string, o Options) {
-			if addr != "127.0.0.1:18101" || len(o.Keys) != 0 || o.CompletionTokens != 16 {
+			if addr != "127.0.0.1:18101" || len(o.Keys) != 0 || o.CompletionTokens != 16 || o.ToolCalls {
 				t.Fatalf("%s %+v", addr, o)
 			}
 		}},
@@ -171,6 +171,11 @@ func TestFlags(t *testing.T) {
 					t.Fatalf("%s %+v", addr, o)
 				}
 			}},
+		{name: "tool calls", args: []string{"--tool-calls"}, check: func(t *testing.T, addr string, o Options) {
+			if !o.ToolCalls {
+				t.Fatalf("%+v", o)
+			}
+		}},
 		{name: "missing env", args: []string{"--keys", "a=env:NOPE"}, wantErr: true},
 		{name: "inline key", args: []string{"--keys", keyA}, wantErr: true},
 		{name: "bad auth", args: []string{"--auth", "basic"}, wantErr: true},

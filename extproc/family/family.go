@@ -35,6 +35,9 @@ type Spec struct {
 	// Validate refuses what the family requires or the gateway cannot keep
 	// its promises for; nil accepts every scanned request.
 	Validate func(r chatreq.Request) *Refusal // by value: a pointer would move the scan result to the heap
+	// Untranslated: only backends that speak the family natively take the
+	// request (count_tokens: no other family has an equivalent).
+	Untranslated bool
 	// Local answers the request in the gateway (the model list).
 	Local bool
 	// Provider and Operation name the request in its GenAI span

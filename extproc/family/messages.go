@@ -25,7 +25,7 @@ var Messages = &Spec{Name: config.FamilyAnthropicMessages, Path: messagesPath, M
 // Messages (same backends, keys and breakers), never billed as a
 // completion and reserving no output.
 var CountTokens = &Spec{Name: config.FamilyAnthropicMessages, Path: messagesPath + "/count_tokens", Method: http.MethodPost,
-	Errors: Anthropic, NoOutput: true, Provider: "anthropic", Operation: OperationCountTokens}
+	Errors: Anthropic, NoOutput: true, Untranslated: true, Provider: "anthropic", Operation: OperationCountTokens}
 
 // OperationCountTokens names count_tokens in its span: no GenAI semantic
 // convention names it, and it is no chat.

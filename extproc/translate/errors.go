@@ -20,7 +20,9 @@ type errMsg struct {
 
 // ErrorBody rewrites a backend's error body (OpenAI's or Anthropic's shape)
 // in the client's shape, keeping its message and type at the status the
-// backend sent. A body that is neither keeps its text as the message.
+// backend sent. A body that is neither keeps its text as the message. An
+// error inside a stream has no status of its own (status 0): its type or
+// code names the class (statusOf).
 func ErrorBody(body []byte, status int, to family.ErrorShape) []byte {
 	var v struct {
 		Error json.RawMessage `json:"error"`
@@ -44,14 +46,39 @@ func ErrorBody(body []byte, status int, to family.ErrorShape) []byte {
 	if e.Type == "" {
 		e.Type = "upstream_error"
 	}
-	if to == family.Anthropic {
-		_, b := to.Render(e)
-		return b
+	if e.Status <= 0 {
+		e.Status = statusOf(e.Type, e.Code)
 	}
-	// An Anthropic type names the class of error; OpenAI clients read it
-	// the same way.
+	// Render maps the status to Anthropic's error type; an OpenAI client
+	// reads an Anthropic type as the class of error, as OpenAI's own.
 	_, b := to.Render(e)
 	return b
+}
+
+// statusOf is the HTTP status an error type or code of either family
+// stands for.
+func statusOf(typ, code string) int {
+	for _, s := range [2]string{code, typ} {
+		switch s {
+		case "rate_limit_exceeded", "rate_limit_error", "requests", "tokens", "insufficient_quota":
+			return 429
+		case "invalid_request_error", "invalid_value":
+			return 400
+		case "authentication_error", "invalid_api_key":
+			return 401
+		case "permission_error":
+			return 403
+		case "not_found_error":
+			return 404
+		case "request_too_large":
+			return 413
+		case "timeout_error":
+			return 504
+		case "overloaded_error":
+			return 529
+		}
+	}
+	return 500
 }
 
 // errorResponse holds an error answer to its end and writes it in the

@@ -58,3 +58,18 @@ func TestErrorBodyShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamErrorClass: an error inside a stream keeps its class in the
+// client's family.
+func TestStreamErrorClass(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{`{"error":{"message":"slow down","type":"tokens","code":"rate_limit_exceeded"}}`, `"type":"rate_limit_error"`},
+		{`{"error":{"message":"bad","type":"invalid_request_error"}}`, `"type":"invalid_request_error"`},
+		{`{"error":{"message":"busy","type":"server_error"}}`, `"type":"api_error"`},
+	}
+	for _, tt := range tests {
+		if got := string(ErrorBody([]byte(tt.body), 0, shape(1))); !strings.Contains(got, tt.want) {
+			t.Errorf("%s → %s, want %s", tt.body, got, tt.want)
+		}
+	}
+}

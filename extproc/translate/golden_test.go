@@ -146,4 +146,3 @@ func compareGolden(t *testing.T, path string, got []byte) {
 		t.Fatalf("%s differs:\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
 }
-

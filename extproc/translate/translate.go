@@ -15,8 +15,6 @@
 // billed.
 package translate
 
-import "github.com/swarmgate/swarmgate/config"
-
 // Translator is one (client family, backend family) pair. Names are the
 // config family names (config.Family*).
 type Translator struct {
@@ -40,6 +38,18 @@ type RequestOptions struct {
 	// DefaultMaxTokens is the output cap to send when the client named none
 	// and the backend family requires one (Anthropic's max_tokens).
 	DefaultMaxTokens int
+	// MaxTokensField names the output cap in a chat completions request:
+	// "max_tokens" (default; what relays speak most widely) or
+	// "max_completion_tokens" (what OpenAI's reasoning models require).
+	MaxTokensField string
+}
+
+// ChatMaxTokens is the chat completions field the output cap goes in.
+func (o RequestOptions) ChatMaxTokens() string {
+	if o.MaxTokensField == "max_completion_tokens" {
+		return o.MaxTokensField
+	}
+	return "max_tokens"
 }
 
 // ResponseOptions are the facts a response translation needs.
@@ -95,19 +105,3 @@ func register(t *Translator) {
 // Lookup is the translator from the client's family to a backend family,
 // nil when none exists.
 func Lookup(from, to string) *Translator { return pairs[[2]string{from, to}] }
-
-// For is how a backend serving the families `serves` takes a request of the
-// client family: natively (nil, true), through a translator (t, true), or
-// not at all (nil, false). Native service is always preferred; among
-// translators the order of config.FamilyNames decides.
-func For(client string, serves func(family string) bool) (*Translator, bool) {
-	if serves(client) {
-		return nil, true
-	}
-	for _, f := range config.FamilyNames {
-		if t := Lookup(client, f); t != nil && serves(f) {
-			return t, true
-		}
-	}
-	return nil, false
-}

@@ -35,6 +35,9 @@ const (
 	// the attempt): the router-level filter knows it is already in the
 	// client's error shape, accounts it and removes the marker.
 	HeaderLocal = "x-swarmgate-local"
+	// HeaderEstimated marks an answer the gateway estimated itself
+	// (count_tokens for a model with no Anthropic backend).
+	HeaderEstimated = "x-swarmgate-estimated"
 	// HeaderRequestID is Envoy's request id (x-request-id). It is only a
 	// correlation label: a client can choose it, so nothing is keyed on it;
 	// the gateway's own identity is MetaRequestID.
@@ -158,11 +161,39 @@ func PoolContextCluster(model string, minContext int) string {
 }
 
 // PoolFamilyCluster is the cluster serving a model alias restricted to the
-// targets whose backend serves an API family (config.Family*), generated
-// for each family that only some of the alias's targets serve. The
+// targets whose backend takes an API family (config.Family*), natively or
+// translated, generated for each family that only some of the alias's
+// targets take. The
 // "poolfam_" prefix cannot collide with "pool_" or "poolctx<N>_".
 func PoolFamilyCluster(model, family string) string {
 	return "poolfam_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
+}
+
+// PoolNativeCluster is the cluster serving a model alias restricted to the
+// targets whose backend speaks an API family natively, generated when other
+// targets take the family only translated: a request the translator cannot
+// express (or count_tokens) goes there. "poolnat_" cannot collide with the
+// other prefixes.
+func PoolNativeCluster(model, family string) string {
+	return "poolnat_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
+}
+
+// PoolFamilyContextCluster is a family cluster (PoolNativeCluster when
+// native, else PoolFamilyCluster) restricted further to the targets whose
+// context window is at least minContext tokens (or unknown), as
+// PoolContextCluster restricts the whole pool; minContext <= 0 is the
+// family cluster itself. "poolfamctx<N>_" and "poolnatctx<N>_" cannot
+// collide with the other prefixes.
+func PoolFamilyContextCluster(model, family string, native bool, minContext int) string {
+	base := PoolFamilyCluster(model, family)
+	if native {
+		base = PoolNativeCluster(model, family)
+	}
+	if minContext <= 0 {
+		return base
+	}
+	prefix, rest, _ := strings.Cut(base, "_")
+	return prefix + "ctx" + strconv.Itoa(minContext) + "_" + rest
 }
 
 // PoolBackendCluster is the cluster serving a model alias on one of its

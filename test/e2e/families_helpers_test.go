@@ -16,7 +16,8 @@ import (
 )
 
 // The families stack: two OpenAI-style relays that serve chat completions
-// and the Responses API, two Anthropic-style providers. Every secret is
+// and the Responses API, two Anthropic-style providers, translation off
+// (passthrough only; translation_test.go has its own stack). Every secret is
 // distinct, so an attempt's credential names its backend and key.
 var familySecrets = map[string]string{
 	"O1": "oai-secret-1", "O2": "oai-secret-2", "R1": "oai-relay-secret-1", "N1": "ant-secret-1", "N2": "ant-secret-2", "M1": "ant-b-secret-1",
@@ -53,6 +54,7 @@ backends:
     base_url: http://%s/v1
     auth: bearer
     families: [chat_completions, responses]
+    translate: false
     keys:
       - {id: oai-1, secret: env:O1}
       - {id: oai-2, secret: env:O2}
@@ -60,12 +62,14 @@ backends:
     base_url: http://%s/openai/v1
     auth: bearer
     families: [chat_completions, responses]
+    translate: false
     keys:
       - {id: oai-relay-1, secret: env:R1}
   - name: ant
     base_url: http://%s/v1
     api_style: anthropic
     auth: x-api-key
+    translate: false
     keys:
       - {id: ant-1, secret: env:N1}
       - {id: ant-2, secret: env:N2}
@@ -73,6 +77,7 @@ backends:
     base_url: http://%s/anthropic/v1
     api_style: anthropic
     auth: x-api-key
+    translate: false
     keys:
       - {id: ant-b-1, secret: env:M1}
 models:
@@ -114,14 +119,18 @@ type familyGateway struct {
 	oai, relay, ant, antB *mockupstream.Server
 }
 
-func startFamilyMock(t *testing.T, ctx context.Context, auth config.AuthStyle, keys map[string]string) *mockupstream.Server {
+func startFamilyMock(t *testing.T, ctx context.Context, auth config.AuthStyle, keys map[string]string, tweak ...func(*mockupstream.Options)) *mockupstream.Server {
 	t.Helper()
 	var ks []mockupstream.Key
 	for id, env := range keys {
 		ks = append(ks, mockupstream.Key{ID: id, Value: familySecrets[env]})
 	}
-	s := mockupstream.New(mockupstream.Options{Auth: auth, Keys: ks, CompletionTokens: 7, CachedTokens: 2, ReasoningTokens: 3, CacheWriteTokens: 3,
-		RecordHeaders: []string{"authorization", "x-api-key", "anthropic-version", "anthropic-beta"}})
+	o := mockupstream.Options{Auth: auth, Keys: ks, CompletionTokens: 7, CachedTokens: 2, ReasoningTokens: 3, CacheWriteTokens: 3,
+		RecordHeaders: []string{"authorization", "x-api-key", "anthropic-version", "anthropic-beta"}}
+	for _, f := range tweak {
+		f(&o)
+	}
+	s := mockupstream.New(o)
 	if _, err := s.Start(ctx, "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

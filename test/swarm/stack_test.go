@@ -17,6 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/swarmgate/swarmgate/accounting/budget"
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/accounting/reserve"
 	"github.com/swarmgate/swarmgate/admission"
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
@@ -61,12 +64,20 @@ type stackSpec struct {
 	admission string
 	// tenants replace the one default tenant ("swarm", agentKey).
 	tenants []tenantSpec
+	// accounting adds the ledger, token reservations and budgets
+	// (token_limits: reserve, every target priced at price).
+	accounting bool
 }
+
+// price is every target's price when the stack does accounting: high, so
+// a few requests make a budget.
+const price = "{input_per_mtok: 1000, output_per_mtok: 2000}"
 
 // tenantSpec is one tenant with one virtual key.
 type tenantSpec struct {
 	name, key string
 	weight    int
+	budget    float64 // monthly, hard-capped; 0: none
 }
 
 type stack struct {
@@ -82,6 +93,7 @@ type stack struct {
 	http   *http.Client
 	queues []*admission.Queue // per replica, when queueing
 	waits  *waitLog           // every replica's admission decisions, when queueing
+	ledger *ledger.Ledger     // when accounting
 }
 
 func relayKeyID(relay string, i int) string  { return fmt.Sprintf("%s-k%d", relay, i+1) }
@@ -96,6 +108,9 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 	if sp.admission != "" {
 		b.WriteString("admission:\n" + sp.admission + "\n")
 	}
+	if sp.accounting {
+		b.WriteString("accounting:\n  token_limits: reserve\n")
+	}
 	b.WriteString("backends:\n")
 	for _, r := range sp.relays {
 		fmt.Fprintf(&b, "  - name: %s\n    base_url: http://%s/v1\n    auth: bearer\n    keys:\n", r.name, relayAddr[r.name])
@@ -109,7 +124,11 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 	}
 	fmt.Fprintf(&b, "models:\n  - name: %s\n    targets:\n", model)
 	for _, r := range sp.relays {
-		fmt.Fprintf(&b, "      - {backend: %s, priority: %d, weight: %d}\n", r.name, r.priority, max(r.weight, 1))
+		fmt.Fprintf(&b, "      - {backend: %s, priority: %d, weight: %d", r.name, r.priority, max(r.weight, 1))
+		if sp.accounting {
+			b.WriteString(", price: " + price)
+		}
+		b.WriteString("}\n")
 	}
 	tenants := sp.tenants
 	if len(tenants) == 0 {
@@ -120,6 +139,9 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 		fmt.Fprintf(&b, "  - name: %s\n    models: [%s]\n", t.name, model)
 		if t.weight > 0 {
 			fmt.Fprintf(&b, "    weight: %d\n", t.weight)
+		}
+		if t.budget > 0 {
+			fmt.Fprintf(&b, "    budget: {monthly: %g, hard_cap: true}\n", t.budget)
 		}
 		fmt.Fprintf(&b, "    keys:\n      - {id: %s-1, hash: %s}\n", t.name, config.HashKey(t.key))
 	}
@@ -164,6 +186,11 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	s.waits = &waitLog{}
+	if sp.accounting {
+		s.ledger = ledger.New(s.redis.Client(), ledger.OptionsFrom(cfg))
+		wg.Add(1)
+		go func() { defer wg.Done(); s.ledger.Run(ctx) }()
+	}
 	for i := range max(sp.replicas, 1) {
 		reg := prometheus.NewRegistry()
 		pools, err := keypool.New(cfg, keypool.Options{Redis: s.redis.Client(), ReplicaID: fmt.Sprintf("r%d", i), Registerer: reg})
@@ -173,6 +200,12 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = pools.Run(ctx) }()
 		opts := extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage()}
+		if sp.accounting {
+			cfgFn := func() *config.Config { return cfg }
+			opts.Ledger = wire.Ledger(s.ledger, cfgFn)
+			opts.Reserver = wire.Reserver(reserve.New(s.redis.Client(), cfg, reserve.Options{}), cfgFn)
+			opts.Budgets = wire.Budgets(budget.New(s.redis.Client(), cfg, budget.Options{}))
+		}
 		if sp.admission != "" {
 			// One order for every replica, in the shared redis-server.
 			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,

@@ -79,7 +79,7 @@ func FromConfig(cfg *config.Config) *pb.GatewayConfig {
 			TlsCaFile: b.TLS.CAFile, ApiStyle: b.APIStyle, Auth: string(b.Auth), Headers: maps.Clone(b.Headers),
 			ConnectTimeout: d(b.ConnectTimeout), MaxConnections: int32(b.MaxConnections),
 			MaxPendingRequests: int32(b.MaxPendingRequests), MaxRequests: int32(b.MaxRequests),
-			Families: slices.Clone(b.Families),
+			Families: slices.Clone(b.Families), Translate: b.Translate, MaxTokensField: b.MaxTokensField,
 		}
 		for _, k := range b.Keys {
 			pbb.Keys = append(pbb.Keys, &pb.APIKey{
@@ -184,7 +184,10 @@ func toRaw(gc *pb.GatewayConfig) *config.Config {
 			APIStyle: pb.GetApiStyle(), Auth: config.AuthStyle(pb.GetAuth()), Headers: maps.Clone(pb.GetHeaders()),
 			ConnectTimeout: cd(pb.GetConnectTimeout()), MaxConnections: int(pb.GetMaxConnections()),
 			MaxPendingRequests: int(pb.GetMaxPendingRequests()), MaxRequests: int(pb.GetMaxRequests()),
-			Families: slices.Clone(pb.GetFamilies())}
+			Families: slices.Clone(pb.GetFamilies()), MaxTokensField: pb.GetMaxTokensField()}
+		if pb.Translate != nil {
+			be.Translate = new(pb.GetTranslate())
+		}
 		for _, k := range pb.GetKeys() {
 			be.Keys = append(be.Keys, config.APIKey{ID: k.GetId(), Secret: ref(k.GetSecretRef()), Weight: int(k.GetWeight()),
 				RPM: int(k.GetRpm()), TPM: int(k.GetTpm()), MaxInFlight: int(k.GetMaxInFlight())})

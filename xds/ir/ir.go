@@ -46,9 +46,12 @@ type Pool struct {
 	Alias      string
 	Cluster    string
 	MinContext int // 0: unrestricted
-	// Family restricts the pool to targets whose backend serves this API
-	// family (contract.PoolFamilyCluster); "" for every target.
+	// Family restricts the pool to targets whose backend takes this API
+	// family, natively or translated (contract.PoolFamilyCluster), or with
+	// Native natively only (contract.PoolNativeCluster); "" for every
+	// target.
 	Family string
+	Native bool
 	// Backend restricts the pool to one backend's targets
 	// (contract.PoolBackendCluster); "" for every target.
 	Backend string
@@ -115,18 +118,15 @@ func Build(cfg *config.Config) *Gateway {
 	}
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
-		g.Pools = append(g.Pools, buildPool(cfg, m, 0, ""))
-		for _, f := range partialFamilies(cfg, m) {
-			g.Pools = append(g.Pools, buildPool(cfg, m, 0, f))
+		g.Pools = append(g.Pools, buildPool(cfg, m, poolSel{}))
+		for _, sel := range familyPools(cfg, m) {
+			g.Pools = append(g.Pools, buildPool(cfg, m, sel))
 		}
 		for _, b := range affinityBackends(cfg, m) {
-			p := buildPool(cfg, m, 0, config.FamilyResponses)
-			p.Cluster, p.Backend = contract.PoolBackendCluster(m.Name, b), b
-			p.Targets = slices.DeleteFunc(p.Targets, func(t Target) bool { return t.Backend != b })
-			g.Pools = append(g.Pools, p)
+			g.Pools = append(g.Pools, buildPool(cfg, m, poolSel{family: config.FamilyResponses, native: true, backend: b}))
 		}
 		for _, w := range contextWindows(m) {
-			g.Pools = append(g.Pools, buildPool(cfg, m, w, ""))
+			g.Pools = append(g.Pools, buildPool(cfg, m, poolSel{minContext: w}))
 		}
 	}
 	slices.SortFunc(g.Pools, func(a, b Pool) int { return cmp(a.Cluster, b.Cluster) })
@@ -160,24 +160,71 @@ func contextWindows(m *config.Model) []int {
 	return out
 }
 
-// partialFamilies lists the API families that some but not all of a
-// model's targets serve: one restricted cluster each, so a request of that
-// family (and its retries, which stay in the cluster) reaches only backends
-// that speak it (extproc requestBody).
-func partialFamilies(cfg *config.Config, m *config.Model) []string {
-	var out []string
+// familyPools lists the restricted clusters a model needs per API family
+// (extproc requestBody picks among them):
+//   - poolfam_<family>: the targets whose backend takes the family at all,
+//     natively or translated, when only some do;
+//   - poolnat_<family>: the targets that speak it natively, when others
+//     take it only translated: for requests the translator cannot express
+//     (and count_tokens, which has no translation).
+//
+// Retries stay inside the cluster, so every attempt can serve the request.
+func familyPools(cfg *config.Config, m *config.Model) []poolSel {
+	var out []poolSel
 	for _, f := range config.FamilyNames {
-		n := 0
+		reach, native := 0, 0
 		for _, t := range m.Targets {
-			if b, ok := cfg.Backend(t.Backend); ok && b.Serves(f) {
-				n++
+			b, ok := cfg.Backend(t.Backend)
+			if !ok {
+				continue
+			}
+			if _, ok := b.Route(f); ok {
+				reach++
+			}
+			if b.Serves(f) {
+				native++
 			}
 		}
-		if n > 0 && n < len(m.Targets) {
-			out = append(out, f)
+		var sels []poolSel
+		if reach > 0 && reach < len(m.Targets) {
+			sels = append(sels, poolSel{family: f})
+		}
+		if native > 0 && native < reach {
+			sels = append(sels, poolSel{family: f, native: true})
+		}
+		for _, sel := range sels {
+			out = append(out, sel)
+			// Each restricted further by context window, as the whole
+			// pool is (contextWindows), over the selection's targets.
+			var in []config.Target
+			for _, t := range m.Targets {
+				if sel.admits(cfg, &t) {
+					in = append(in, t)
+				}
+			}
+			for _, w := range contextWindows(&config.Model{Targets: in}) {
+				out = append(out, poolSel{family: f, native: sel.native, minContext: w})
+			}
 		}
 	}
 	return out
+}
+
+// admits reports whether a target's backend is in the family selection
+// (context windows aside).
+func (sel poolSel) admits(cfg *config.Config, t *config.Target) bool {
+	if sel.backend != "" && t.Backend != sel.backend {
+		return false
+	}
+	if sel.family == "" {
+		return true
+	}
+	b, ok := cfg.Backend(t.Backend)
+	if !ok {
+		return false
+	}
+	_, reach := b.Route(sel.family)
+	return reach && (!sel.native || b.Serves(sel.family))
 }
 
 // affinityBackends lists the backends of a model with more than one
@@ -196,16 +243,33 @@ func affinityBackends(cfg *config.Config, m *config.Model) []string {
 	return out
 }
 
-func buildPool(cfg *config.Config, m *config.Model, minContext int, family string) Pool {
-	cluster := contract.PoolContextCluster(m.Name, minContext)
-	if family != "" {
-		cluster = contract.PoolFamilyCluster(m.Name, family)
+// poolSel selects a model's targets for one cluster; the zero value is
+// every target (PoolCluster).
+type poolSel struct {
+	minContext int    // targets with a window at least this (or unknown)
+	family     string // targets whose backend takes this API family
+	native     bool   // ... natively, not translated
+	backend    string // one backend's targets only
+}
+
+func (sel poolSel) cluster(model string) string {
+	switch {
+	case sel.backend != "":
+		return contract.PoolBackendCluster(model, sel.backend)
+	case sel.family != "":
+		return contract.PoolFamilyContextCluster(model, sel.family, sel.native, sel.minContext)
 	}
+	return contract.PoolContextCluster(model, sel.minContext)
+}
+
+func buildPool(cfg *config.Config, m *config.Model, sel poolSel) Pool {
 	p := Pool{
 		Alias:       m.Name,
-		Cluster:     cluster,
-		MinContext:  minContext,
-		Family:      family,
+		Cluster:     sel.cluster(m.Name),
+		MinContext:  sel.minContext,
+		Family:      sel.family,
+		Native:      sel.native,
+		Backend:     sel.backend,
 		Timeout:     cfg.Request.Timeout.D(),
 		LongTimeout: cfg.Request.LongTimeout.D(),
 	}
@@ -217,14 +281,13 @@ func buildPool(cfg *config.Config, m *config.Model, minContext int, family strin
 		p.LongTimeout = p.Timeout
 	}
 	// A target of weight 0 is drained: no locality (Envoy requires locality
-	// weights of at least 1).
+	// weights of at least 1). Thresholds are summed over the selected
+	// targets only.
 	skip := func(t *config.Target) bool {
-		if family != "" {
-			if b, ok := cfg.Backend(t.Backend); !ok || !b.Serves(family) {
-				return true
-			}
+		if !sel.admits(cfg, t) {
+			return true
 		}
-		return t.Weight <= 0 || (minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < minContext)
+		return t.Weight <= 0 || (sel.minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < sel.minContext)
 	}
 	var prios []int
 	for i := range m.Targets {

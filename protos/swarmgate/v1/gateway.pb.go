@@ -1132,8 +1132,12 @@ type Backend struct {
 	MaxPendingRequests    int32                  `protobuf:"varint,12,opt,name=max_pending_requests,json=maxPendingRequests,proto3" json:"max_pending_requests,omitempty"`
 	MaxRequests           int32                  `protobuf:"varint,13,opt,name=max_requests,json=maxRequests,proto3" json:"max_requests,omitempty"`
 	Families              []string               `protobuf:"bytes,14,rep,name=families,proto3" json:"families,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Serve other families by translation (config default true); unset is
+	// true so a control plane older than the field keeps translating.
+	Translate      *bool  `protobuf:"varint,15,opt,name=translate,proto3,oneof" json:"translate,omitempty"`
+	MaxTokensField string `protobuf:"bytes,16,opt,name=max_tokens_field,json=maxTokensField,proto3" json:"max_tokens_field,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Backend) Reset() {
@@ -1262,6 +1266,20 @@ func (x *Backend) GetFamilies() []string {
 		return x.Families
 	}
 	return nil
+}
+
+func (x *Backend) GetTranslate() bool {
+	if x != nil && x.Translate != nil {
+		return *x.Translate
+	}
+	return false
+}
+
+func (x *Backend) GetMaxTokensField() string {
+	if x != nil {
+		return x.MaxTokensField
+	}
+	return ""
 }
 
 type APIKey struct {
@@ -1961,7 +1979,7 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\fsample_ratio\x18\x02 \x01(\x01R\vsampleRatio\x12\x1d\n" +
 	"\n" +
 	"access_log\x18\x03 \x01(\bR\taccessLog\x12!\n" +
-	"\fdebug_bodies\x18\x04 \x01(\bR\vdebugBodies\"\xd6\x04\n" +
+	"\fdebug_bodies\x18\x04 \x01(\bR\vdebugBodies\"\xb1\x05\n" +
 	"\aBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bbase_url\x18\x02 \x01(\tR\abaseUrl\x12\x10\n" +
@@ -1977,10 +1995,14 @@ const file_swarmgate_v1_gateway_proto_rawDesc = "" +
 	"\x0fmax_connections\x18\v \x01(\x05R\x0emaxConnections\x120\n" +
 	"\x14max_pending_requests\x18\f \x01(\x05R\x12maxPendingRequests\x12!\n" +
 	"\fmax_requests\x18\r \x01(\x05R\vmaxRequests\x12\x1a\n" +
-	"\bfamilies\x18\x0e \x03(\tR\bfamilies\x1a:\n" +
+	"\bfamilies\x18\x0e \x03(\tR\bfamilies\x12!\n" +
+	"\ttranslate\x18\x0f \x01(\bH\x00R\ttranslate\x88\x01\x01\x12(\n" +
+	"\x10max_tokens_field\x18\x10 \x01(\tR\x0emaxTokensField\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
+	"\n" +
+	"_translate\"\x97\x01\n" +
 	"\x06APIKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2126,6 +2148,7 @@ func file_swarmgate_v1_gateway_proto_init() {
 	if File_swarmgate_v1_gateway_proto != nil {
 		return
 	}
+	file_swarmgate_v1_gateway_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

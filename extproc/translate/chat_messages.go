@@ -1,0 +1,626 @@
+package translate
+
+// Chat completions client → Anthropic Messages backend: the request half.
+// The mapping, what is dropped and what is refused are in
+// docs/translation-chat-messages.md; this file follows it field by field.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+func init() {
+	register(&Translator{
+		From:        config.FamilyChatCompletions,
+		To:          config.FamilyAnthropicMessages,
+		Path:        "/v1/messages",
+		Request:     chatMessagesRequest,
+		NewResponse: newChatMessagesResponse,
+	})
+}
+
+// chatMessagesFallbackMaxTokens is sent as max_tokens when neither the
+// client nor RequestOptions.DefaultMaxTokens names a cap: Anthropic refuses
+// a request without one.
+const chatMessagesFallbackMaxTokens = 4096
+
+// chatMessagesChatRequest is the part of a chat completions request this
+// translation reads. Fields it does not name (seed, service_tier, store,
+// metadata, reasoning_effort, stream_options, …) are dropped by not being
+// read. Polymorphic or refused-when-present fields stay raw.
+type chatMessagesChatRequest struct {
+	Messages            []chatMessagesChatMessage  `json:"messages"`
+	MaxCompletionTokens *int                       `json:"max_completion_tokens"`
+	MaxTokens           *int                       `json:"max_tokens"`
+	Stop                json.RawMessage            `json:"stop"`
+	Temperature         *float64                   `json:"temperature"`
+	TopP                *float64                   `json:"top_p"`
+	N                   *int                       `json:"n"`
+	Logprobs            *bool                      `json:"logprobs"`
+	TopLogprobs         *int                       `json:"top_logprobs"`
+	Audio               json.RawMessage            `json:"audio"`
+	Modalities          []string                   `json:"modalities"`
+	ResponseFormat      json.RawMessage            `json:"response_format"`
+	Prediction          json.RawMessage            `json:"prediction"`
+	PresencePenalty     *float64                   `json:"presence_penalty"`
+	FrequencyPenalty    *float64                   `json:"frequency_penalty"`
+	LogitBias           map[string]json.RawMessage `json:"logit_bias"`
+	WebSearchOptions    json.RawMessage            `json:"web_search_options"`
+	User                *string                    `json:"user"`
+	SafetyIdentifier    *string                    `json:"safety_identifier"`
+	Tools               []chatMessagesChatTool     `json:"tools"`
+	ToolChoice          json.RawMessage            `json:"tool_choice"`
+	ParallelToolCalls   *bool                      `json:"parallel_tool_calls"`
+	Stream              bool                       `json:"stream"`
+	Functions           json.RawMessage            `json:"functions"`
+	FunctionCall        json.RawMessage            `json:"function_call"`
+}
+
+type chatMessagesChatMessage struct {
+	Role         string                     `json:"role"`
+	Content      json.RawMessage            `json:"content"`
+	Refusal      *string                    `json:"refusal"`
+	ToolCalls    []chatMessagesChatToolCall `json:"tool_calls"`
+	ToolCallID   string                     `json:"tool_call_id"`
+	FunctionCall json.RawMessage            `json:"function_call"`
+	Audio        json.RawMessage            `json:"audio"`
+}
+
+type chatMessagesChatPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Refusal  string `json:"refusal"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url"`
+}
+
+type chatMessagesChatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chatMessagesChatTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// chatMessagesAnthropicRequest is the Anthropic Messages request written.
+type chatMessagesAnthropicRequest struct {
+	Model         string                      `json:"model"`
+	System        string                      `json:"system,omitempty"`
+	Messages      []chatMessagesTurn          `json:"messages"`
+	MaxTokens     int                         `json:"max_tokens"`
+	StopSequences []string                    `json:"stop_sequences,omitempty"`
+	Temperature   *float64                    `json:"temperature,omitempty"`
+	TopP          *float64                    `json:"top_p,omitempty"`
+	Metadata      *chatMessagesMetadata       `json:"metadata,omitempty"`
+	Tools         []chatMessagesAnthropicTool `json:"tools,omitempty"`
+	ToolChoice    *chatMessagesToolChoice     `json:"tool_choice,omitempty"`
+	Stream        bool                        `json:"stream,omitempty"`
+}
+
+type chatMessagesMetadata struct {
+	UserID string `json:"user_id"`
+}
+
+type chatMessagesTurn struct {
+	Role    string              `json:"role"`
+	Content []chatMessagesBlock `json:"content"`
+}
+
+// chatMessagesBlock is one Anthropic content block: text, image, tool_use
+// or tool_result (only the fields of its type are set).
+type chatMessagesBlock struct {
+	Type      string                   `json:"type"`
+	Text      string                   `json:"text,omitempty"`
+	Source    *chatMessagesImageSource `json:"source,omitempty"`
+	ID        string                   `json:"id,omitempty"`
+	Name      string                   `json:"name,omitempty"`
+	Input     json.RawMessage          `json:"input,omitempty"`
+	ToolUseID string                   `json:"tool_use_id,omitempty"`
+	// Content is a tool_result's: a string or text blocks.
+	Content any `json:"content,omitempty"`
+}
+
+type chatMessagesImageSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+type chatMessagesAnthropicTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type chatMessagesToolChoice struct {
+	Type                   string `json:"type"`
+	Name                   string `json:"name,omitempty"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
+}
+
+func chatMessagesRefuse(param, msg string) *Unsupported {
+	return &Unsupported{Param: param, Message: msg}
+}
+
+// chatMessagesAbsent: a raw field not sent or sent as null.
+func chatMessagesAbsent(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func chatMessagesRequest(body []byte, o RequestOptions) ([]byte, error) {
+	var in chatMessagesChatRequest
+	if err := json.Unmarshal(body, &in); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, chatMessagesRefuse(te.Field, "the request's "+te.Field+" has the wrong type ("+te.Value+")")
+		}
+		return nil, chatMessagesRefuse("", "the request body is not a JSON chat completions request")
+	}
+	if err := chatMessagesRefuseOptions(&in); err != nil {
+		return nil, err
+	}
+	out := chatMessagesAnthropicRequest{Model: o.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream}
+
+	switch {
+	case in.MaxCompletionTokens != nil:
+		out.MaxTokens = *in.MaxCompletionTokens
+	case in.MaxTokens != nil:
+		out.MaxTokens = *in.MaxTokens
+	case o.DefaultMaxTokens > 0:
+		out.MaxTokens = o.DefaultMaxTokens
+	default:
+		out.MaxTokens = chatMessagesFallbackMaxTokens
+	}
+
+	stop, err := chatMessagesStop(in.Stop)
+	if err != nil {
+		return nil, err
+	}
+	out.StopSequences = stop
+
+	switch {
+	case in.User != nil && *in.User != "":
+		out.Metadata = &chatMessagesMetadata{UserID: *in.User}
+	case in.SafetyIdentifier != nil && *in.SafetyIdentifier != "":
+		out.Metadata = &chatMessagesMetadata{UserID: *in.SafetyIdentifier}
+	}
+
+	if err := chatMessagesTools(&in, &out); err != nil {
+		return nil, err
+	}
+	if err := chatMessagesMessages(in.Messages, &out); err != nil {
+		return nil, err
+	}
+
+	var buf bytes.Buffer
+	buf.Grow(len(body) + 256)
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&out); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// chatMessagesRefuseOptions refuses the request options Anthropic Messages
+// has no equivalent of (a silent drop would change the answer's meaning).
+func chatMessagesRefuseOptions(in *chatMessagesChatRequest) error {
+	switch {
+	case !chatMessagesAbsent(in.Functions):
+		return chatMessagesRefuse("functions", "the deprecated functions parameter is not supported by this backend; use tools")
+	case !chatMessagesAbsent(in.FunctionCall):
+		return chatMessagesRefuse("function_call", "the deprecated function_call parameter is not supported by this backend; use tool_choice")
+	case in.N != nil && *in.N > 1:
+		return chatMessagesRefuse("n", "this backend returns one choice per request: n must be 1")
+	case in.Logprobs != nil && *in.Logprobs:
+		return chatMessagesRefuse("logprobs", "this backend does not return log probabilities")
+	case in.TopLogprobs != nil && *in.TopLogprobs > 0:
+		return chatMessagesRefuse("top_logprobs", "this backend does not return log probabilities")
+	case !chatMessagesAbsent(in.Audio):
+		return chatMessagesRefuse("audio", "this backend does not produce audio output")
+	case !chatMessagesAbsent(in.Prediction):
+		return chatMessagesRefuse("prediction", "this backend does not support predicted outputs")
+	case in.PresencePenalty != nil && *in.PresencePenalty != 0:
+		return chatMessagesRefuse("presence_penalty", "this backend does not support presence_penalty")
+	case in.FrequencyPenalty != nil && *in.FrequencyPenalty != 0:
+		return chatMessagesRefuse("frequency_penalty", "this backend does not support frequency_penalty")
+	case len(in.LogitBias) > 0:
+		return chatMessagesRefuse("logit_bias", "this backend does not support logit_bias")
+	case !chatMessagesAbsent(in.WebSearchOptions):
+		return chatMessagesRefuse("web_search_options", "this backend does not support web_search_options")
+	case in.Temperature != nil && *in.Temperature > 1:
+		return chatMessagesRefuse("temperature", "this backend takes a temperature between 0 and 1")
+	}
+	for _, m := range in.Modalities {
+		if m == "audio" {
+			return chatMessagesRefuse("modalities", "this backend does not produce audio output")
+		}
+	}
+	if !chatMessagesAbsent(in.ResponseFormat) {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(in.ResponseFormat, &rf) != nil || rf.Type != "text" {
+			return chatMessagesRefuse("response_format", "this backend does not support response_format "+strconv.Quote(rf.Type)+": only text")
+		}
+	}
+	return nil
+}
+
+// chatMessagesStop reads stop (a string or an array of strings); empty
+// sequences are dropped.
+func chatMessagesStop(raw json.RawMessage) ([]string, error) {
+	if chatMessagesAbsent(raw) {
+		return nil, nil
+	}
+	var list []string
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, chatMessagesRefuse("stop", "stop must be a string or an array of strings")
+		}
+		list = []string{s}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, chatMessagesRefuse("stop", "stop must be a string or an array of strings")
+	}
+	out := list[:0]
+	for _, s := range list {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// chatMessagesTools maps tools, tool_choice and parallel_tool_calls.
+func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRequest) error {
+	for i, t := range in.Tools {
+		if t.Type != "function" {
+			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].type", "this backend takes function tools only, not "+strconv.Quote(t.Type))
+		}
+		schema := t.Function.Parameters
+		if chatMessagesAbsent(schema) {
+			schema = json.RawMessage(`{"type":"object"}`)
+		} else if schema[0] != '{' {
+			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].function.parameters", "a tool's parameters must be a JSON Schema object")
+		}
+		out.Tools = append(out.Tools, chatMessagesAnthropicTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
+	}
+	var choice *chatMessagesToolChoice
+	if !chatMessagesAbsent(in.ToolChoice) {
+		if in.ToolChoice[0] == '"' {
+			var s string
+			_ = json.Unmarshal(in.ToolChoice, &s)
+			switch s {
+			case "none":
+				choice = &chatMessagesToolChoice{Type: "none"}
+			case "auto":
+				choice = &chatMessagesToolChoice{Type: "auto"}
+			case "required":
+				choice = &chatMessagesToolChoice{Type: "any"}
+			default:
+				return chatMessagesRefuse("tool_choice", "unknown tool_choice "+strconv.Quote(s)+": want none, auto, required or a function")
+			}
+		} else {
+			var c struct {
+				Type     string `json:"type"`
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(in.ToolChoice, &c); err != nil {
+				return chatMessagesRefuse("tool_choice", "tool_choice must be a string or an object")
+			}
+			if c.Type != "function" {
+				return chatMessagesRefuse("tool_choice.type", "this backend takes a tool_choice of type function only, not "+strconv.Quote(c.Type))
+			}
+			choice = &chatMessagesToolChoice{Type: "tool", Name: c.Function.Name}
+		}
+	}
+	if len(out.Tools) == 0 {
+		// No tools: a choice among none means nothing, and Anthropic
+		// refuses a tool_choice without tools.
+		return nil
+	}
+	if in.ParallelToolCalls != nil && !*in.ParallelToolCalls {
+		if choice == nil {
+			choice = &chatMessagesToolChoice{Type: "auto"}
+		}
+		if choice.Type != "none" {
+			choice.DisableParallelToolUse = true
+		}
+	}
+	out.ToolChoice = choice
+	return nil
+}
+
+// chatMessagesMessages maps the conversation: system and developer turns
+// to the top-level system text, the rest to alternating user/assistant
+// turns (consecutive turns of one role merge).
+func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthropicRequest) error {
+	var system []string
+	for i := range msgs {
+		m := &msgs[i]
+		p := "messages[" + strconv.Itoa(i) + "]"
+		if !chatMessagesAbsent(m.FunctionCall) {
+			return chatMessagesRefuse(p+".function_call", "the deprecated function_call is not supported by this backend; use tool_calls")
+		}
+		var role string
+		var blocks []chatMessagesBlock
+		var err error
+		switch m.Role {
+		case "system", "developer":
+			var text string
+			if text, err = chatMessagesText(m.Content, p); err != nil {
+				return err
+			}
+			if text != "" {
+				system = append(system, text)
+			}
+			continue
+		case "user":
+			role = "user"
+			blocks, err = chatMessagesUserBlocks(m.Content, p)
+		case "assistant":
+			role = "assistant"
+			blocks, err = chatMessagesAssistantBlocks(m, p)
+		case "tool":
+			role = "user"
+			blocks, err = chatMessagesToolResult(m, p)
+		case "function":
+			return chatMessagesRefuse(p+".role", "the deprecated function role is not supported by this backend; use tool")
+		default:
+			return chatMessagesRefuse(p+".role", "unknown message role "+strconv.Quote(m.Role))
+		}
+		if err != nil {
+			return err
+		}
+		if len(blocks) == 0 {
+			continue // nothing to say: Anthropic refuses an empty turn
+		}
+		if n := len(out.Messages); n > 0 && out.Messages[n-1].Role == role {
+			out.Messages[n-1].Content = append(out.Messages[n-1].Content, blocks...)
+		} else {
+			out.Messages = append(out.Messages, chatMessagesTurn{Role: role, Content: blocks})
+		}
+	}
+	for i := range out.Messages {
+		if out.Messages[i].Role == "user" {
+			chatMessagesToolResultsFirst(out.Messages[i].Content)
+		}
+	}
+	if out.Messages == nil {
+		out.Messages = []chatMessagesTurn{}
+	}
+	out.System = strings.Join(system, "\n\n")
+	return nil
+}
+
+// chatMessagesToolResultsFirst moves a merged user turn's tool_result
+// blocks before its other blocks, keeping the order within each kind:
+// Anthropic wants the results of the previous turn's tool calls first.
+func chatMessagesToolResultsFirst(blocks []chatMessagesBlock) {
+	if slices.IsSortedFunc(blocks, chatMessagesResultOrder) {
+		return
+	}
+	slices.SortStableFunc(blocks, chatMessagesResultOrder)
+}
+
+func chatMessagesResultOrder(a, b chatMessagesBlock) int {
+	rank := func(x chatMessagesBlock) int {
+		if x.Type == "tool_result" {
+			return 0
+		}
+		return 1
+	}
+	return rank(a) - rank(b)
+}
+
+// chatMessagesParts reads a content field: a string (one text part), an
+// array of parts, or null (no parts).
+func chatMessagesParts(raw json.RawMessage, p string) (text *string, parts []chatMessagesChatPart, err error) {
+	if chatMessagesAbsent(raw) {
+		return nil, nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, nil, chatMessagesRefuse(p+".content", "content must be a string or an array of parts")
+		}
+		return &s, nil, nil
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return nil, nil, chatMessagesRefuse(p+".content", "content must be a string or an array of parts")
+	}
+	return nil, parts, nil
+}
+
+// chatMessagesText reads a content that may only hold text (system,
+// developer), parts joined by a blank line.
+func chatMessagesText(raw json.RawMessage, p string) (string, error) {
+	s, parts, err := chatMessagesParts(raw, p)
+	if err != nil || s != nil {
+		if s != nil {
+			return *s, nil
+		}
+		return "", err
+	}
+	var texts []string
+	for j, part := range parts {
+		if part.Type != "text" {
+			return "", chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "this message takes text parts only, not "+strconv.Quote(part.Type))
+		}
+		if part.Text != "" {
+			texts = append(texts, part.Text)
+		}
+	}
+	return strings.Join(texts, "\n\n"), nil
+}
+
+func chatMessagesTextBlock(text string) chatMessagesBlock {
+	return chatMessagesBlock{Type: "text", Text: text}
+}
+
+func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]chatMessagesBlock, error) {
+	s, parts, err := chatMessagesParts(raw, p)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		if *s == "" {
+			return nil, nil
+		}
+		return []chatMessagesBlock{chatMessagesTextBlock(*s)}, nil
+	}
+	blocks := make([]chatMessagesBlock, 0, len(parts))
+	for j, part := range parts {
+		pp := p + ".content[" + strconv.Itoa(j) + "]"
+		switch part.Type {
+		case "text":
+			if part.Text != "" {
+				blocks = append(blocks, chatMessagesTextBlock(part.Text))
+			}
+		case "image_url":
+			if part.ImageURL == nil {
+				return nil, chatMessagesRefuse(pp+".image_url", "an image_url part needs image_url.url")
+			}
+			src, err := chatMessagesImage(part.ImageURL.URL, pp+".image_url.url")
+			if err != nil {
+				return nil, err
+			}
+			blocks = append(blocks, chatMessagesBlock{Type: "image", Source: src})
+		case "input_audio":
+			return nil, chatMessagesRefuse(pp+".type", "this backend does not take audio input")
+		case "file":
+			return nil, chatMessagesRefuse(pp+".type", "this backend does not take file parts through chat completions")
+		default:
+			return nil, chatMessagesRefuse(pp+".type", "unknown content part type "+strconv.Quote(part.Type))
+		}
+	}
+	return blocks, nil
+}
+
+// chatMessagesImage maps an image URL: a base64 data URL to a base64
+// source, an http(s) URL to a url source.
+func chatMessagesImage(url, p string) (*chatMessagesImageSource, error) {
+	if rest, ok := strings.CutPrefix(url, "data:"); ok {
+		media, data, ok := strings.Cut(rest, ";base64,")
+		if !ok || media == "" || strings.Contains(media, ",") {
+			return nil, chatMessagesRefuse(p, "an image data URL must be data:<media type>;base64,<data>")
+		}
+		return &chatMessagesImageSource{Type: "base64", MediaType: media, Data: data}, nil
+	}
+	lower := strings.ToLower(url)
+	if strings.HasPrefix(lower, "https://") || strings.HasPrefix(lower, "http://") {
+		return &chatMessagesImageSource{Type: "url", URL: url}, nil
+	}
+	return nil, chatMessagesRefuse(p, "an image URL must be an http(s) URL or a base64 data URL")
+}
+
+func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]chatMessagesBlock, error) {
+	if !chatMessagesAbsent(m.Audio) {
+		return nil, chatMessagesRefuse(p+".audio", "this backend cannot continue from an audio answer")
+	}
+	s, parts, err := chatMessagesParts(m.Content, p)
+	if err != nil {
+		return nil, err
+	}
+	blocks := make([]chatMessagesBlock, 0, len(parts)+len(m.ToolCalls)+1)
+	switch {
+	case s != nil:
+		if *s != "" {
+			blocks = append(blocks, chatMessagesTextBlock(*s))
+		}
+	case parts != nil:
+		for j, part := range parts {
+			switch part.Type {
+			case "text":
+				if part.Text != "" {
+					blocks = append(blocks, chatMessagesTextBlock(part.Text))
+				}
+			case "refusal":
+				if part.Refusal != "" {
+					blocks = append(blocks, chatMessagesTextBlock(part.Refusal))
+				}
+			default:
+				return nil, chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "an assistant message takes text and refusal parts only, not "+strconv.Quote(part.Type))
+			}
+		}
+	case m.Refusal != nil && *m.Refusal != "":
+		blocks = append(blocks, chatMessagesTextBlock(*m.Refusal))
+	}
+	for j, tc := range m.ToolCalls {
+		pj := p + ".tool_calls[" + strconv.Itoa(j) + "]"
+		if tc.Type != "function" && tc.Type != "" {
+			return nil, chatMessagesRefuse(pj+".type", "this backend takes function tool calls only, not "+strconv.Quote(tc.Type))
+		}
+		input, ok := chatMessagesArguments(tc.Function.Arguments)
+		if !ok {
+			return nil, chatMessagesRefuse(pj+".function.arguments", "tool call arguments must be a JSON object")
+		}
+		blocks = append(blocks, chatMessagesBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+	}
+	return blocks, nil
+}
+
+// chatMessagesArguments parses a tool call's arguments string as the
+// tool_use input, which must be a JSON object; empty arguments are {}.
+func chatMessagesArguments(args string) (json.RawMessage, bool) {
+	b := bytes.TrimSpace([]byte(args))
+	if len(b) == 0 {
+		return json.RawMessage("{}"), true
+	}
+	if b[0] != '{' || !json.Valid(b) {
+		return nil, false
+	}
+	return json.RawMessage(b), true
+}
+
+func chatMessagesToolResult(m *chatMessagesChatMessage, p string) ([]chatMessagesBlock, error) {
+	s, parts, err := chatMessagesParts(m.Content, p)
+	if err != nil {
+		return nil, err
+	}
+	b := chatMessagesBlock{Type: "tool_result", ToolUseID: m.ToolCallID}
+	switch {
+	case s != nil:
+		if *s != "" {
+			b.Content = *s
+		}
+	case len(parts) > 0:
+		texts := make([]chatMessagesBlock, 0, len(parts))
+		for j, part := range parts {
+			if part.Type != "text" {
+				return nil, chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "a tool message takes text parts only, not "+strconv.Quote(part.Type))
+			}
+			if part.Text != "" {
+				texts = append(texts, chatMessagesTextBlock(part.Text))
+			}
+		}
+		if len(texts) > 0 {
+			b.Content = texts
+		}
+	}
+	return []chatMessagesBlock{b}, nil
+}

@@ -1,0 +1,213 @@
+package translate
+
+// Chat completions client → Anthropic Messages backend: the response half.
+// A JSON answer is held to its end and rewritten whole; a stream is
+// rewritten event by event into chat.completion.chunk lines, copying the
+// backend's JSON string literals (text, partial_json) as they are, so a
+// text delta costs one validating pass over the event and one append
+// (chat_messages_stream.go).
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+
+	"github.com/swarmgate/swarmgate/extproc/family"
+)
+
+func newChatMessagesResponse(o ResponseOptions) Response {
+	switch {
+	case o.Status >= 400:
+		return newErrorResponse(o.Status, family.OpenAI)
+	case o.Stream:
+		s := &chatMessagesStream{o: o}
+		s.onEvent = s.event
+		return s
+	}
+	return &chatMessagesJSON{o: o}
+}
+
+// chatMessagesUsage is a JSON answer's usage.
+type chatMessagesUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// chatMessagesTokens is the usage as counted so far.
+type chatMessagesTokens struct {
+	input, output, cacheCreation, cacheRead int64
+}
+
+// appendJSON writes the chat completions usage object: Anthropic counts
+// cached input apart from input_tokens, OpenAI's prompt_tokens include it.
+func (t *chatMessagesTokens) appendJSON(b []byte) []byte {
+	prompt := t.input + t.cacheRead + t.cacheCreation
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, prompt, 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, t.output, 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, prompt+t.output, 10)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, t.cacheRead, 10)
+	return append(b, "}}"...)
+}
+
+// chatMessagesFinish maps Anthropic's stop_reason to a finish_reason.
+func chatMessagesFinish(stop string) string {
+	switch stop {
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	case "refusal":
+		return "content_filter"
+	}
+	return "stop" // end_turn, stop_sequence, pause_turn, and none given
+}
+
+// chatMessagesAppendString appends s as a JSON string: quotes,
+// backslashes and control characters escaped, the rest (valid UTF-8, as
+// every string decoded by encoding/json is) kept as it is.
+func chatMessagesAppendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// chatMessagesJSON holds a JSON answer to its end.
+type chatMessagesJSON struct {
+	o   ResponseOptions
+	buf []byte
+}
+
+type chatMessagesAnswer struct {
+	ID         string `json:"id"`
+	Model      string `json:"model"`
+	StopReason string `json:"stop_reason"`
+	Content    []struct {
+		Type  string          `json:"type"`
+		Text  string          `json:"text"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	} `json:"content"`
+	Usage chatMessagesUsage `json:"usage"`
+}
+
+// errChatMessagesTooLarge: a JSON answer above maxBuffered.
+var errChatMessagesTooLarge = errorString("translate: the backend's answer exceeds the translation buffer")
+
+func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	if len(r.buf)+len(chunk) > maxBuffered {
+		return dst, errChatMessagesTooLarge
+	}
+	r.buf = append(r.buf, chunk...)
+	if !end {
+		return dst, nil
+	}
+	var a chatMessagesAnswer
+	if err := json.Unmarshal(r.buf, &a); err != nil {
+		return dst, &chatMessagesReadError{err: err}
+	}
+	u := a.Usage
+	tokens := chatMessagesTokens{input: u.InputTokens, output: u.OutputTokens, cacheCreation: u.CacheCreationInputTokens, cacheRead: u.CacheReadInputTokens}
+
+	b := dst
+	b = append(b, `{"id":`...)
+	b = chatMessagesAppendString(b, "chatcmpl-"+a.ID)
+	b = append(b, `,"object":"chat.completion","created":`...)
+	b = strconv.AppendInt(b, r.o.Created, 10)
+	b = append(b, `,"model":`...)
+	b = chatMessagesAppendString(b, a.Model)
+	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	var text []byte
+	hasText := false
+	for _, c := range a.Content {
+		if c.Type == "text" {
+			text = append(text, c.Text...)
+			hasText = true
+		}
+	}
+	if hasText {
+		b = chatMessagesAppendString(b, string(text))
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"refusal":null`...)
+	calls := 0
+	for _, c := range a.Content {
+		if c.Type != "tool_use" {
+			continue // thinking and redacted_thinking are not the client's to see
+		}
+		if calls == 0 {
+			b = append(b, `,"tool_calls":[`...)
+		} else {
+			b = append(b, ',')
+		}
+		calls++
+		b = append(b, `{"id":`...)
+		b = chatMessagesAppendString(b, c.ID)
+		b = append(b, `,"type":"function","function":{"name":`...)
+		b = chatMessagesAppendString(b, c.Name)
+		b = append(b, `,"arguments":`...)
+		b = chatMessagesAppendString(b, chatMessagesCompact(c.Input))
+		b = append(b, "}}"...)
+	}
+	if calls > 0 {
+		b = append(b, ']')
+	}
+	b = append(b, `},"logprobs":null,"finish_reason":`...)
+	b = chatMessagesAppendString(b, chatMessagesFinish(a.StopReason))
+	b = append(b, `}],"usage":`...)
+	b = tokens.appendJSON(b)
+	b = append(b, '}')
+	r.buf = nil
+	return b, nil
+}
+
+// chatMessagesCompact is a tool input as the compact JSON text a client
+// reads as arguments ({} when the backend sent none).
+func chatMessagesCompact(input json.RawMessage) string {
+	if len(input) == 0 || string(input) == "null" {
+		return "{}"
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, input) != nil {
+		return "{}"
+	}
+	return buf.String()
+}
+
+// chatMessagesReadError is a backend body that is not Anthropic's shape.
+type chatMessagesReadError struct{ err error }
+
+func (e *chatMessagesReadError) Error() string {
+	return "translate: the backend's answer is not an Anthropic message: " + e.err.Error()
+}
+
+func (e *chatMessagesReadError) Unwrap() error { return e.err }

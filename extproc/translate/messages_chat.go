@@ -1,0 +1,434 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+// Anthropic Messages client → chat completions backend. The request half
+// is here; the answer's in messages_chat_response.go. The mapping, what is
+// dropped and what is refused: docs/translation-messages-chat.md.
+
+func init() {
+	register(&Translator{
+		From:        config.FamilyAnthropicMessages,
+		To:          config.FamilyChatCompletions,
+		Path:        "/v1/chat/completions",
+		Request:     messagesChatRequest,
+		NewResponse: newMessagesChatResponse,
+	})
+}
+
+// messagesChatIn is the part of a Messages request the translation reads.
+// Fields it does not name are dropped (the Messages API's hints such as
+// thinking, service_tier, speed, inference_geo, diagnostics, cache_control).
+type messagesChatIn struct {
+	System        json.RawMessage       `json:"system"`
+	Messages      []messagesChatInTurn  `json:"messages"`
+	Tools         []messagesChatInTool  `json:"tools"`
+	ToolChoice    *messagesChatInChoice `json:"tool_choice"`
+	MaxTokens     json.RawMessage       `json:"max_tokens"`
+	StopSequences []string              `json:"stop_sequences"`
+	Temperature   json.RawMessage       `json:"temperature"`
+	TopP          json.RawMessage       `json:"top_p"`
+	TopK          json.RawMessage       `json:"top_k"`
+	Metadata      *struct {
+		UserID *string `json:"user_id"`
+	} `json:"metadata"`
+	Stream       bool            `json:"stream"`
+	MCPServers   json.RawMessage `json:"mcp_servers"`
+	Container    json.RawMessage `json:"container"`
+	OutputConfig *struct {
+		Format json.RawMessage `json:"format"`
+	} `json:"output_config"`
+	OutputFormat json.RawMessage `json:"output_format"`
+}
+
+type messagesChatInTurn struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// messagesChatInBlock is any content block; Type says which fields apply.
+type messagesChatInBlock struct {
+	Type   string `json:"type"`
+	Text   string `json:"text"`
+	Source *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	} `json:"source"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"` // tool_result: a string or blocks
+}
+
+type messagesChatInTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+	Strict      json.RawMessage `json:"strict"`
+}
+
+type messagesChatInChoice struct {
+	Type                   string `json:"type"`
+	Name                   string `json:"name"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
+}
+
+// messagesChatOut is the chat completions request, in the order the
+// fields are written.
+type messagesChatOut struct {
+	Model             string                 `json:"model"`
+	Messages          []messagesChatOutMsg   `json:"messages"`
+	Tools             []messagesChatOutTool  `json:"tools,omitempty"`
+	ToolChoice        any                    `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool                  `json:"parallel_tool_calls,omitempty"`
+	MaxTokens         json.RawMessage        `json:"max_tokens,omitempty"`
+	MaxCompletion     json.RawMessage        `json:"max_completion_tokens,omitempty"`
+	Stop              []string               `json:"stop,omitempty"`
+	Temperature       json.RawMessage        `json:"temperature,omitempty"`
+	TopP              json.RawMessage        `json:"top_p,omitempty"`
+	User              *string                `json:"user,omitempty"`
+	Stream            bool                   `json:"stream,omitempty"`
+	StreamOptions     *messagesChatStreamOpt `json:"stream_options,omitempty"`
+}
+
+type messagesChatStreamOpt struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type messagesChatOutMsg struct {
+	Role       string                 `json:"role"`
+	Content    any                    `json:"content"` // string, []messagesChatOutPart or nil
+	ToolCalls  []messagesChatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string                 `json:"tool_call_id,omitempty"`
+}
+
+type messagesChatOutPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url,omitempty"`
+}
+
+type messagesChatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type messagesChatOutTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+		Strict      json.RawMessage `json:"strict,omitempty"`
+	} `json:"function"`
+}
+
+type messagesChatChoiceFn struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name string `json:"name"`
+	} `json:"function"`
+}
+
+func messagesChatRefuse(param, format string, args ...any) *Unsupported {
+	return &Unsupported{Param: param, Message: param + ": " + fmt.Sprintf(format, args...)}
+}
+
+// messagesChatPresent is a raw field the client set to something other
+// than null.
+func messagesChatPresent(r json.RawMessage) bool {
+	return len(r) > 0 && !bytes.Equal(r, []byte("null"))
+}
+
+func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
+	var in messagesChatIn
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, fmt.Errorf("translate: reading the Messages request: %w", err)
+	}
+	switch {
+	case messagesChatPresent(in.TopK):
+		return nil, messagesChatRefuse("top_k", "chat completions backends take no top_k")
+	case messagesChatPresent(in.MCPServers):
+		return nil, messagesChatRefuse("mcp_servers", "MCP servers run by the API are not available through a chat completions backend")
+	case messagesChatPresent(in.Container):
+		return nil, messagesChatRefuse("container", "code execution containers are not available through a chat completions backend")
+	case in.OutputConfig != nil && messagesChatPresent(in.OutputConfig.Format):
+		return nil, messagesChatRefuse("output_config.format", "structured outputs are not translated to a chat completions backend")
+	case messagesChatPresent(in.OutputFormat):
+		return nil, messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
+	}
+	out := messagesChatOut{Model: o.Model, Messages: make([]messagesChatOutMsg, 0, len(in.Messages)+1)}
+	if sys, err := messagesChatSystem(in.System); err != nil {
+		return nil, err
+	} else if sys != nil {
+		out.Messages = append(out.Messages, messagesChatOutMsg{Role: "system", Content: sys})
+	}
+	for i, turn := range in.Messages {
+		var err error
+		if out.Messages, err = messagesChatTurn(out.Messages, i, turn); err != nil {
+			return nil, err
+		}
+	}
+	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == "assistant" {
+		return nil, messagesChatRefuse("messages["+strconv.Itoa(n-1)+"].role",
+			"a final assistant message (a prefill the answer continues) has no equivalent in chat completions")
+	}
+	for i, t := range in.Tools {
+		if t.Type != "" && t.Type != "custom" {
+			return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+		}
+		var ot messagesChatOutTool
+		ot.Type = "function"
+		ot.Function.Name, ot.Function.Description = t.Name, t.Description
+		if messagesChatPresent(t.InputSchema) {
+			ot.Function.Parameters = t.InputSchema
+		}
+		if messagesChatPresent(t.Strict) {
+			ot.Function.Strict = t.Strict
+		}
+		out.Tools = append(out.Tools, ot)
+	}
+	if c := in.ToolChoice; c != nil && len(out.Tools) > 0 {
+		switch c.Type {
+		case "auto":
+			out.ToolChoice = "auto"
+		case "any":
+			out.ToolChoice = "required"
+		case "none":
+			out.ToolChoice = "none"
+		case "tool":
+			var f messagesChatChoiceFn
+			f.Type, f.Function.Name = "function", c.Name
+			out.ToolChoice = f
+		default:
+			return nil, messagesChatRefuse("tool_choice.type", "unknown tool_choice type %q", c.Type)
+		}
+		if c.DisableParallelToolUse && c.Type != "none" {
+			f := false
+			out.ParallelToolCalls = &f
+		}
+	}
+	if messagesChatPresent(in.MaxTokens) {
+		if o.ChatMaxTokens() == "max_completion_tokens" {
+			out.MaxCompletion = in.MaxTokens
+		} else {
+			out.MaxTokens = in.MaxTokens
+		}
+	}
+	out.Stop = in.StopSequences
+	if messagesChatPresent(in.Temperature) {
+		out.Temperature = in.Temperature
+	}
+	if messagesChatPresent(in.TopP) {
+		out.TopP = in.TopP
+	}
+	if in.Metadata != nil && in.Metadata.UserID != nil && *in.Metadata.UserID != "" {
+		out.User = in.Metadata.UserID
+	}
+	if in.Stream {
+		// Always ask for the usage chunk: the ledger reads it.
+		out.Stream, out.StreamOptions = true, &messagesChatStreamOpt{IncludeUsage: true}
+	}
+	return messagesChatMarshal(out)
+}
+
+// messagesChatMarshal writes v compactly without HTML escaping, so raw
+// schemas and tool inputs keep their bytes.
+func messagesChatMarshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// messagesChatSystem is the system prompt: a string, or text blocks (one
+// block becomes a string, several stay separate text parts).
+func messagesChatSystem(raw json.RawMessage) (any, error) {
+	if !messagesChatPresent(raw) {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		if s == "" {
+			return nil, nil
+		}
+		return s, nil
+	}
+	var blocks []messagesChatInBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, fmt.Errorf("translate: reading system: %w", err)
+	}
+	var parts []messagesChatOutPart
+	for j, b := range blocks {
+		if b.Type != "text" {
+			return nil, messagesChatRefuse("system["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
+		}
+		parts = append(parts, messagesChatOutPart{Type: "text", Text: b.Text})
+	}
+	return messagesChatContent(parts), nil
+}
+
+// messagesChatContent is a message's content: nil for no parts, a string
+// for one text part, the parts otherwise.
+func messagesChatContent(parts []messagesChatOutPart) any {
+	switch {
+	case len(parts) == 0:
+		return nil
+	case len(parts) == 1 && parts[0].Type == "text":
+		return parts[0].Text
+	}
+	return parts
+}
+
+// messagesChatTurn appends the chat messages of the i-th Messages turn.
+func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) ([]messagesChatOutMsg, error) {
+	at := "messages[" + strconv.Itoa(i) + "]"
+	if turn.Role != "user" && turn.Role != "assistant" {
+		return nil, messagesChatRefuse(at+".role", "unknown role %q", turn.Role)
+	}
+	if !messagesChatPresent(turn.Content) {
+		return nil, messagesChatRefuse(at+".content", "a message needs content")
+	}
+	if turn.Content[0] == '"' {
+		var s string
+		if err := json.Unmarshal(turn.Content, &s); err != nil {
+			return nil, err
+		}
+		return append(dst, messagesChatOutMsg{Role: turn.Role, Content: s}), nil
+	}
+	var blocks []messagesChatInBlock
+	if err := json.Unmarshal(turn.Content, &blocks); err != nil {
+		return nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
+	}
+	var parts []messagesChatOutPart
+	var calls []messagesChatToolCall
+	for j, b := range blocks {
+		bat := at + ".content[" + strconv.Itoa(j) + "]"
+		switch b.Type {
+		case "text":
+			parts = append(parts, messagesChatOutPart{Type: "text", Text: b.Text})
+		case "image":
+			if turn.Role != "user" {
+				return nil, messagesChatRefuse(bat+".type", "an image in an assistant message cannot be sent to a chat completions backend")
+			}
+			url, err := messagesChatImageURL(bat, b)
+			if err != nil {
+				return nil, err
+			}
+			p := messagesChatOutPart{Type: "image_url", ImageURL: &struct {
+				URL string `json:"url"`
+			}{URL: url}}
+			parts = append(parts, p)
+		case "tool_use":
+			if turn.Role != "assistant" {
+				return nil, messagesChatRefuse(bat+".type", "tool_use belongs in an assistant message")
+			}
+			c := messagesChatToolCall{ID: b.ID, Type: "function"}
+			c.Function.Name = b.Name
+			// The input as a model writes arguments: compact, its members
+			// and their order kept.
+			c.Function.Arguments = "{}"
+			if messagesChatPresent(b.Input) {
+				var buf bytes.Buffer
+				if json.Compact(&buf, b.Input) == nil {
+					c.Function.Arguments = buf.String()
+				}
+			}
+			calls = append(calls, c)
+		case "tool_result":
+			if turn.Role != "user" {
+				return nil, messagesChatRefuse(bat+".type", "tool_result belongs in a user message")
+			}
+			text, err := messagesChatToolResult(bat, b.Content)
+			if err != nil {
+				return nil, err
+			}
+			// Chat wants the tool messages right after the assistant
+			// message that called them: before the rest of this turn.
+			dst = append(dst, messagesChatOutMsg{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
+		case "thinking", "redacted_thinking":
+			// The backend's model did not write them and cannot read them.
+		default:
+			return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+		}
+	}
+	switch {
+	case turn.Role == "assistant":
+		m := messagesChatOutMsg{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: calls}
+		if m.Content == nil && len(calls) == 0 {
+			m.Content = ""
+		}
+		dst = append(dst, m)
+	case len(parts) > 0:
+		dst = append(dst, messagesChatOutMsg{Role: "user", Content: messagesChatContent(parts)})
+	case len(blocks) == 0:
+		dst = append(dst, messagesChatOutMsg{Role: "user", Content: ""})
+	}
+	return dst, nil
+}
+
+func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
+	if b.Source == nil {
+		return "", messagesChatRefuse(at+".source", "an image needs a source")
+	}
+	switch b.Source.Type {
+	case "base64":
+		return "data:" + b.Source.MediaType + ";base64," + b.Source.Data, nil
+	case "url":
+		return b.Source.URL, nil
+	}
+	return "", messagesChatRefuse(at+".source.type", "an image source of type %q cannot be sent to a chat completions backend", b.Source.Type)
+}
+
+// messagesChatToolResult is a tool_result's content as the tool message's
+// text: a string as it is, text blocks joined by a line break. is_error
+// has no chat equivalent: the text, which says what failed, is sent.
+func messagesChatToolResult(at string, raw json.RawMessage) (string, error) {
+	if !messagesChatPresent(raw) {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	var blocks []messagesChatInBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", fmt.Errorf("translate: reading %s.content: %w", at, err)
+	}
+	var text []byte
+	for k, b := range blocks {
+		if b.Type != "text" {
+			return "", messagesChatRefuse(at+".content["+strconv.Itoa(k)+"].type",
+				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text only)", b.Type)
+		}
+		if k > 0 {
+			text = append(text, '\n')
+		}
+		text = append(text, b.Text...)
+	}
+	return string(text), nil
+}

@@ -1,0 +1,531 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/swarmgate/swarmgate/extproc/family"
+)
+
+// The answer half of Anthropic Messages client → chat completions
+// backend: a chat completion (JSON or chunk stream) written as a Messages
+// answer (message object or its event stream).
+
+func newMessagesChatResponse(o ResponseOptions) Response {
+	switch {
+	case o.Status >= 400:
+		return newErrorResponse(o.Status, family.Anthropic)
+	case o.Stream:
+		return &messagesChatStream{o: o}
+	}
+	return &messagesChatJSON{o: o}
+}
+
+// messagesChatUsage is a chat completion's usage.
+type messagesChatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// messagesChatUsageOut is Anthropic's usage: input_tokens counts only the
+// prompt tokens not read from the cache. Chat backends report no cache
+// writes.
+type messagesChatUsageOut struct {
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+}
+
+func (u *messagesChatUsage) anthropic() messagesChatUsageOut {
+	cached := min(max(u.PromptTokensDetails.CachedTokens, 0), max(u.PromptTokens, 0))
+	return messagesChatUsageOut{
+		InputTokens:          max(u.PromptTokens, 0) - cached,
+		CacheReadInputTokens: cached,
+		OutputTokens:         u.CompletionTokens,
+	}
+}
+
+// messagesChatStopReason maps a chat finish_reason to a Messages
+// stop_reason. Chat does not say which stop sequence ended the answer, so
+// a stop sequence reads as end_turn.
+func messagesChatStopReason(finish string) string {
+	switch finish {
+	case "length":
+		return "max_tokens"
+	case "tool_calls", "function_call":
+		return "tool_use"
+	case "content_filter":
+		return "refusal"
+	}
+	return "end_turn"
+}
+
+// messagesChatMessageID is "msg_" and the chat id without its "chatcmpl-"
+// prefix, or the gateway's request id when the backend sent none.
+func messagesChatMessageID(id, requestID string) string {
+	id, _ = strings.CutPrefix(id, "chatcmpl-")
+	if id == "" {
+		id = requestID
+	}
+	return "msg_" + id
+}
+
+// ---- JSON answers ----
+
+type messagesChatJSON struct {
+	o    ResponseOptions
+	buf  []byte
+	over bool
+}
+
+type messagesChatAnswer struct {
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index   int `json:"index"`
+		Message struct {
+			Content      *string                `json:"content"`
+			Refusal      *string                `json:"refusal"`
+			ToolCalls    []messagesChatToolCall `json:"tool_calls"`
+			FunctionCall *struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function_call"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *messagesChatUsage `json:"usage"`
+}
+
+type messagesChatMessage struct {
+	ID           string               `json:"id"`
+	Type         string               `json:"type"`
+	Role         string               `json:"role"`
+	Model        string               `json:"model"`
+	Content      []any                `json:"content"`
+	StopReason   any                  `json:"stop_reason"` // a string, null while streaming
+	StopSequence *string              `json:"stop_sequence"`
+	Usage        messagesChatUsageOut `json:"usage"`
+}
+
+type messagesChatTextBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type messagesChatToolUseBlock struct {
+	Type  string          `json:"type"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
+func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	if !r.over {
+		if len(r.buf)+len(chunk) > maxBuffered {
+			r.over, r.buf = true, nil
+		} else {
+			r.buf = append(r.buf, chunk...)
+		}
+	}
+	if !end {
+		return dst, nil
+	}
+	if r.over {
+		return dst, errors.New("translate: the backend's chat completion exceeds 16 MiB")
+	}
+	var a messagesChatAnswer
+	if err := json.Unmarshal(r.buf, &a); err != nil {
+		return dst, fmt.Errorf("translate: reading the backend's chat completion: %w", err)
+	}
+	if len(a.Choices) == 0 {
+		return dst, errors.New("translate: the backend's chat completion has no choices")
+	}
+	c := &a.Choices[0]
+	for i := range a.Choices {
+		if a.Choices[i].Index == 0 {
+			c = &a.Choices[i]
+			break
+		}
+	}
+	m := messagesChatMessage{
+		ID: messagesChatMessageID(a.ID, r.o.RequestID), Type: "message", Role: "assistant", Model: a.Model,
+		Content: []any{}, StopReason: messagesChatStopReason(c.FinishReason),
+	}
+	if a.Usage != nil {
+		m.Usage = a.Usage.anthropic()
+	}
+	// A refusal is the model's answer in words: it is the text.
+	for _, s := range []*string{c.Message.Content, c.Message.Refusal} {
+		if s != nil && *s != "" {
+			m.Content = append(m.Content, messagesChatTextBlock{Type: "text", Text: *s})
+		}
+	}
+	for i, tc := range c.Message.ToolCalls {
+		id := tc.ID
+		if id == "" {
+			id = messagesChatToolID(r.o.RequestID, i)
+		}
+		m.Content = append(m.Content, messagesChatToolUseBlock{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: messagesChatInput(tc.Function.Arguments)})
+	}
+	if fc := c.Message.FunctionCall; fc != nil && len(c.Message.ToolCalls) == 0 {
+		m.Content = append(m.Content, messagesChatToolUseBlock{Type: "tool_use", ID: messagesChatToolID(r.o.RequestID, 0), Name: fc.Name, Input: messagesChatInput(fc.Arguments)})
+	}
+	b, err := messagesChatMarshal(m)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
+// messagesChatToolID names a tool call the backend gave no id.
+func messagesChatToolID(requestID string, i int) string {
+	return "toolu_" + requestID + "_" + strconv.Itoa(i)
+}
+
+// messagesChatInput is a tool call's arguments as a tool_use input, which
+// must be an object: empty arguments are {}; arguments that are not a JSON
+// object (a model's malformed call) are kept as text under "arguments",
+// so the client sees what the model wrote and its schema check fails
+// instead of its JSON parser.
+func messagesChatInput(args string) json.RawMessage {
+	t := bytes.TrimSpace([]byte(args))
+	if len(t) == 0 {
+		return json.RawMessage("{}")
+	}
+	if t[0] == '{' && json.Valid(t) {
+		return t
+	}
+	b, _ := json.Marshal(map[string]string{"arguments": args})
+	return b
+}
+
+// ---- streams ----
+
+// messagesChatStream translates a chat chunk stream event by event. A
+// chunk is checked with json.Valid and then walked in place: its text and
+// argument strings are copied as their JSON tokens, never decoded, so a
+// text delta costs no allocation.
+type messagesChatStream struct {
+	o      ResponseOptions
+	events Events
+	out    []byte // what the event being handled appends
+
+	started  bool
+	done     bool   // message_stop or error written: the rest is ignored
+	finish   string // the finish_reason seen, "" before
+	usage    []byte // the last usage object seen, decoded at the end
+	next     int    // the next content block index
+	open     byte   // the open block: 0 none, 't' text, 'f' tool_use
+	openTool int    // the chat tool call index of the open tool_use block
+	openID   []byte // and its id as the backend wrote it (JSON), if any
+	tools    []int  // the chat tool call indexes given a block
+}
+
+// messagesChatLegacyCall is the tool call index a legacy function_call
+// delta is handled under.
+const messagesChatLegacyCall = -1
+
+// messagesChatString is a raw JSON value that is a non-empty string.
+func messagesChatString(r []byte) bool {
+	return len(r) > 2 && r[0] == '"'
+}
+
+func (s *messagesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	s.out = dst
+	err := s.events.Feed(chunk, end, s.event)
+	if err == nil && end && !s.done {
+		if s.finish != "" {
+			s.stop()
+		} else {
+			s.fail("api_error", "the backend's stream ended before its answer was complete")
+		}
+	}
+	dst, s.out = s.out, nil
+	return dst, err
+}
+
+func (s *messagesChatStream) event(e Event) error {
+	if s.done {
+		return nil
+	}
+	data := bytes.TrimSpace(e.Data)
+	if string(data) == "[DONE]" {
+		if s.finish != "" {
+			s.stop()
+		} else {
+			s.fail("api_error", "the backend's stream ended before its answer was complete")
+		}
+		return nil
+	}
+	if string(e.Name) == "error" {
+		s.out = AppendEvent(s.out, "error", ErrorBody(data, 0, family.Anthropic))
+		s.done = true
+		return nil
+	}
+	top, ok := messagesChatEnter(data, '{')
+	if !ok || !json.Valid(data) {
+		return fmt.Errorf("translate: a backend chunk is not a JSON object: %.80q", data)
+	}
+	var id, model, choices, usage, failure []byte
+	for k, v, ok := top.member(); ok; k, v, ok = top.member() {
+		switch string(k) {
+		case "id":
+			id = v
+		case "model":
+			model = v
+		case "choices":
+			choices = v
+		case "usage":
+			usage = v
+		case "error":
+			failure = v
+		}
+	}
+	if messagesChatPresent(failure) {
+		s.out = AppendEvent(s.out, "error", ErrorBody(data, 0, family.Anthropic))
+		s.done = true
+		return nil
+	}
+	if !s.started {
+		s.start(id, model)
+	}
+	list, _ := messagesChatEnter(choices, '[')
+	for ch, ok := list.elem(); ok; ch, ok = list.elem() {
+		if err := s.choice(ch); err != nil || s.done {
+			return err
+		}
+	}
+	if len(usage) > 0 && usage[0] == '{' {
+		s.usage = append(s.usage[:0], usage...)
+		if s.finish != "" {
+			s.stop()
+		}
+	}
+	return nil
+}
+
+// choice translates one choices[] entry of a chunk: Messages has one
+// answer, so only choice 0 (chat may have been asked for n).
+func (s *messagesChatStream) choice(ch []byte) error {
+	obj, _ := messagesChatEnter(ch, '{')
+	index := 0
+	var delta, finish []byte
+	for k, v, ok := obj.member(); ok; k, v, ok = obj.member() {
+		switch string(k) {
+		case "index":
+			n, ok := messagesChatInt(v)
+			if !ok {
+				return fmt.Errorf("translate: a backend chunk's choice index is %.20q", v)
+			}
+			index = n
+		case "delta":
+			delta = v
+		case "finish_reason":
+			finish = v
+		}
+	}
+	if index != 0 || s.finish != "" {
+		return nil
+	}
+	var content, refusal, calls, fcall []byte
+	d, _ := messagesChatEnter(delta, '{')
+	for k, v, ok := d.member(); ok; k, v, ok = d.member() {
+		switch string(k) {
+		case "content":
+			content = v
+		case "refusal":
+			refusal = v
+		case "tool_calls":
+			calls = v
+		case "function_call":
+			fcall = v
+		}
+	}
+	if messagesChatString(content) {
+		s.text(content)
+	}
+	if messagesChatString(refusal) {
+		s.text(refusal) // a refusal is the model's answer in words
+	}
+	list, _ := messagesChatEnter(calls, '[')
+	for call, ok := list.elem(); ok; call, ok = list.elem() {
+		c, _ := messagesChatEnter(call, '{')
+		index = 0
+		var id, fn []byte
+		for k, v, ok := c.member(); ok; k, v, ok = c.member() {
+			switch string(k) {
+			case "index":
+				n, ok := messagesChatInt(v)
+				if !ok {
+					return fmt.Errorf("translate: a backend chunk's tool call index is %.20q", v)
+				}
+				index = n
+			case "id":
+				id = v
+			case "function":
+				fn = v
+			}
+		}
+		name, args := messagesChatFunction(fn)
+		if !s.tool(index, id, name, args) {
+			return nil
+		}
+	}
+	if len(fcall) > 0 && fcall[0] == '{' {
+		name, args := messagesChatFunction(fcall)
+		if !s.tool(messagesChatLegacyCall, nil, name, args) {
+			return nil
+		}
+	}
+	if messagesChatString(finish) {
+		s.closeBlock()
+		s.finish = string(finish[1 : len(finish)-1])
+	}
+	return nil
+}
+
+// messagesChatFunction is a function object's name and arguments, raw.
+func messagesChatFunction(fn []byte) (name, args []byte) {
+	f, _ := messagesChatEnter(fn, '{')
+	for k, v, ok := f.member(); ok; k, v, ok = f.member() {
+		switch string(k) {
+		case "name":
+			name = v
+		case "arguments":
+			args = v
+		}
+	}
+	return name, args
+}
+
+// start writes message_start. Usage is known only at the end: it is 0
+// here and stated in message_delta.
+func (s *messagesChatStream) start(rawID, rawModel []byte) {
+	s.started = true
+	var id, model string
+	_ = json.Unmarshal(rawID, &id)
+	_ = json.Unmarshal(rawModel, &model)
+	msg := messagesChatMessage{ID: messagesChatMessageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
+	b, _ := messagesChatMarshal(msg) // stop_reason is null until message_delta
+	s.out = append(s.out, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)
+	s.out = append(s.out, b...)
+	s.out = append(s.out, "}\n\n"...)
+}
+
+func (s *messagesChatStream) text(raw []byte) {
+	if s.open != 't' {
+		s.closeBlock()
+		s.open = 't'
+		s.out = append(s.out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
+		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+		s.out = append(s.out, ",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
+	}
+	s.out = append(s.out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+	s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+	s.out = append(s.out, ",\"delta\":{\"type\":\"text_delta\",\"text\":"...)
+	s.out = append(s.out, raw...)
+	s.out = append(s.out, "}}\n\n"...)
+}
+
+// tool handles one tool call delta. A call starts a tool_use block when
+// its index changes, or when it names a new id under the same index (some
+// backends number every call 0). A fragment without an id for a call whose
+// block was already closed ends the stream in an error (false): the
+// backend interleaved parallel calls, and blocks cannot reopen.
+func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
+	named := messagesChatString(id)
+	if s.open != 'f' || s.openTool != index || named && !bytes.Equal(id, s.openID) {
+		if !named && slices.Contains(s.tools, index) {
+			s.fail("api_error", "the backend interleaved the arguments of parallel tool calls, which a Messages stream cannot express")
+			return false
+		}
+		s.closeBlock()
+		s.open, s.openTool = 'f', index
+		s.openID = append(s.openID[:0], id...)
+		s.tools = append(s.tools, index)
+		s.out = append(s.out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
+		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+		s.out = append(s.out, ",\"content_block\":{\"type\":\"tool_use\",\"id\":"...)
+		if messagesChatString(id) {
+			s.out = append(s.out, id...)
+		} else {
+			s.out = messagesChatAppendString(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
+		}
+		s.out = append(s.out, ",\"name\":"...)
+		if messagesChatString(name) {
+			s.out = append(s.out, name...)
+		} else {
+			s.out = append(s.out, `""`...)
+		}
+		s.out = append(s.out, ",\"input\":{}}}\n\n"...)
+	}
+	if messagesChatString(args) {
+		s.out = append(s.out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+		s.out = append(s.out, ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":"...)
+		s.out = append(s.out, args...)
+		s.out = append(s.out, "}}\n\n"...)
+	}
+	return true
+}
+
+func (s *messagesChatStream) closeBlock() {
+	if s.open == 0 {
+		return
+	}
+	s.out = append(s.out, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":"...)
+	s.out = strconv.AppendInt(s.out, int64(s.next), 10)
+	s.out = append(s.out, "}\n\n"...)
+	s.open = 0
+	s.next++
+}
+
+// stop writes message_delta (stop reason and the whole answer's usage)
+// and message_stop.
+func (s *messagesChatStream) stop() {
+	s.closeBlock()
+	s.out = append(s.out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
+	s.out = append(s.out, messagesChatStopReason(s.finish)...)
+	s.out = append(s.out, "\",\"stop_sequence\":null},\"usage\":{"...)
+	var usage messagesChatUsage
+	if len(s.usage) == 0 || json.Unmarshal(s.usage, &usage) != nil {
+		s.out = append(s.out, "\"output_tokens\":0"...)
+	} else {
+		u := usage.anthropic()
+		s.out = append(s.out, "\"input_tokens\":"...)
+		s.out = strconv.AppendInt(s.out, u.InputTokens, 10)
+		s.out = append(s.out, ",\"cache_read_input_tokens\":"...)
+		s.out = strconv.AppendInt(s.out, u.CacheReadInputTokens, 10)
+		s.out = append(s.out, ",\"output_tokens\":"...)
+		s.out = strconv.AppendInt(s.out, u.OutputTokens, 10)
+	}
+	s.out = append(s.out, "}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
+	s.done = true
+}
+
+// fail ends the stream with an Anthropic error event.
+func (s *messagesChatStream) fail(typ, message string) {
+	s.out = append(s.out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"...)
+	s.out = strconv.AppendQuote(s.out, typ)
+	s.out = append(s.out, ",\"message\":"...)
+	s.out = strconv.AppendQuote(s.out, message)
+	s.out = append(s.out, "}}\n\n"...)
+	s.done = true
+}
+
+// messagesChatAppendString appends s as a JSON string (off the per-chunk
+// path: ids the backend did not send).
+func messagesChatAppendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
+}

@@ -1,0 +1,558 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// responsesChatReq is the part of a Responses API request body
+// (POST /v1/responses) the translation reads. Fields it does not name are
+// dropped (docs/translation-responses-chat.md lists them). Polymorphic
+// fields stay raw until their shape is known; numbers the backend gets
+// unchanged stay raw so they keep their bytes.
+type responsesChatReq struct {
+	Model             string              `json:"model"`
+	Instructions      *string             `json:"instructions"`
+	Input             json.RawMessage     `json:"input"`
+	Tools             []json.RawMessage   `json:"tools"`
+	ToolChoice        json.RawMessage     `json:"tool_choice"`
+	ParallelToolCalls *bool               `json:"parallel_tool_calls"`
+	MaxOutputTokens   json.RawMessage     `json:"max_output_tokens"`
+	Temperature       json.RawMessage     `json:"temperature"`
+	TopP              json.RawMessage     `json:"top_p"`
+	User              *string             `json:"user"`
+	SafetyIdentifier  *string             `json:"safety_identifier"`
+	Text              *responsesChatText  `json:"text"`
+	Reasoning         *responsesChatReasn `json:"reasoning"`
+	Stream            *bool               `json:"stream"`
+
+	// Server-side state: refused.
+	PreviousResponseID *string         `json:"previous_response_id"`
+	Conversation       json.RawMessage `json:"conversation"`
+	Background         *bool           `json:"background"`
+	Prompt             json.RawMessage `json:"prompt"`
+	Truncation         *string         `json:"truncation"`
+}
+
+type responsesChatText struct {
+	Format json.RawMessage `json:"format"`
+}
+
+type responsesChatReasn struct {
+	Effort *string `json:"effort"`
+}
+
+// responsesChatItem is one input item: a message (type "message", or a
+// role and no type), a function_call, a function_call_output, or an item
+// the translation drops or refuses by its type.
+type responsesChatItem struct {
+	Type      string          `json:"type"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
+}
+
+// responsesChatPart is one content part of an input message or of a
+// function_call_output's output list.
+type responsesChatPart struct {
+	Type     string  `json:"type"`
+	Text     string  `json:"text"`
+	Refusal  string  `json:"refusal"`
+	ImageURL *string `json:"image_url"`
+	FileID   *string `json:"file_id"`
+	Detail   string  `json:"detail"`
+}
+
+type responsesChatTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description *string         `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Strict      *bool           `json:"strict"`
+}
+
+// responsesChatMsg is one chat message before it is written.
+type responsesChatMsg struct {
+	role       string
+	parts      []responsesChatMsgPart
+	toolCalls  []responsesChatItem // function_call items of an assistant message
+	toolCallID string              // role tool
+}
+
+// responsesChatMsgPart is a text part, or an image when url is set.
+type responsesChatMsgPart struct {
+	text, url, detail string
+	image             bool
+}
+
+func responsesChatUnsupported(param, format string, args ...any) *Unsupported {
+	return &Unsupported{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// responsesChatDecode unmarshals b into v; a value of the wrong type is an
+// *Unsupported naming the field under path.
+func responsesChatDecode(b []byte, v any, path string) error {
+	err := json.Unmarshal(b, v)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		p := path
+		if te.Field != "" {
+			if p != "" {
+				p += "."
+			}
+			p += te.Field
+		}
+		if p == "" {
+			return fmt.Errorf("translate: the responses request body is a JSON %s, not an object", te.Value)
+		}
+		return responsesChatUnsupported(p, "%s: a JSON %s is not valid here", p, te.Value)
+	}
+	if path == "" {
+		return fmt.Errorf("translate: responses request body: %w", err)
+	}
+	return responsesChatUnsupported(path, "%s: %v", path, err)
+}
+
+func responsesChatIsNull(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || string(b) == "null"
+}
+
+// responsesChatIsNumber accepts a JSON number (already valid JSON).
+func responsesChatIsNumber(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9')
+}
+
+// responsesChatRequest translates a Responses API request body into a
+// chat completions request body for model o.Model.
+func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
+	var r responsesChatReq
+	if err := responsesChatDecode(body, &r, ""); err != nil {
+		return nil, err
+	}
+	// Server-side state the chat completions family has no place for.
+	if r.PreviousResponseID != nil && *r.PreviousResponseID != "" {
+		return nil, responsesChatUnsupported("previous_response_id", "previous_response_id: this model's backend speaks chat completions, which keeps no responses; send the whole conversation in input instead")
+	}
+	if !responsesChatIsNull(r.Conversation) {
+		return nil, responsesChatUnsupported("conversation", "conversation: this model's backend speaks chat completions, which keeps no conversations; send the whole conversation in input instead")
+	}
+	if r.Background != nil && *r.Background {
+		return nil, responsesChatUnsupported("background", "background: this model's backend speaks chat completions, which cannot run a response in the background")
+	}
+	if !responsesChatIsNull(r.Prompt) {
+		return nil, responsesChatUnsupported("prompt", "prompt: this model's backend speaks chat completions, which has no stored prompt templates")
+	}
+	if r.Truncation != nil && *r.Truncation == "auto" {
+		return nil, responsesChatUnsupported("truncation", `truncation: "auto" is not supported by this model's backend (chat completions); use "disabled"`)
+	}
+
+	var msgs []responsesChatMsg
+	if r.Instructions != nil && *r.Instructions != "" {
+		msgs = append(msgs, responsesChatMsg{role: "system", parts: []responsesChatMsgPart{{text: *r.Instructions}}})
+	}
+	msgs, err := responsesChatInput(msgs, r.Input)
+	if err != nil {
+		return nil, err
+	}
+
+	model := o.Model
+	if model == "" {
+		model = r.Model
+	}
+	b := make([]byte, 0, len(body)+256)
+	b = append(b, `{"model":`...)
+	b = responsesChatAppendString(b, model)
+	b = append(b, `,"messages":`...)
+	b = responsesChatAppendMessages(b, msgs)
+	if b, err = responsesChatAppendTools(b, r.Tools); err != nil {
+		return nil, err
+	}
+	if !responsesChatIsNull(r.ToolChoice) {
+		if b, err = responsesChatAppendToolChoice(b, r.ToolChoice); err != nil {
+			return nil, err
+		}
+	}
+	if r.ParallelToolCalls != nil {
+		b = append(b, `,"parallel_tool_calls":`...)
+		b = strconv.AppendBool(b, *r.ParallelToolCalls)
+	}
+	if r.Text != nil && !responsesChatIsNull(r.Text.Format) {
+		if b, err = responsesChatAppendFormat(b, r.Text.Format); err != nil {
+			return nil, err
+		}
+	}
+	if r.Reasoning != nil && r.Reasoning.Effort != nil {
+		b = append(b, `,"reasoning_effort":`...)
+		b = responsesChatAppendString(b, *r.Reasoning.Effort)
+	}
+	for _, f := range []struct {
+		name, chat string
+		v          json.RawMessage
+	}{
+		{"max_output_tokens", o.ChatMaxTokens(), r.MaxOutputTokens},
+		{"temperature", "temperature", r.Temperature},
+		{"top_p", "top_p", r.TopP},
+	} {
+		if responsesChatIsNull(f.v) {
+			continue
+		}
+		if !responsesChatIsNumber(f.v) {
+			return nil, responsesChatUnsupported(f.name, "%s must be a number", f.name)
+		}
+		b = append(b, `,"`...)
+		b = append(b, f.chat...)
+		b = append(b, `":`...)
+		b = append(b, bytes.TrimSpace(f.v)...)
+	}
+	user := r.User
+	if user == nil || *user == "" {
+		user = r.SafetyIdentifier
+	}
+	if user != nil && *user != "" {
+		b = append(b, `,"user":`...)
+		b = responsesChatAppendString(b, *user)
+	}
+	if r.Stream != nil && *r.Stream {
+		// Always with usage: the ledger reads it from the backend's stream.
+		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	}
+	return append(b, '}'), nil
+}
+
+// responsesChatInput appends the messages of the request's input: a string
+// (one user message) or a list of items.
+func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]responsesChatMsg, error) {
+	input = bytes.TrimSpace(input)
+	if responsesChatIsNull(input) {
+		return msgs, nil
+	}
+	if input[0] == '"' {
+		var s string
+		if err := responsesChatDecode(input, &s, "input"); err != nil {
+			return nil, err
+		}
+		return append(msgs, responsesChatMsg{role: "user", parts: []responsesChatMsgPart{{text: s}}}), nil
+	}
+	var items []json.RawMessage
+	if err := responsesChatDecode(input, &items, "input"); err != nil {
+		return nil, err
+	}
+	for i, raw := range items {
+		path := "input[" + strconv.Itoa(i) + "]"
+		var it responsesChatItem
+		if err := responsesChatDecode(raw, &it, path); err != nil {
+			return nil, err
+		}
+		switch {
+		case it.Type == "message" || it.Type == "" && it.Role != "":
+			m, err := responsesChatMessage(it, path)
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+		case it.Type == "function_call":
+			if it.CallID == "" || it.Name == "" {
+				return nil, responsesChatUnsupported(path+".call_id", "%s: a function_call needs a call_id and a name", path)
+			}
+			// Consecutive calls, and the assistant message right before
+			// them, are one chat assistant message.
+			if n := len(msgs); n > 0 && msgs[n-1].role == "assistant" {
+				msgs[n-1].toolCalls = append(msgs[n-1].toolCalls, it)
+			} else {
+				msgs = append(msgs, responsesChatMsg{role: "assistant", toolCalls: []responsesChatItem{it}})
+			}
+		case it.Type == "function_call_output":
+			m, err := responsesChatToolOutput(it, path)
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+		case it.Type == "reasoning":
+			// Chat completions backends take no reasoning state back.
+		case it.Type == "":
+			return nil, responsesChatUnsupported(path+".type", "%s: an input item needs a type or a role", path)
+		default:
+			return nil, responsesChatUnsupported(path+".type", "%s.type: %q items are not supported by this model's backend (chat completions)", path, it.Type)
+		}
+	}
+	return msgs, nil
+}
+
+func responsesChatMessage(it responsesChatItem, path string) (responsesChatMsg, error) {
+	m := responsesChatMsg{role: it.Role}
+	switch it.Role {
+	case "user", "assistant", "system":
+	case "developer":
+		// Chat relays know "system" more widely than "developer"; both
+		// carry the same instructions.
+		m.role = "system"
+	default:
+		return m, responsesChatUnsupported(path+".role", "%s.role: %q is not a message role (user, assistant, system, developer)", path, it.Role)
+	}
+	content := bytes.TrimSpace(it.Content)
+	if responsesChatIsNull(content) {
+		return m, responsesChatUnsupported(path+".content", "%s.content is required", path)
+	}
+	if content[0] == '"' {
+		var s string
+		if err := responsesChatDecode(content, &s, path+".content"); err != nil {
+			return m, err
+		}
+		m.parts = []responsesChatMsgPart{{text: s}}
+		return m, nil
+	}
+	var parts []responsesChatPart
+	if err := responsesChatDecode(content, &parts, path+".content"); err != nil {
+		return m, err
+	}
+	for j, p := range parts {
+		pp := path + ".content[" + strconv.Itoa(j) + "]"
+		switch p.Type {
+		case "input_text", "output_text":
+			m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
+		case "refusal":
+			m.parts = append(m.parts, responsesChatMsgPart{text: p.Refusal})
+		case "input_image":
+			if m.role != "user" {
+				return m, responsesChatUnsupported(pp+".type", "%s.type: chat completions takes images in user messages only", pp)
+			}
+			if p.FileID != nil && *p.FileID != "" {
+				return m, responsesChatUnsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
+			}
+			if p.ImageURL == nil || *p.ImageURL == "" {
+				return m, responsesChatUnsupported(pp+".image_url", "%s.image_url is required", pp)
+			}
+			detail := p.Detail
+			if detail == "original" {
+				detail = "high" // chat's closest: no downscaling below high
+			}
+			m.parts = append(m.parts, responsesChatMsgPart{image: true, url: *p.ImageURL, detail: detail})
+		default:
+			return m, responsesChatUnsupported(pp+".type", "%s.type: %q content is not supported by this model's backend (chat completions)", pp, p.Type)
+		}
+	}
+	return m, nil
+}
+
+func responsesChatToolOutput(it responsesChatItem, path string) (responsesChatMsg, error) {
+	m := responsesChatMsg{role: "tool", toolCallID: it.CallID}
+	if it.CallID == "" {
+		return m, responsesChatUnsupported(path+".call_id", "%s.call_id is required", path)
+	}
+	out := bytes.TrimSpace(it.Output)
+	if responsesChatIsNull(out) {
+		return m, responsesChatUnsupported(path+".output", "%s.output is required", path)
+	}
+	if out[0] == '"' {
+		var s string
+		if err := responsesChatDecode(out, &s, path+".output"); err != nil {
+			return m, err
+		}
+		m.parts = []responsesChatMsgPart{{text: s}}
+		return m, nil
+	}
+	var parts []responsesChatPart
+	if err := responsesChatDecode(out, &parts, path+".output"); err != nil {
+		return m, err
+	}
+	for j, p := range parts {
+		if p.Type != "input_text" && p.Type != "output_text" {
+			pp := path + ".output[" + strconv.Itoa(j) + "].type"
+			return m, responsesChatUnsupported(pp, "%s: %q tool output is not supported by this model's backend (chat completions takes text tool results)", pp, p.Type)
+		}
+		m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
+	}
+	return m, nil
+}
+
+func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
+	b = append(b, '[')
+	for i, m := range msgs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"role":`...)
+		b = responsesChatAppendString(b, m.role)
+		b = append(b, `,"content":`...)
+		b = responsesChatAppendContent(b, m)
+		if m.role == "tool" {
+			b = append(b, `,"tool_call_id":`...)
+			b = responsesChatAppendString(b, m.toolCallID)
+		}
+		if len(m.toolCalls) > 0 {
+			b = append(b, `,"tool_calls":[`...)
+			for j, tc := range m.toolCalls {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"id":`...)
+				b = responsesChatAppendString(b, tc.CallID)
+				b = append(b, `,"type":"function","function":{"name":`...)
+				b = responsesChatAppendString(b, tc.Name)
+				b = append(b, `,"arguments":`...)
+				b = responsesChatAppendString(b, tc.Arguments)
+				b = append(b, "}}"...)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// responsesChatAppendContent writes a message's content: one text part as
+// a string, several parts (or an image) as a list of chat parts, none as
+// null (an assistant message holding only tool calls) or "".
+func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
+	switch {
+	case len(m.parts) == 0 && len(m.toolCalls) > 0:
+		return append(b, "null"...)
+	case len(m.parts) == 0:
+		return append(b, `""`...)
+	case len(m.parts) == 1 && !m.parts[0].image:
+		return responsesChatAppendString(b, m.parts[0].text)
+	}
+	b = append(b, '[')
+	for i, p := range m.parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if !p.image {
+			b = append(b, `{"type":"text","text":`...)
+			b = responsesChatAppendString(b, p.text)
+			b = append(b, '}')
+			continue
+		}
+		b = append(b, `{"type":"image_url","image_url":{"url":`...)
+		b = responsesChatAppendString(b, p.url)
+		if p.detail != "" {
+			b = append(b, `,"detail":`...)
+			b = responsesChatAppendString(b, p.detail)
+		}
+		b = append(b, "}}"...)
+	}
+	return append(b, ']')
+}
+
+func responsesChatAppendTools(b []byte, tools []json.RawMessage) ([]byte, error) {
+	if len(tools) == 0 {
+		return b, nil
+	}
+	b = append(b, `,"tools":[`...)
+	for i, raw := range tools {
+		path := "tools[" + strconv.Itoa(i) + "]"
+		var t responsesChatTool
+		if err := responsesChatDecode(raw, &t, path); err != nil {
+			return nil, err
+		}
+		if t.Type != "function" {
+			return nil, responsesChatUnsupported(path+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", path, t.Type)
+		}
+		if t.Name == "" {
+			return nil, responsesChatUnsupported(path+".name", "%s.name is required", path)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"function","function":{"name":`...)
+		b = responsesChatAppendString(b, t.Name)
+		if t.Description != nil {
+			b = append(b, `,"description":`...)
+			b = responsesChatAppendString(b, *t.Description)
+		}
+		if !responsesChatIsNull(t.Parameters) {
+			b = append(b, `,"parameters":`...)
+			b = append(b, bytes.TrimSpace(t.Parameters)...)
+		}
+		if t.Strict != nil {
+			b = append(b, `,"strict":`...)
+			b = strconv.AppendBool(b, *t.Strict)
+		}
+		b = append(b, "}}"...)
+	}
+	return append(b, ']'), nil
+}
+
+func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if raw[0] == '"' {
+		var s string
+		if err := responsesChatDecode(raw, &s, "tool_choice"); err != nil {
+			return nil, err
+		}
+		switch s {
+		case "auto", "none", "required":
+		default:
+			return nil, responsesChatUnsupported("tool_choice", "tool_choice: %q is not one of auto, none, required", s)
+		}
+		b = append(b, `,"tool_choice":`...)
+		return responsesChatAppendString(b, s), nil
+	}
+	var c struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if err := responsesChatDecode(raw, &c, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if c.Type != "function" {
+		return nil, responsesChatUnsupported("tool_choice.type", "tool_choice.type: %q is not supported by this model's backend (chat completions can force function tools only)", c.Type)
+	}
+	if c.Name == "" {
+		return nil, responsesChatUnsupported("tool_choice.name", "tool_choice.name is required")
+	}
+	b = append(b, `,"tool_choice":{"type":"function","function":{"name":`...)
+	b = responsesChatAppendString(b, c.Name)
+	return append(b, "}}"...), nil
+}
+
+func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
+	var f struct {
+		Type        string          `json:"type"`
+		Name        *string         `json:"name"`
+		Description *string         `json:"description"`
+		Schema      json.RawMessage `json:"schema"`
+		Strict      *bool           `json:"strict"`
+	}
+	if err := responsesChatDecode(raw, &f, "text.format"); err != nil {
+		return nil, err
+	}
+	switch f.Type {
+	case "text":
+		return b, nil
+	case "json_object":
+		return append(b, `,"response_format":{"type":"json_object"}`...), nil
+	case "json_schema":
+	default:
+		return nil, responsesChatUnsupported("text.format.type", "text.format.type: %q is not one of text, json_object, json_schema", f.Type)
+	}
+	if f.Name == nil || *f.Name == "" {
+		return nil, responsesChatUnsupported("text.format.name", "text.format.name is required for json_schema")
+	}
+	b = append(b, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
+	b = responsesChatAppendString(b, *f.Name)
+	if f.Description != nil {
+		b = append(b, `,"description":`...)
+		b = responsesChatAppendString(b, *f.Description)
+	}
+	if !responsesChatIsNull(f.Schema) {
+		b = append(b, `,"schema":`...)
+		b = append(b, bytes.TrimSpace(f.Schema)...)
+	}
+	if f.Strict != nil {
+		b = append(b, `,"strict":`...)
+		b = strconv.AppendBool(b, *f.Strict)
+	}
+	return append(b, "}}"...), nil
+}

@@ -1,0 +1,341 @@
+package translate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/swarmgate/swarmgate/extproc/family"
+)
+
+// responsesChatChunk is a chat completion (JSON) or one chunk of a chat
+// completion stream: the fields the translation reads.
+type responsesChatChunk struct {
+	ID      string                `json:"id"`
+	Created float64               `json:"created"`
+	Model   string                `json:"model"`
+	Choices []responsesChatChoice `json:"choices"`
+	Usage   *responsesChatUsage   `json:"usage"`
+	Error   json.RawMessage       `json:"error"`
+}
+
+type responsesChatChoice struct {
+	Index        int                `json:"index"`
+	Delta        responsesChatDelta `json:"delta"`   // a stream chunk's
+	Message      responsesChatDelta `json:"message"` // a JSON answer's
+	FinishReason string             `json:"finish_reason"`
+}
+
+type responsesChatDelta struct {
+	Content   string                  `json:"content"`
+	Refusal   string                  `json:"refusal"`
+	ToolCalls []responsesChatToolCall `json:"tool_calls"`
+}
+
+type responsesChatToolCall struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type responsesChatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	TotalTokens         int64 `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// responsesChatItemKind is an output item's type.
+type responsesChatItemKind uint8
+
+const (
+	responsesChatMessageItem responsesChatItemKind = iota
+	responsesChatCallItem
+)
+
+// responsesChatOut is one output item of the Response being built.
+type responsesChatOut struct {
+	kind   responsesChatItemKind
+	id     string
+	status string // in_progress until done: completed or incomplete
+	// A message: its text and refusal parts, in the order they came
+	// (textPart and refusalPart are content indexes, -1 for none). Text
+	// and arguments are kept as escaped JSON string contents.
+	text, refusal         []byte
+	textPart, refusalPart int
+	// A function call.
+	chatIndex    int // the chat tool call's index
+	callID, name string
+	args         []byte
+}
+
+// responsesChatResult is the Response object being built.
+type responsesChatResult struct {
+	id, model  string
+	created    int64
+	status     string // in_progress, completed, incomplete, failed
+	incomplete string // incomplete_details.reason
+	errCode    string // error.code of a failed response
+	errMessage string
+	items      []responsesChatOut
+	usage      *responsesChatUsage
+}
+
+// finish applies a chat finish_reason to the result.
+func (r *responsesChatResult) finish(reason string) {
+	r.status = "completed"
+	switch reason {
+	case "length":
+		r.status, r.incomplete = "incomplete", "max_output_tokens"
+	case "content_filter":
+		r.status, r.incomplete = "incomplete", "content_filter"
+	}
+}
+
+// itemStatus is the status a finished item gets: incomplete when the
+// answer was cut short.
+func (r *responsesChatResult) itemStatus() string {
+	if r.status == "completed" {
+		return "completed"
+	}
+	return "incomplete"
+}
+
+// appendResponse writes the Response object. What the chat answer does not
+// tell (the request's temperature, top_p, tool_choice, tools,
+// instructions) is written as the Responses defaults or null
+// (docs/translation-responses-chat.md).
+func (r *responsesChatResult) appendResponse(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = responsesChatAppendString(b, r.id)
+	b = append(b, `,"object":"response","created_at":`...)
+	b = responsesChatAppendInt(b, r.created)
+	b = append(b, `,"status":`...)
+	b = responsesChatAppendString(b, r.status)
+	b = append(b, `,"background":false,"error":`...)
+	if r.status == "failed" {
+		b = append(b, `{"code":`...)
+		b = responsesChatAppendString(b, r.errCode)
+		b = append(b, `,"message":`...)
+		b = responsesChatAppendString(b, r.errMessage)
+		b = append(b, '}')
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"incomplete_details":`...)
+	if r.incomplete != "" {
+		b = append(b, `{"reason":`...)
+		b = responsesChatAppendString(b, r.incomplete)
+		b = append(b, '}')
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"instructions":null,"metadata":{},"model":`...)
+	b = responsesChatAppendString(b, r.model)
+	b = append(b, `,"output":[`...)
+	for i := range r.items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = r.items[i].appendItem(b, true)
+	}
+	b = append(b, `],"parallel_tool_calls":true,"previous_response_id":null,"store":false,"temperature":null,"tool_choice":"auto","tools":[],"top_p":null,"truncation":"disabled"`...)
+	if u := r.usage; u != nil {
+		b = append(b, `,"usage":{"input_tokens":`...)
+		b = responsesChatAppendInt(b, u.PromptTokens)
+		b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
+		b = responsesChatAppendInt(b, u.PromptTokensDetails.CachedTokens)
+		b = append(b, `},"output_tokens":`...)
+		b = responsesChatAppendInt(b, u.CompletionTokens)
+		b = append(b, `,"output_tokens_details":{"reasoning_tokens":`...)
+		b = responsesChatAppendInt(b, u.CompletionTokensDetails.ReasoningTokens)
+		b = append(b, `},"total_tokens":`...)
+		total := u.TotalTokens
+		if total == 0 {
+			total = u.PromptTokens + u.CompletionTokens
+		}
+		b = responsesChatAppendInt(b, total)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendItem writes the output item; full writes its content (text,
+// arguments), otherwise it is written as output_item.added announces it:
+// no content parts, empty arguments.
+func (it *responsesChatOut) appendItem(b []byte, full bool) []byte {
+	if it.kind == responsesChatCallItem {
+		b = append(b, `{"type":"function_call","id":`...)
+		b = responsesChatAppendString(b, it.id)
+		b = append(b, `,"call_id":`...)
+		b = responsesChatAppendString(b, it.callID)
+		b = append(b, `,"name":`...)
+		b = responsesChatAppendString(b, it.name)
+		b = append(b, `,"arguments":`...)
+		if full {
+			b = responsesChatAppendRaw(b, it.args)
+		} else {
+			b = append(b, `""`...)
+		}
+		b = append(b, `,"status":`...)
+		b = responsesChatAppendString(b, it.status)
+		return append(b, '}')
+	}
+	b = append(b, `{"type":"message","id":`...)
+	b = responsesChatAppendString(b, it.id)
+	b = append(b, `,"status":`...)
+	b = responsesChatAppendString(b, it.status)
+	b = append(b, `,"role":"assistant","content":[`...)
+	if full {
+		for p := 0; p < 2; p++ {
+			if p > 0 && it.textPart >= 0 && it.refusalPart >= 0 {
+				b = append(b, ',')
+			}
+			if p == it.textPart {
+				b = it.appendPart(b, false, true)
+			} else if p == it.refusalPart {
+				b = it.appendPart(b, true, true)
+			}
+		}
+	}
+	return append(b, "]}"...)
+}
+
+// appendPart writes the message's text (or refusal) content part, empty
+// unless full.
+func (it *responsesChatOut) appendPart(b []byte, refusal, full bool) []byte {
+	if refusal {
+		b = append(b, `{"type":"refusal","refusal":`...)
+		if full {
+			b = responsesChatAppendRaw(b, it.refusal)
+		} else {
+			b = append(b, `""`...)
+		}
+		return append(b, '}')
+	}
+	b = append(b, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
+	if full {
+		b = responsesChatAppendRaw(b, it.text)
+	} else {
+		b = append(b, `""`...)
+	}
+	return append(b, '}')
+}
+
+// responsesChatAppendRaw appends escaped JSON string contents as a JSON
+// string.
+func responsesChatAppendRaw(b, escaped []byte) []byte {
+	b = append(b, '"')
+	b = append(b, escaped...)
+	return append(b, '"')
+}
+
+// responsesChatAppendEscaped appends s escaped as JSON string contents
+// (without the quotes).
+func responsesChatAppendEscaped(b []byte, s string) []byte {
+	n := len(b)
+	b = responsesChatAppendString(b, s)
+	copy(b[n:], b[n+1:len(b)-1])
+	return b[:len(b)-2]
+}
+
+// responsesChatJSON holds a chat completion to its end and writes it as a
+// Response object.
+type responsesChatJSON struct {
+	o    ResponseOptions
+	buf  []byte
+	over bool
+}
+
+func newResponsesChatResponse(o ResponseOptions) Response {
+	switch {
+	case o.Status >= 400:
+		return newErrorResponse(o.Status, family.OpenAI)
+	case o.Stream:
+		return newResponsesChatStream(o)
+	}
+	return &responsesChatJSON{o: o}
+}
+
+var errResponsesChatTooLarge = errors.New("translate: the chat completion exceeds 16 MiB")
+
+func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+	if r.over {
+		return dst, errResponsesChatTooLarge
+	}
+	if len(r.buf)+len(chunk) > maxBuffered {
+		r.over, r.buf = true, nil
+		return dst, errResponsesChatTooLarge
+	}
+	r.buf = append(r.buf, chunk...)
+	if !end {
+		return dst, nil
+	}
+	var c responsesChatChunk
+	if err := json.Unmarshal(r.buf, &c); err != nil {
+		return dst, fmt.Errorf("translate: reading a chat completion: %w", err)
+	}
+	if len(c.Error) > 0 && string(c.Error) != "null" {
+		return dst, fmt.Errorf("translate: the chat completion is an error at status %d", r.o.Status)
+	}
+	res := responsesChatResult{model: c.Model, created: int64(c.Created), usage: c.Usage}
+	base := responsesChatIDBase(c.ID, r.o.RequestID)
+	res.id = "resp_" + base
+	if res.created == 0 {
+		res.created = r.o.Created
+	}
+	var ch *responsesChatChoice
+	for i := range c.Choices {
+		if c.Choices[i].Index == 0 {
+			ch = &c.Choices[i]
+			break
+		}
+	}
+	res.status = "completed"
+	if ch != nil {
+		res.finish(ch.FinishReason)
+		m := &ch.Message
+		if m.Content != "" || m.Refusal != "" {
+			it := responsesChatOut{kind: responsesChatMessageItem, id: "msg_" + base, status: res.itemStatus(), textPart: -1, refusalPart: -1}
+			if m.Content != "" {
+				it.textPart, it.text = 0, responsesChatAppendEscaped(nil, m.Content)
+			}
+			if m.Refusal != "" {
+				it.refusalPart, it.refusal = 0, responsesChatAppendEscaped(nil, m.Refusal)
+				if it.textPart == 0 {
+					it.refusalPart = 1
+				}
+			}
+			res.items = append(res.items, it)
+		}
+		for i, tc := range m.ToolCalls {
+			res.items = append(res.items, responsesChatOut{
+				kind: responsesChatCallItem, id: responsesChatCallItemID(base, i), status: res.itemStatus(),
+				callID: responsesChatCallID(tc.ID, base, i), name: tc.Function.Name, args: responsesChatAppendEscaped(nil, tc.Function.Arguments),
+			})
+		}
+	}
+	return res.appendResponse(dst), nil
+}
+
+func responsesChatCallItemID(base string, chatIndex int) string {
+	return "fc_" + base + "_" + fmt.Sprint(chatIndex)
+}
+
+// responsesChatCallID is the call id the client answers with: the chat
+// tool call's id, or one derived from the answer when the backend sent
+// none.
+func responsesChatCallID(id, base string, chatIndex int) string {
+	if id != "" {
+		return id
+	}
+	return "call_" + base + "_" + fmt.Sprint(chatIndex)
+}

@@ -1,0 +1,85 @@
+package extproc_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
+
+// translationYAML: a chat relay with a small window, a chat provider with
+// a large one, and an Anthropic provider, all on one alias.
+const translationYAML = `
+request:
+  default_max_output_tokens: 100
+  bytes_per_token: 4
+backends:
+  - {name: relay, base_url: "http://127.0.0.1:9/v1", families: [chat_completions], keys: [{id: r1, secret: env:R}]}
+  - {name: oai, base_url: "http://127.0.0.1:9/v1", families: [chat_completions], keys: [{id: o1, secret: env:O}]}
+  - {name: ant, base_url: "http://127.0.0.1:9/v1", api_style: anthropic, auth: x-api-key, keys: [{id: a1, secret: env:A}]}
+models:
+  - name: m
+    targets:
+      - {backend: relay, context_window: 1000}
+      - {backend: oai, context_window: 8000}
+      - {backend: ant, context_window: 200000}
+tenants:
+  - name: alpha
+    models: ["*"]
+    keys: [{id: alpha-1, hash: HASH}]
+`
+
+// TestRouterFamilyClusters: the router-level filter routes each request to
+// the cluster of the targets that can serve it, as xds/ir generates them:
+// natively or translated, natively only when the translator refuses a
+// field (or for count_tokens), restricted further by context window.
+func TestRouterFamilyClusters(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	cfg, err := config.Parse([]byte(strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)), "t.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	big := strings.Repeat("x", 8000) // ~2,000 tokens: above the relay's window
+	tests := []struct {
+		name, path, body string
+		pool             string
+	}{
+		{"chat, every target", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, contract.PoolCluster("m")},
+		{"chat, too long for the relay", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + big + `"}]}`,
+			contract.PoolContextCluster("m", 8000)},
+		{"chat, untranslatable: native only", "/v1/chat/completions", `{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}`,
+			contract.PoolNativeCluster("m", config.FamilyChatCompletions)},
+		{"chat, untranslatable and too long for the relay", "/v1/chat/completions",
+			`{"model":"m","n":2,"messages":[{"role":"user","content":"` + big + `"}]}`,
+			contract.PoolFamilyContextCluster("m", config.FamilyChatCompletions, true, 8000)},
+		{"messages, every target", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`,
+			contract.PoolCluster("m")},
+		{"messages, top_k: native only", "/v1/messages", `{"model":"m","max_tokens":10,"top_k":3,"messages":[{"role":"user","content":"hi"}]}`,
+			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+		{"count_tokens: native only", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+		{"responses: the chat speakers", "/v1/responses", `{"model":"m","input":"hi"}`,
+			contract.PoolFamilyCluster("m", config.FamilyResponses)},
+		{"responses, too long for the relay", "/v1/responses", `{"model":"m","input":"` + big + `"}`,
+			contract.PoolFamilyContextCluster("m", config.FamilyResponses, false, 8000)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, cancel := h.stream(t, contract.RoleRouter)
+			defer cancel()
+			roundTrip(t, st, reqHeaders(false, ":method", "POST", ":path", tc.path, ":authority", "gw", "authorization", "Bearer "+keyAlpha,
+				"anthropic-version", "2023-06-01", "content-type", "application/json"))
+			resp := roundTrip(t, st, reqBody(tc.body))
+			cr := resp.GetRequestBody().GetResponse()
+			if cr == nil {
+				t.Fatalf("not admitted: %v", resp)
+			}
+			if got := setOf(t, cr.GetHeaderMutation())[contract.HeaderPool]; got != tc.pool {
+				t.Errorf("pool %q, want %q", got, tc.pool)
+			}
+		})
+	}
+}
