@@ -45,7 +45,7 @@ type taskResult struct {
 	wall                          time.Duration
 	errs                          map[string]int
 	rlCodes                       map[string]int // final 429s by error code
-	done                          []taskDone // completed tasks in completion order
+	done                          []taskDone     // completed tasks in completion order
 	mu                            sync.Mutex
 }
 
