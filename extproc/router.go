@@ -100,20 +100,26 @@ type routerStream struct {
 	ownParser    UsageStream  // kept across pooled uses; parser when SSE
 	ownFilter    ChunkFilter  // kept across pooled uses; filter when hiding usage
 	// tr translates the answer of a backend of another family into the
-	// client's (translation.go); trFrom/trTo name the pair for metrics.
-	tr         translate.Response
-	trPair     *translate.Translator
-	trOut      []byte // kept across pooled uses
-	trFailed   bool
+	// client's (translation.go); trPair names the pair for metrics.
+	tr       translate.Response
+	trPair   *translate.Translator
+	trOut    []byte // kept across pooled uses
+	trFailed bool
+	// echo is the client's body, kept for an answer that repeats its
+	// request (a Responses request a backend may take translated).
+	echo       []byte
 	start      time.Time // request headers seen
 	firstChunk time.Time // first response body bytes (TTFT of streams)
 }
 
 func (r *routerStream) reset() {
 	buf, jb, sp := r.reqBody[:0], r.jsonBuf[:0], r.spliced[:0]
-	bk, to := r.backends[:0], r.trOut[:0]
+	bk, to, echo := r.backends[:0], r.trOut[:0], r.echo[:0]
+	if cap(echo) > 64<<10 {
+		echo = nil // a large body's buffer is not kept for the next request
+	}
 	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta,
-		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, trOut: to}
+		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, trOut: to, echo: echo}
 }
 
 // answer is the stream's reusable answer (see answer).
@@ -385,6 +391,9 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 			message: "The model `" + alias + "` is not served for " + r.spec.Path + " by any of its backends."})
 	}
 	familyPool := sel.take < len(model.Targets)
+	if r.spec.EchoesRequest && !sel.native && sel.speaks < sel.reach {
+		r.echo = append(r.echo[:0], body...)
+	}
 
 	// Context-window-aware routing: skip targets too small for prompt plus
 	// output; restrict the pool to the rest (docs/extproc.md, decisions).

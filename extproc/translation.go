@@ -156,7 +156,7 @@ func (s *Server) startTranslation(r *routerStream) bool {
 	}
 	r.trPair = tr
 	r.tr = tr.NewResponse(translate.ResponseOptions{Status: r.status, Stream: r.kind == bodySSE, IncludeUsage: r.clientUsage,
-		RequestID: r.requestID, Created: s.opts.Now().Unix()})
+		RequestID: r.requestID, Created: s.opts.Now().Unix(), Request: r.echo})
 	s.metrics.translated.WithLabelValues(tr.From, tr.To, "response").Inc()
 	return true
 }

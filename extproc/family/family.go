@@ -35,6 +35,10 @@ type Spec struct {
 	// Validate refuses what the family requires or the gateway cannot keep
 	// its promises for; nil accepts every scanned request.
 	Validate func(r chatreq.Request) *Refusal // by value: a pointer would move the scan result to the heap
+	// EchoesRequest: the family's answer repeats request fields (the
+	// Responses API's tools, instructions, temperature...), so a
+	// translated answer needs the client's body.
+	EchoesRequest bool
 	// Untranslated: only backends that speak the family natively take the
 	// request (count_tokens: no other family has an equivalent).
 	Untranslated bool

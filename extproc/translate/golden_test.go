@@ -20,6 +20,10 @@ type caseOptions struct {
 	IncludeUsage     bool   `json:"include_usage"`
 	RequestID        string `json:"request_id"` // default "sg-golden"
 	Created          int64  `json:"created"`    // default 1764806400
+	// EchoRequest hands request.in.json to the answer as
+	// ResponseOptions.Request (the router-level filter keeps it for the
+	// Responses API).
+	EchoRequest bool `json:"echo_request"`
 }
 
 // runGoldens reviews a translator through its golden files, one directory
@@ -80,6 +84,9 @@ func runGoldens(t *testing.T, tr *Translator) {
 				}
 				ran = true
 				ro := ResponseOptions{Status: o.Status, Stream: kind == "sse", IncludeUsage: o.IncludeUsage, RequestID: o.RequestID, Created: o.Created}
+				if o.EchoRequest {
+					ro.Request, _ = os.ReadFile(filepath.Join(cdir, "request.in.json"))
+				}
 				whole := translateChunked(t, tr, ro, in, len(in))
 				for _, size := range []int{1, 7, 64} {
 					if got := translateChunked(t, tr, ro, in, size); !bytes.Equal(got, whole) {

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,6 +88,49 @@ type responsesChatResult struct {
 	errMessage string
 	items      []responsesChatOut
 	usage      *responsesChatUsage
+	echo       responsesChatEcho
+}
+
+// responsesChatEcho is what a Response repeats of its request, as the
+// client wrote it; a field the client did not send is written as the
+// Responses API's default.
+type responsesChatEcho struct {
+	Instructions      json.RawMessage `json:"instructions"`
+	Metadata          json.RawMessage `json:"metadata"`
+	ParallelToolCalls json.RawMessage `json:"parallel_tool_calls"`
+	Temperature       json.RawMessage `json:"temperature"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	Tools             json.RawMessage `json:"tools"`
+	TopP              json.RawMessage `json:"top_p"`
+	MaxOutputTokens   json.RawMessage `json:"max_output_tokens"`
+	Text              json.RawMessage `json:"text"`
+	Reasoning         json.RawMessage `json:"reasoning"`
+	User              json.RawMessage `json:"user"`
+}
+
+// responsesChatEchoOf reads the echo from the client's request (the
+// router-level filter validated it; anything unreadable echoes defaults).
+func responsesChatEchoOf(req []byte) responsesChatEcho {
+	var e responsesChatEcho
+	if len(req) > 0 && json.Unmarshal(req, &e) != nil {
+		return responsesChatEcho{}
+	}
+	return e
+}
+
+// appendEcho writes ,"name":value, the client's value or def.
+func appendEcho(b []byte, name string, v json.RawMessage, def string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	if len(bytes.TrimSpace(v)) == 0 {
+		return append(b, def...)
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, v) != nil {
+		return append(b, def...)
+	}
+	return append(b, c.Bytes()...)
 }
 
 // finish applies a chat finish_reason to the result.
@@ -111,8 +155,9 @@ func (r *responsesChatResult) itemStatus() string {
 
 // appendResponse writes the Response object. What the chat answer does not
 // tell (the request's temperature, top_p, tool_choice, tools,
-// instructions) is written as the Responses defaults or null
-// (docs/translation-responses-chat.md).
+// instructions...) is echoed from the client's request when the caller
+// kept it (ResponseOptions.Request), else written as the Responses
+// defaults or null (docs/translation-responses-chat.md).
 func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = responsesChatAppendString(b, r.id)
@@ -138,7 +183,12 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"instructions":null,"metadata":{},"model":`...)
+	b = appendEcho(b, "instructions", r.echo.Instructions, "null")
+	if len(r.echo.MaxOutputTokens) > 0 {
+		b = appendEcho(b, "max_output_tokens", r.echo.MaxOutputTokens, "null")
+	}
+	b = appendEcho(b, "metadata", r.echo.Metadata, "{}")
+	b = append(b, `,"model":`...)
 	b = responsesChatAppendString(b, r.model)
 	b = append(b, `,"output":[`...)
 	for i := range r.items {
@@ -147,7 +197,24 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 		}
 		b = r.items[i].appendItem(b, true)
 	}
-	b = append(b, `],"parallel_tool_calls":true,"previous_response_id":null,"store":false,"temperature":null,"tool_choice":"auto","tools":[],"top_p":null,"truncation":"disabled"`...)
+	b = append(b, ']')
+	b = appendEcho(b, "parallel_tool_calls", r.echo.ParallelToolCalls, "true")
+	b = append(b, `,"previous_response_id":null`...)
+	if len(r.echo.Reasoning) > 0 {
+		b = appendEcho(b, "reasoning", r.echo.Reasoning, "null")
+	}
+	b = append(b, `,"store":false`...)
+	b = appendEcho(b, "temperature", r.echo.Temperature, "null")
+	if len(r.echo.Text) > 0 {
+		b = appendEcho(b, "text", r.echo.Text, "null")
+	}
+	b = appendEcho(b, "tool_choice", r.echo.ToolChoice, `"auto"`)
+	b = appendEcho(b, "tools", r.echo.Tools, "[]")
+	b = appendEcho(b, "top_p", r.echo.TopP, "null")
+	b = append(b, `,"truncation":"disabled"`...)
+	if len(r.echo.User) > 0 {
+		b = appendEcho(b, "user", r.echo.User, "null")
+	}
 	if u := r.usage; u != nil {
 		b = append(b, `,"usage":{"input_tokens":`...)
 		b = responsesChatAppendInt(b, u.PromptTokens)
@@ -286,7 +353,7 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if len(c.Error) > 0 && string(c.Error) != "null" {
 		return dst, fmt.Errorf("translate: the chat completion is an error at status %d", r.o.Status)
 	}
-	res := responsesChatResult{model: c.Model, created: int64(c.Created), usage: c.Usage}
+	res := responsesChatResult{model: c.Model, created: int64(c.Created), usage: c.Usage, echo: responsesChatEchoOf(r.o.Request)}
 	base := responsesChatIDBase(c.ID, r.o.RequestID)
 	res.id = "resp_" + base
 	if res.created == 0 {

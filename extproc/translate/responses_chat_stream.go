@@ -46,6 +46,7 @@ type responsesChatStream struct {
 
 func newResponsesChatStream(o ResponseOptions) *responsesChatStream {
 	s := &responsesChatStream{o: o, msg: -1}
+	s.res.echo = responsesChatEchoOf(o.Request)
 	s.onEvt = s.event
 	return s
 }

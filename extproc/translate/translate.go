@@ -69,6 +69,10 @@ type ResponseOptions struct {
 	// Created is the answer's time (Unix seconds) for a client family that
 	// states one and a backend family that does not.
 	Created int64
+	// Request is the client's request body, for a client family whose
+	// answer echoes its request (the Responses API's tools, instructions,
+	// temperature...); nil when the caller does not keep it.
+	Request []byte
 }
 
 // Response translates one backend answer, chunk by chunk.

@@ -169,9 +169,15 @@ func TestTranslateResponsesToChat(t *testing.T) {
 	g := startTranslation(t)
 	ctx := testCtx(t)
 	c := g.client(keyTeam)
-	resp, err := c.Responses.New(ctx, responseParams("claude-cheap"), option.WithHeader("x-request-id", "r2c-json"))
+	rp := responseParams("claude-cheap")
+	rp.Temperature = openai.Float(0.25)
+	resp, err := c.Responses.New(ctx, rp, option.WithHeader("x-request-id", "r2c-json"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A Response repeats its request: the client's own values, not defaults.
+	if resp.Instructions.OfString != "Be brief." || resp.Temperature != 0.25 {
+		t.Errorf("echo: instructions %q, temperature %v", resp.Instructions.OfString, resp.Temperature)
 	}
 	recs := g.relay.Requests()
 	if len(recs) != 1 || recs[0].Endpoint != "chat" || recs[0].Model != "relay-model" {
@@ -195,7 +201,7 @@ func TestTranslateResponsesToChat(t *testing.T) {
 		}
 	}
 	if err := s.Err(); err != nil || text.String() != resp.OutputText() || done.OutputText() != resp.OutputText() ||
-		done.Usage.OutputTokens != resp.Usage.OutputTokens {
+		done.Usage.OutputTokens != resp.Usage.OutputTokens || done.Instructions.OfString != "Be brief." {
 		t.Fatalf("stream: %v, text %q, completed %+v", err, text.String(), done)
 	}
 	for _, id := range []string{"r2c-json", "r2c-sse"} {
