@@ -215,6 +215,13 @@ type healthPolicy struct {
 // starts at health_hold and doubles with each further down, capped at
 // max_cooldown: a flaky key cannot make the fleet churn, and a backend that
 // trips now and then is not kept from traffic it could serve.
+//
+// A down where every key rests on the provider's rate limit (quota,
+// Retry-After, 429s) is not a flap: it is not counted and not held, so the
+// backend comes back exactly when the soonest of its keys reopens at the
+// reset the provider stated (the raw health already waits for it). A
+// backend that runs out every one-second quota window would otherwise be
+// held down for seconds while its keys could serve; failures keep the hold.
 // Guarded by the KeyPool's mutex.
 type healthDamper struct {
 	down      bool      // reported unhealthy
@@ -225,8 +232,12 @@ type healthDamper struct {
 }
 
 // report folds the raw health observed at now into the reported one.
-func (d *healthDamper) report(now time.Time, raw bool, p *healthPolicy) bool {
+// resting says an unhealthy backend's keys all wait for the provider's
+// reset (restingLocked).
+func (d *healthDamper) report(now time.Time, raw, resting bool, p *healthPolicy) bool {
 	switch {
+	case !d.down && !raw && resting:
+		d.down, d.downSince, d.hold = true, now, 0
 	case !d.down && !raw:
 		d.down, d.downSince = true, now
 		kept := d.flips[:0]

@@ -116,48 +116,71 @@ func TestHealthDampingTable(t *testing.T) {
 	p := healthPolicy{hold: time.Second, maxHold: 8 * time.Second, window: time.Minute}
 	t0 := time.Unix(1000, 0)
 	type step struct {
-		at   time.Duration
-		raw  bool
-		want bool
+		at      time.Duration
+		raw     bool
+		want    bool
+		resting bool // every key waits for the provider's reset
 	}
+	rest := func(at time.Duration) step { return step{at: at, resting: true} }
 	tests := []struct {
 		name  string
 		steps []step
 	}{
 		{"the first downs come back at once", []step{
-			{0, true, true}, {time.Second, false, false}, {1500 * time.Millisecond, true, true},
-			{2 * time.Second, false, false}, {2100 * time.Millisecond, true, true},
+			{0, true, true, false}, {time.Second, false, false, false}, {1500 * time.Millisecond, true, true, false},
+			{2 * time.Second, false, false, false}, {2100 * time.Millisecond, true, true, false},
 		}},
 		{"from the third down in the window, held; each further down doubles", []step{
-			{0, false, false}, {time.Second, true, true},
-			{2 * time.Second, false, false}, {3 * time.Second, true, true},
-			{4 * time.Second, false, false}, {4500 * time.Millisecond, true, false}, {5 * time.Second, true, true}, // hold 1s
-			{6 * time.Second, false, false}, {7 * time.Second, true, false}, {8 * time.Second, true, true}, // hold 2s
-			{9 * time.Second, false, false}, {12 * time.Second, true, false}, {13 * time.Second, true, true}, // hold 4s
+			{0, false, false, false}, {time.Second, true, true, false},
+			{2 * time.Second, false, false, false}, {3 * time.Second, true, true, false},
+			{4 * time.Second, false, false, false}, {4500 * time.Millisecond, true, false, false}, {5 * time.Second, true, true, false}, // hold 1s
+			{6 * time.Second, false, false, false}, {7 * time.Second, true, false, false}, {8 * time.Second, true, true, false}, // hold 2s
+			{9 * time.Second, false, false, false}, {12 * time.Second, true, false, false}, {13 * time.Second, true, true, false}, // hold 4s
 		}},
 		{"the hold is capped", []step{
-			{0, false, false}, {1 * time.Second, true, true},
-			{2 * time.Second, false, false}, {3 * time.Second, true, true},
-			{4 * time.Second, false, false}, {5 * time.Second, true, true}, // 1s
-			{6 * time.Second, false, false}, {8 * time.Second, true, true}, // 2s
-			{9 * time.Second, false, false}, {13 * time.Second, true, true}, // 4s
-			{14 * time.Second, false, false}, {22 * time.Second, true, true}, // 8s
-			{23 * time.Second, false, false}, {30 * time.Second, true, false}, {31 * time.Second, true, true}, // 8s, not 16s
+			{0, false, false, false}, {1 * time.Second, true, true, false},
+			{2 * time.Second, false, false, false}, {3 * time.Second, true, true, false},
+			{4 * time.Second, false, false, false}, {5 * time.Second, true, true, false}, // 1s
+			{6 * time.Second, false, false, false}, {8 * time.Second, true, true, false}, // 2s
+			{9 * time.Second, false, false, false}, {13 * time.Second, true, true, false}, // 4s
+			{14 * time.Second, false, false, false}, {22 * time.Second, true, true, false}, // 8s
+			{23 * time.Second, false, false, false}, {30 * time.Second, true, false, false}, {31 * time.Second, true, true, false}, // 8s, not 16s
 		}},
 		{"downs older than the window are forgotten", []step{
-			{0, false, false}, {time.Second, true, true}, {2 * time.Second, false, false}, {3 * time.Second, true, true},
-			{2 * time.Minute, false, false}, {2*time.Minute + 100*time.Millisecond, true, true},
+			{0, false, false, false}, {time.Second, true, true, false}, {2 * time.Second, false, false, false}, {3 * time.Second, true, true, false},
+			{2 * time.Minute, false, false, false}, {2*time.Minute + 100*time.Millisecond, true, true, false},
 		}},
 		{"still unhealthy after the hold stays down", []step{
-			{0, false, false}, {1, true, true}, {2, false, false}, {3, true, true},
-			{4, false, false}, {5 * time.Second, false, false}, {6 * time.Second, true, true},
+			{0, false, false, false}, {1, true, true, false}, {2, false, false, false}, {3, true, true, false},
+			{4, false, false, false}, {5 * time.Second, false, false, false}, {6 * time.Second, true, true, false},
+		}},
+		{"downs resting on the provider's limit are neither counted nor held", []step{
+			rest(0), {300 * time.Millisecond, true, true, false},
+			rest(time.Second), {time.Second + 200*time.Millisecond, true, true, false},
+			rest(2 * time.Second), {2*time.Second + 100*time.Millisecond, true, true, false},
+			rest(3 * time.Second), {3*time.Second + 1, true, true, false},
+			rest(4 * time.Second), {4*time.Second + 1, true, true, false},
+			// The first failure down is still a free one.
+			{5 * time.Second, false, false, false}, {5*time.Second + 1, true, true, false},
+		}},
+		{"a resting down between failure downs does not double the hold", []step{
+			{0, false, false, false}, {time.Second, true, true, false},
+			{2 * time.Second, false, false, false}, {3 * time.Second, true, true, false},
+			rest(4 * time.Second), {4*time.Second + 1, true, true, false},
+			{5 * time.Second, false, false, false}, {5500 * time.Millisecond, true, false, false}, {6 * time.Second, true, true, false}, // 1s, not 2s
+		}},
+		{"a flapping backend resting on the limit comes back at the reset, not after the hold", []step{
+			{0, false, false, false}, {time.Second, true, true, false},
+			{2 * time.Second, false, false, false}, {3 * time.Second, true, true, false},
+			{4 * time.Second, false, false, false}, {5 * time.Second, true, true, false}, // held 1s
+			rest(6 * time.Second), rest(6500 * time.Millisecond), {7 * time.Second, true, true, false},
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var d healthDamper
 			for i, s := range tc.steps {
-				if got := d.report(t0.Add(s.at), s.raw, &p); got != s.want {
+				if got := d.report(t0.Add(s.at), s.raw, s.resting && !s.raw, &p); got != s.want {
 					t.Fatalf("step %d (+%s raw %v): reported %v, want %v", i, s.at, s.raw, got, s.want)
 				}
 			}
@@ -219,6 +242,66 @@ func TestFailingTellsFailureFromCapacity(t *testing.T) {
 	}
 	if p.Failing([]string{"a", "b"}) || p.Failing([]string{"unknown"}) {
 		t.Fatal("failing needs every known backend failing")
+	}
+}
+
+// What makes a down "resting" (not a flap, not held): every key open on the
+// provider's limit. One key failed, or one key still usable, is not.
+func TestRestingTellsLimitFromFailure(t *testing.T) {
+	limit := Outcome{Status: 429, RetryAfter: 800 * time.Millisecond, RemainingRequests: -1, RemainingTokens: -1}
+	spent := Outcome{Status: 200, RemainingRequests: 0, RemainingTokens: -1, ResetRequests: 600 * time.Millisecond}
+	tests := []struct {
+		name     string
+		outcomes map[string][]Outcome // per key
+		want     bool
+	}{
+		{"every key on quota (Retry-After, remaining 0)", map[string][]Outcome{"k1": {limit}, "k2": {spent}}, true},
+		{"every key tripped by 429s", map[string][]Outcome{"k1": {status(429), status(429), status(429)}, "k2": {limit}}, true},
+		{"one key tripped by 5xx", map[string][]Outcome{"k1": {limit}, "k2": {status(500), status(500)}}, false},
+		{"one key refused credentials", map[string][]Outcome{"k1": {limit}, "k2": {status(401)}}, false},
+		{"one key still usable", map[string][]Outcome{"k1": {limit}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, true),
+				map[string][]key{"b": {{id: "k1"}, {id: "k2"}}})
+			clk := newFakeClock()
+			p := newPools(t, cfg, Options{Clock: clk})
+			for id, os := range tc.outcomes {
+				for _, o := range os {
+					_ = p.Report(t.Context(), "b", id, "", o)
+				}
+			}
+			kp := p.pool("b")
+			kp.mu.Lock()
+			got := kp.restingLocked(clk.Now())
+			kp.mu.Unlock()
+			if got != tc.want {
+				t.Fatalf("resting = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A single-relay pool whose keys all run out every one-second window: each
+// down is resting, so the backend is never held past its keys' reset.
+func TestHealthFollowsTheProviderReset(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, "breaker: {consecutive_429: 3, consecutive_5xx: 3, cooldown: 1s, max_cooldown: 5s, sync_interval: 1s, jitter: 0, honour_remaining: true, health_hold: 1s, health_flap_window: 2m}\n",
+		map[string][]key{"b": {{id: "k1"}, {id: "k2"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	spent := Outcome{Status: 200, RemainingRequests: 0, RemainingTokens: -1, ResetRequests: 700 * time.Millisecond}
+	for i := range 10 {
+		_ = p.Report(t.Context(), "b", "k1", "", spent)
+		_ = p.Report(t.Context(), "b", "k2", "", spent)
+		if p.BackendHealth()["b"] {
+			t.Fatalf("window %d: every key spent, still healthy", i)
+		}
+		clk.Advance(700 * time.Millisecond)
+		if !p.BackendHealth()["b"] {
+			t.Fatalf("window %d: the keys reset, the backend is still held down", i)
+		}
+		clk.Advance(300 * time.Millisecond)
 	}
 }
 

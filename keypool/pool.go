@@ -376,6 +376,24 @@ func (kp *KeyPool) failingLocked(now time.Time) bool {
 	return n > 0
 }
 
+// restingLocked reports whether every key of the backend is open because
+// the provider limited it (quota, Retry-After, or 429s), none because it
+// failed: the backend is out of capacity until the provider's reset, not
+// broken. Caller holds kp.mu.
+func (kp *KeyPool) restingLocked(now time.Time) bool {
+	n := 0
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 {
+			continue
+		}
+		if k.br.State(now) != Open || (k.br.reason != ReasonQuota && k.br.reason != ReasonRateLimited) {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // soonestLocked is the earliest end of an open period (zero if none).
 func (kp *KeyPool) soonestLocked(now time.Time) time.Time {
 	t := kp.damper.releaseAt() // a held-down backend comes back then
@@ -395,7 +413,8 @@ func (kp *KeyPool) refreshLocked(now time.Time) bool {
 		k.br.normalize(now)
 		k.m.state.Set(float64(k.br.State(now)))
 	}
-	h := kp.damper.report(now, kp.healthyLocked(now), &kp.owner.pol.Load().health)
+	raw := kp.healthyLocked(now)
+	h := kp.damper.report(now, raw, !raw && kp.restingLocked(now), &kp.owner.pol.Load().health)
 	flipped := h != kp.healthy
 	kp.healthy = h
 	return flipped
