@@ -68,37 +68,6 @@ func chatMessagesFinish(stop string) string {
 	return "stop" // end_turn, stop_sequence, pause_turn, and none given
 }
 
-// chatMessagesAppendString appends s as a JSON string: quotes,
-// backslashes and control characters escaped, the rest (valid UTF-8, as
-// every string decoded by encoding/json is) kept as it is.
-func chatMessagesAppendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
 // chatMessagesJSON holds a JSON answer to its end.
 type chatMessagesJSON struct {
 	o   ResponseOptions
@@ -139,11 +108,11 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 
 	b := dst
 	b = append(b, `{"id":`...)
-	b = chatMessagesAppendString(b, "chatcmpl-"+a.ID)
+	b = appendString(b, "chatcmpl-"+a.ID)
 	b = append(b, `,"object":"chat.completion","created":`...)
 	b = strconv.AppendInt(b, r.o.Created, 10)
 	b = append(b, `,"model":`...)
-	b = chatMessagesAppendString(b, a.Model)
+	b = appendString(b, a.Model)
 	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	var text []byte
 	hasText := false
@@ -154,7 +123,7 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		}
 	}
 	if hasText {
-		b = chatMessagesAppendString(b, string(text))
+		b = appendString(b, string(text))
 	} else {
 		b = append(b, "null"...)
 	}
@@ -171,18 +140,18 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		}
 		calls++
 		b = append(b, `{"id":`...)
-		b = chatMessagesAppendString(b, c.ID)
+		b = appendString(b, c.ID)
 		b = append(b, `,"type":"function","function":{"name":`...)
-		b = chatMessagesAppendString(b, c.Name)
+		b = appendString(b, c.Name)
 		b = append(b, `,"arguments":`...)
-		b = chatMessagesAppendString(b, chatMessagesCompact(c.Input))
+		b = appendString(b, chatMessagesCompact(c.Input))
 		b = append(b, "}}"...)
 	}
 	if calls > 0 {
 		b = append(b, ']')
 	}
 	b = append(b, `},"logprobs":null,"finish_reason":`...)
-	b = chatMessagesAppendString(b, chatMessagesFinish(a.StopReason))
+	b = appendString(b, chatMessagesFinish(a.StopReason))
 	b = append(b, `}],"usage":`...)
 	b = tokens.appendJSON(b)
 	b = append(b, '}')

@@ -197,7 +197,7 @@ func (s *chatMessagesStream) start(id, model []byte) {
 		b = append(b, `"chatcmpl-`...)
 		b = append(b, id[1:]...)
 	} else {
-		b = chatMessagesAppendString(b, "chatcmpl-"+s.o.RequestID)
+		b = appendString(b, "chatcmpl-"+s.o.RequestID)
 	}
 	b = append(b, `,"object":"chat.completion.chunk","created":`...)
 	b = strconv.AppendInt(b, s.o.Created, 10)

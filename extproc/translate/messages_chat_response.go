@@ -459,7 +459,7 @@ func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
 		if messagesChatString(id) {
 			s.out = append(s.out, id...)
 		} else {
-			s.out = messagesChatAppendString(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
+			s.out = appendString(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
 		}
 		s.out = append(s.out, ",\"name\":"...)
 		if messagesChatString(name) {
@@ -521,11 +521,4 @@ func (s *messagesChatStream) fail(typ, message string) {
 	s.out = strconv.AppendQuote(s.out, message)
 	s.out = append(s.out, "}}\n\n"...)
 	s.done = true
-}
-
-// messagesChatAppendString appends s as a JSON string (off the per-chunk
-// path: ids the backend did not send).
-func messagesChatAppendString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s)
-	return append(dst, b...)
 }

@@ -172,7 +172,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	}
 	b := make([]byte, 0, len(body)+256)
 	b = append(b, `{"model":`...)
-	b = responsesChatAppendString(b, model)
+	b = appendString(b, model)
 	b = append(b, `,"messages":`...)
 	b = responsesChatAppendMessages(b, msgs)
 	if b, err = responsesChatAppendTools(b, r.Tools); err != nil {
@@ -194,7 +194,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	}
 	if r.Reasoning != nil && r.Reasoning.Effort != nil {
 		b = append(b, `,"reasoning_effort":`...)
-		b = responsesChatAppendString(b, *r.Reasoning.Effort)
+		b = appendString(b, *r.Reasoning.Effort)
 	}
 	for _, f := range []struct {
 		name, chat string
@@ -221,7 +221,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	}
 	if user != nil && *user != "" {
 		b = append(b, `,"user":`...)
-		b = responsesChatAppendString(b, *user)
+		b = appendString(b, *user)
 	}
 	if r.Stream != nil && *r.Stream {
 		// Always with usage: the ledger reads it from the backend's stream.
@@ -383,12 +383,12 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"role":`...)
-		b = responsesChatAppendString(b, m.role)
+		b = appendString(b, m.role)
 		b = append(b, `,"content":`...)
 		b = responsesChatAppendContent(b, m)
 		if m.role == "tool" {
 			b = append(b, `,"tool_call_id":`...)
-			b = responsesChatAppendString(b, m.toolCallID)
+			b = appendString(b, m.toolCallID)
 		}
 		if len(m.toolCalls) > 0 {
 			b = append(b, `,"tool_calls":[`...)
@@ -397,11 +397,11 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 					b = append(b, ',')
 				}
 				b = append(b, `{"id":`...)
-				b = responsesChatAppendString(b, tc.CallID)
+				b = appendString(b, tc.CallID)
 				b = append(b, `,"type":"function","function":{"name":`...)
-				b = responsesChatAppendString(b, tc.Name)
+				b = appendString(b, tc.Name)
 				b = append(b, `,"arguments":`...)
-				b = responsesChatAppendString(b, tc.Arguments)
+				b = appendString(b, tc.Arguments)
 				b = append(b, "}}"...)
 			}
 			b = append(b, ']')
@@ -421,7 +421,7 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 	case len(m.parts) == 0:
 		return append(b, `""`...)
 	case len(m.parts) == 1 && !m.parts[0].image:
-		return responsesChatAppendString(b, m.parts[0].text)
+		return appendString(b, m.parts[0].text)
 	}
 	b = append(b, '[')
 	for i, p := range m.parts {
@@ -430,15 +430,15 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 		}
 		if !p.image {
 			b = append(b, `{"type":"text","text":`...)
-			b = responsesChatAppendString(b, p.text)
+			b = appendString(b, p.text)
 			b = append(b, '}')
 			continue
 		}
 		b = append(b, `{"type":"image_url","image_url":{"url":`...)
-		b = responsesChatAppendString(b, p.url)
+		b = appendString(b, p.url)
 		if p.detail != "" {
 			b = append(b, `,"detail":`...)
-			b = responsesChatAppendString(b, p.detail)
+			b = appendString(b, p.detail)
 		}
 		b = append(b, "}}"...)
 	}
@@ -466,10 +466,10 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage) ([]byte, error)
 			b = append(b, ',')
 		}
 		b = append(b, `{"type":"function","function":{"name":`...)
-		b = responsesChatAppendString(b, t.Name)
+		b = appendString(b, t.Name)
 		if t.Description != nil {
 			b = append(b, `,"description":`...)
-			b = responsesChatAppendString(b, *t.Description)
+			b = appendString(b, *t.Description)
 		}
 		if !responsesChatIsNull(t.Parameters) {
 			b = append(b, `,"parameters":`...)
@@ -497,7 +497,7 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error
 			return nil, responsesChatUnsupported("tool_choice", "tool_choice: %q is not one of auto, none, required", s)
 		}
 		b = append(b, `,"tool_choice":`...)
-		return responsesChatAppendString(b, s), nil
+		return appendString(b, s), nil
 	}
 	var c struct {
 		Type string `json:"type"`
@@ -513,7 +513,7 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error
 		return nil, responsesChatUnsupported("tool_choice.name", "tool_choice.name is required")
 	}
 	b = append(b, `,"tool_choice":{"type":"function","function":{"name":`...)
-	b = responsesChatAppendString(b, c.Name)
+	b = appendString(b, c.Name)
 	return append(b, "}}"...), nil
 }
 
@@ -541,10 +541,10 @@ func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
 		return nil, responsesChatUnsupported("text.format.name", "text.format.name is required for json_schema")
 	}
 	b = append(b, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
-	b = responsesChatAppendString(b, *f.Name)
+	b = appendString(b, *f.Name)
 	if f.Description != nil {
 		b = append(b, `,"description":`...)
-		b = responsesChatAppendString(b, *f.Description)
+		b = appendString(b, *f.Description)
 	}
 	if !responsesChatIsNull(f.Schema) {
 		b = append(b, `,"schema":`...)

@@ -177,7 +177,7 @@ func (s *responsesChatStream) end() { s.out = append(s.out, "}\n\n"...) }
 // itemRef writes an event's item_id and output_index.
 func (s *responsesChatStream) itemRef(i int) {
 	b := append(s.out, `,"item_id":`...)
-	b = responsesChatAppendString(b, s.res.items[i].id)
+	b = appendString(b, s.res.items[i].id)
 	b = append(b, `,"output_index":`...)
 	s.out = responsesChatAppendInt(b, int64(i))
 }
@@ -351,7 +351,7 @@ func (s *responsesChatStream) complete() {
 		s.begin("response.function_call_arguments.done")
 		s.itemRef(i)
 		s.out = append(s.out, `,"name":`...)
-		s.out = responsesChatAppendString(s.out, it.name)
+		s.out = appendString(s.out, it.name)
 		s.out = append(s.out, `,"arguments":`...)
 		s.out = responsesChatAppendRaw(s.out, it.args)
 		s.end()
