@@ -12,6 +12,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // apiError is a refusal in OpenAI's error shape:
@@ -74,20 +75,20 @@ func (e *apiError) render() (int, []byte) {
 func (e *apiError) body() []byte {
 	b := make([]byte, 0, 96+len(e.message))
 	b = append(b, `{"error":{"message":`...)
-	b = appendJSONString(b, e.message)
+	b = jsonstr.Append(b, e.message)
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, e.typ)
+	b = jsonstr.Append(b, e.typ)
 	b = append(b, `,"param":`...)
 	if e.param == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, e.param)
+		b = jsonstr.Append(b, e.param)
 	}
 	b = append(b, `,"code":`...)
 	if e.code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, e.code)
+		b = jsonstr.Append(b, e.code)
 	}
 	return append(b, "}}"...)
 }

@@ -3,6 +3,8 @@ package family
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // ErrorShape is how a family writes an error body.
@@ -41,25 +43,25 @@ func (sh ErrorShape) Render(e *Error) (int, []byte) {
 		b = append(b, `{"type":"error","error":{"type":`...)
 		b = strconv.AppendQuote(b, typ)
 		b = append(b, `,"message":`...)
-		b = appendJSONString(b, e.Message)
+		b = jsonstr.Append(b, e.Message)
 		return st, append(b, "}}"...)
 	}
 	b := make([]byte, 0, 96+len(e.Message))
 	b = append(b, `{"error":{"message":`...)
-	b = appendJSONString(b, e.Message)
+	b = jsonstr.Append(b, e.Message)
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, e.Type)
+	b = jsonstr.Append(b, e.Type)
 	b = append(b, `,"param":`...)
 	if e.Param == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, e.Param)
+		b = jsonstr.Append(b, e.Param)
 	}
 	b = append(b, `,"code":`...)
 	if e.Code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendJSONString(b, e.Code)
+		b = jsonstr.Append(b, e.Code)
 	}
 	return e.Status, append(b, "}}"...)
 }
@@ -90,23 +92,4 @@ func anthropicStatus(e *Error) (int, string) {
 		return StatusOverloaded, "overloaded_error"
 	}
 	return http.StatusInternalServerError, "api_error"
-}
-
-// appendJSONString appends s as a JSON string (UTF-8 kept, controls,
-// quotes and backslashes escaped).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }

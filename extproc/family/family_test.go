@@ -107,3 +107,14 @@ func TestSpecsNameTheirSpans(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderInvalidUTF8: a refusal quoting client bytes (a path, a model
+// name) is valid JSON in both shapes, whatever the bytes.
+func TestRenderInvalidUTF8(t *testing.T) {
+	e := &Error{Status: 404, Message: "Unknown request URL: POST /v1/\xff\xfe\u2028", Type: "invalid_request_error", Code: "unknown_url", Param: "x\x00"}
+	for _, sh := range []ErrorShape{OpenAI, Anthropic} {
+		if _, b := sh.Render(e); !json.Valid(b) {
+			t.Errorf("shape %d: invalid JSON %q", sh, b)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package family
 
 import (
 	"net/http"
+
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 const modelsPath = "/v1/models"
@@ -17,13 +19,13 @@ func init() { register(Models) }
 func (sh ErrorShape) AppendModel(b []byte, id string) []byte {
 	if sh == Anthropic {
 		b = append(b, `{"type":"model","id":`...)
-		b = appendJSONString(b, id)
+		b = jsonstr.Append(b, id)
 		b = append(b, `,"display_name":`...)
-		b = appendJSONString(b, id)
+		b = jsonstr.Append(b, id)
 		return append(b, `,"created_at":"1970-01-01T00:00:00Z"}`...)
 	}
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, id)
+	b = jsonstr.Append(b, id)
 	return append(b, `,"object":"model","created":0,"owned_by":"swarmgate"}`...)
 }
 
@@ -47,5 +49,5 @@ func nullable(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendJSONString(b, s)
+	return jsonstr.Append(b, s)
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 func newChatMessagesResponse(o ResponseOptions) Response {
@@ -108,11 +109,11 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 
 	b := dst
 	b = append(b, `{"id":`...)
-	b = appendString(b, "chatcmpl-"+a.ID)
+	b = jsonstr.Append(b, "chatcmpl-"+a.ID)
 	b = append(b, `,"object":"chat.completion","created":`...)
 	b = strconv.AppendInt(b, r.o.Created, 10)
 	b = append(b, `,"model":`...)
-	b = appendString(b, a.Model)
+	b = jsonstr.Append(b, a.Model)
 	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 	var text []byte
 	hasText := false
@@ -123,7 +124,7 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		}
 	}
 	if hasText {
-		b = appendString(b, string(text))
+		b = jsonstr.Append(b, string(text))
 	} else {
 		b = append(b, "null"...)
 	}
@@ -140,18 +141,18 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		}
 		calls++
 		b = append(b, `{"id":`...)
-		b = appendString(b, c.ID)
+		b = jsonstr.Append(b, c.ID)
 		b = append(b, `,"type":"function","function":{"name":`...)
-		b = appendString(b, c.Name)
+		b = jsonstr.Append(b, c.Name)
 		b = append(b, `,"arguments":`...)
-		b = appendString(b, chatMessagesCompact(c.Input))
+		b = jsonstr.Append(b, chatMessagesCompact(c.Input))
 		b = append(b, "}}"...)
 	}
 	if calls > 0 {
 		b = append(b, ']')
 	}
 	b = append(b, `},"logprobs":null,"finish_reason":`...)
-	b = appendString(b, chatMessagesFinish(a.StopReason))
+	b = jsonstr.Append(b, chatMessagesFinish(a.StopReason))
 	b = append(b, `}],"usage":`...)
 	b = tokens.appendJSON(b)
 	b = append(b, '}')

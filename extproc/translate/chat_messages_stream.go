@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // chatMessagesStream rewrites an Anthropic Messages event stream into chat
@@ -197,7 +198,7 @@ func (s *chatMessagesStream) start(id, model []byte) {
 		b = append(b, `"chatcmpl-`...)
 		b = append(b, id[1:]...)
 	} else {
-		b = appendString(b, "chatcmpl-"+s.o.RequestID)
+		b = jsonstr.Append(b, "chatcmpl-"+s.o.RequestID)
 	}
 	b = append(b, `,"object":"chat.completion.chunk","created":`...)
 	b = strconv.AppendInt(b, s.o.Created, 10)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // The answer half of Anthropic Messages client → chat completions
@@ -459,7 +460,7 @@ func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
 		if messagesChatString(id) {
 			s.out = append(s.out, id...)
 		} else {
-			s.out = appendString(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
+			s.out = jsonstr.Append(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
 		}
 		s.out = append(s.out, ",\"name\":"...)
 		if messagesChatString(name) {

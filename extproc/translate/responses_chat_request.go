@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // responsesChatReq is the part of a Responses API request body
@@ -172,7 +174,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	}
 	b := make([]byte, 0, len(body)+256)
 	b = append(b, `{"model":`...)
-	b = appendString(b, model)
+	b = jsonstr.Append(b, model)
 	b = append(b, `,"messages":`...)
 	b = responsesChatAppendMessages(b, msgs)
 	if b, err = responsesChatAppendTools(b, r.Tools); err != nil {
@@ -194,7 +196,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	}
 	if r.Reasoning != nil && r.Reasoning.Effort != nil {
 		b = append(b, `,"reasoning_effort":`...)
-		b = appendString(b, *r.Reasoning.Effort)
+		b = jsonstr.Append(b, *r.Reasoning.Effort)
 	}
 	for _, f := range []struct {
 		name, chat string
@@ -221,7 +223,7 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	}
 	if user != nil && *user != "" {
 		b = append(b, `,"user":`...)
-		b = appendString(b, *user)
+		b = jsonstr.Append(b, *user)
 	}
 	if r.Stream != nil && *r.Stream {
 		// Always with usage: the ledger reads it from the backend's stream.
@@ -383,12 +385,12 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"role":`...)
-		b = appendString(b, m.role)
+		b = jsonstr.Append(b, m.role)
 		b = append(b, `,"content":`...)
 		b = responsesChatAppendContent(b, m)
 		if m.role == "tool" {
 			b = append(b, `,"tool_call_id":`...)
-			b = appendString(b, m.toolCallID)
+			b = jsonstr.Append(b, m.toolCallID)
 		}
 		if len(m.toolCalls) > 0 {
 			b = append(b, `,"tool_calls":[`...)
@@ -397,11 +399,11 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 					b = append(b, ',')
 				}
 				b = append(b, `{"id":`...)
-				b = appendString(b, tc.CallID)
+				b = jsonstr.Append(b, tc.CallID)
 				b = append(b, `,"type":"function","function":{"name":`...)
-				b = appendString(b, tc.Name)
+				b = jsonstr.Append(b, tc.Name)
 				b = append(b, `,"arguments":`...)
-				b = appendString(b, tc.Arguments)
+				b = jsonstr.Append(b, tc.Arguments)
 				b = append(b, "}}"...)
 			}
 			b = append(b, ']')
@@ -421,7 +423,7 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 	case len(m.parts) == 0:
 		return append(b, `""`...)
 	case len(m.parts) == 1 && !m.parts[0].image:
-		return appendString(b, m.parts[0].text)
+		return jsonstr.Append(b, m.parts[0].text)
 	}
 	b = append(b, '[')
 	for i, p := range m.parts {
@@ -430,15 +432,15 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 		}
 		if !p.image {
 			b = append(b, `{"type":"text","text":`...)
-			b = appendString(b, p.text)
+			b = jsonstr.Append(b, p.text)
 			b = append(b, '}')
 			continue
 		}
 		b = append(b, `{"type":"image_url","image_url":{"url":`...)
-		b = appendString(b, p.url)
+		b = jsonstr.Append(b, p.url)
 		if p.detail != "" {
 			b = append(b, `,"detail":`...)
-			b = appendString(b, p.detail)
+			b = jsonstr.Append(b, p.detail)
 		}
 		b = append(b, "}}"...)
 	}
@@ -466,10 +468,10 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage) ([]byte, error)
 			b = append(b, ',')
 		}
 		b = append(b, `{"type":"function","function":{"name":`...)
-		b = appendString(b, t.Name)
+		b = jsonstr.Append(b, t.Name)
 		if t.Description != nil {
 			b = append(b, `,"description":`...)
-			b = appendString(b, *t.Description)
+			b = jsonstr.Append(b, *t.Description)
 		}
 		if !responsesChatIsNull(t.Parameters) {
 			b = append(b, `,"parameters":`...)
@@ -497,7 +499,7 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error
 			return nil, responsesChatUnsupported("tool_choice", "tool_choice: %q is not one of auto, none, required", s)
 		}
 		b = append(b, `,"tool_choice":`...)
-		return appendString(b, s), nil
+		return jsonstr.Append(b, s), nil
 	}
 	var c struct {
 		Type string `json:"type"`
@@ -513,7 +515,7 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error
 		return nil, responsesChatUnsupported("tool_choice.name", "tool_choice.name is required")
 	}
 	b = append(b, `,"tool_choice":{"type":"function","function":{"name":`...)
-	b = appendString(b, c.Name)
+	b = jsonstr.Append(b, c.Name)
 	return append(b, "}}"...), nil
 }
 
@@ -541,10 +543,10 @@ func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
 		return nil, responsesChatUnsupported("text.format.name", "text.format.name is required for json_schema")
 	}
 	b = append(b, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
-	b = appendString(b, *f.Name)
+	b = jsonstr.Append(b, *f.Name)
 	if f.Description != nil {
 		b = append(b, `,"description":`...)
-		b = appendString(b, *f.Description)
+		b = jsonstr.Append(b, *f.Description)
 	}
 	if !responsesChatIsNull(f.Schema) {
 		b = append(b, `,"schema":`...)

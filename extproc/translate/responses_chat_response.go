@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // responsesChatChunk is a chat completion (JSON) or one chunk of a chat
@@ -160,17 +161,17 @@ func (r *responsesChatResult) itemStatus() string {
 // defaults or null (docs/translation-responses-chat.md).
 func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, r.id)
+	b = jsonstr.Append(b, r.id)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = responsesChatAppendInt(b, r.created)
 	b = append(b, `,"status":`...)
-	b = appendString(b, r.status)
+	b = jsonstr.Append(b, r.status)
 	b = append(b, `,"background":false,"error":`...)
 	if r.status == "failed" {
 		b = append(b, `{"code":`...)
-		b = appendString(b, r.errCode)
+		b = jsonstr.Append(b, r.errCode)
 		b = append(b, `,"message":`...)
-		b = appendString(b, r.errMessage)
+		b = jsonstr.Append(b, r.errMessage)
 		b = append(b, '}')
 	} else {
 		b = append(b, "null"...)
@@ -178,7 +179,7 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	b = append(b, `,"incomplete_details":`...)
 	if r.incomplete != "" {
 		b = append(b, `{"reason":`...)
-		b = appendString(b, r.incomplete)
+		b = jsonstr.Append(b, r.incomplete)
 		b = append(b, '}')
 	} else {
 		b = append(b, "null"...)
@@ -189,7 +190,7 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	}
 	b = appendEcho(b, "metadata", r.echo.Metadata, "{}")
 	b = append(b, `,"model":`...)
-	b = appendString(b, r.model)
+	b = jsonstr.Append(b, r.model)
 	b = append(b, `,"output":[`...)
 	for i := range r.items {
 		if i > 0 {
@@ -241,11 +242,11 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 func (it *responsesChatOut) appendItem(b []byte, full bool) []byte {
 	if it.kind == responsesChatCallItem {
 		b = append(b, `{"type":"function_call","id":`...)
-		b = appendString(b, it.id)
+		b = jsonstr.Append(b, it.id)
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, it.callID)
+		b = jsonstr.Append(b, it.callID)
 		b = append(b, `,"name":`...)
-		b = appendString(b, it.name)
+		b = jsonstr.Append(b, it.name)
 		b = append(b, `,"arguments":`...)
 		if full {
 			b = responsesChatAppendRaw(b, it.args)
@@ -253,13 +254,13 @@ func (it *responsesChatOut) appendItem(b []byte, full bool) []byte {
 			b = append(b, `""`...)
 		}
 		b = append(b, `,"status":`...)
-		b = appendString(b, it.status)
+		b = jsonstr.Append(b, it.status)
 		return append(b, '}')
 	}
 	b = append(b, `{"type":"message","id":`...)
-	b = appendString(b, it.id)
+	b = jsonstr.Append(b, it.id)
 	b = append(b, `,"status":`...)
-	b = appendString(b, it.status)
+	b = jsonstr.Append(b, it.status)
 	b = append(b, `,"role":"assistant","content":[`...)
 	if full {
 		for p := 0; p < 2; p++ {
@@ -309,7 +310,7 @@ func responsesChatAppendRaw(b, escaped []byte) []byte {
 // (without the quotes).
 func responsesChatAppendEscaped(b []byte, s string) []byte {
 	n := len(b)
-	b = appendString(b, s)
+	b = jsonstr.Append(b, s)
 	copy(b[n:], b[n+1:len(b)-1])
 	return b[:len(b)-2]
 }

@@ -3,6 +3,8 @@ package translate
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // responsesChatStream translates a chat completions stream into the
@@ -177,7 +179,7 @@ func (s *responsesChatStream) end() { s.out = append(s.out, "}\n\n"...) }
 // itemRef writes an event's item_id and output_index.
 func (s *responsesChatStream) itemRef(i int) {
 	b := append(s.out, `,"item_id":`...)
-	b = appendString(b, s.res.items[i].id)
+	b = jsonstr.Append(b, s.res.items[i].id)
 	b = append(b, `,"output_index":`...)
 	s.out = responsesChatAppendInt(b, int64(i))
 }
@@ -351,7 +353,7 @@ func (s *responsesChatStream) complete() {
 		s.begin("response.function_call_arguments.done")
 		s.itemRef(i)
 		s.out = append(s.out, `,"name":`...)
-		s.out = appendString(s.out, it.name)
+		s.out = jsonstr.Append(s.out, it.name)
 		s.out = append(s.out, `,"arguments":`...)
 		s.out = responsesChatAppendRaw(s.out, it.args)
 		s.end()
