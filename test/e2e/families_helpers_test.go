@@ -30,11 +30,13 @@ var (
 	priceAnt = config.Price{InputPerMTok: 3, OutputPerMTok: 15, CachedInputPerMTok: 0.3, CacheWriteInputPerMTok: 3.75}
 )
 
+// price is a target's price in config YAML, every part written.
+func price(p config.Price) string {
+	return fmt.Sprintf("{input_per_mtok: %g, output_per_mtok: %g, cached_input_per_mtok: %g, reasoning_per_mtok: %g, cache_write_input_per_mtok: %g}",
+		p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok, p.ReasoningPerMTok, p.CacheWriteInputPerMTok)
+}
+
 func familiesYAML(oai, relay, ant, antB, redisAddr string) string {
-	price := func(p config.Price) string {
-		return fmt.Sprintf("{input_per_mtok: %g, output_per_mtok: %g, cached_input_per_mtok: %g, reasoning_per_mtok: %g, cache_write_input_per_mtok: %g}",
-			p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok, p.ReasoningPerMTok, p.CacheWriteInputPerMTok)
-	}
 	return fmt.Sprintf(`
 redis:
   addrs: [%s]

@@ -14,10 +14,6 @@ import (
 // Anthropic provider, and aliases whose clients speak another family than
 // their backend (docs/families.md, "Translation").
 func translationYAML(relay, relayB, ant, redisAddr string) string {
-	price := func(p config.Price) string {
-		return fmt.Sprintf("{input_per_mtok: %g, output_per_mtok: %g, cached_input_per_mtok: %g, reasoning_per_mtok: %g, cache_write_input_per_mtok: %g}",
-			p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok, p.ReasoningPerMTok, p.CacheWriteInputPerMTok)
-	}
 	return fmt.Sprintf(`
 redis:
   addrs: [%s]
