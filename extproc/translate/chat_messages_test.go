@@ -12,13 +12,9 @@ import (
 	"github.com/swarmgate/swarmgate/config"
 )
 
-func chatMessagesTranslator(t testing.TB) *Translator {
-	t.Helper()
-	tr := Lookup(config.FamilyChatCompletions, config.FamilyAnthropicMessages)
-	if tr == nil {
-		t.Fatal("chat completions → Anthropic Messages is not registered")
-	}
-	return tr
+func chatMessagesTranslator(tb testing.TB) *Translator {
+	tb.Helper()
+	return mustPair(tb, config.FamilyChatCompletions, config.FamilyAnthropicMessages)
 }
 
 func TestChatMessagesGolden(t *testing.T) {

@@ -105,6 +105,17 @@ func runGoldens(t *testing.T, tr *Translator) {
 	}
 }
 
+// mustPair is the registered translator of a pair; the test stops when
+// it is missing.
+func mustPair(tb testing.TB, from, to string) *Translator {
+	tb.Helper()
+	tr := Lookup(from, to)
+	if tr == nil {
+		tb.Fatalf("%s → %s is not registered", from, to)
+	}
+	return tr
+}
+
 func translateChunked(t *testing.T, tr *Translator, o ResponseOptions, in []byte, size int) []byte {
 	t.Helper()
 	r := tr.NewResponse(o)

@@ -8,11 +8,11 @@ import (
 )
 
 func TestMessagesChatGolden(t *testing.T) {
-	runGoldens(t, Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions))
+	runGoldens(t, mustPair(t, config.FamilyAnthropicMessages, config.FamilyChatCompletions))
 }
 
 func TestMessagesChatRequestEdges(t *testing.T) {
-	tr := Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions)
+	tr := mustPair(t, config.FamilyAnthropicMessages, config.FamilyChatCompletions)
 	const user = `{"role":"user","content":"hi"}`
 	tests := []struct {
 		name, body string

@@ -9,11 +9,7 @@ import (
 
 func responsesChatTranslator(tb testing.TB) *Translator {
 	tb.Helper()
-	tr := Lookup(config.FamilyResponses, config.FamilyChatCompletions)
-	if tr == nil {
-		tb.Fatal("responses → chat completions not registered")
-	}
-	return tr
+	return mustPair(tb, config.FamilyResponses, config.FamilyChatCompletions)
 }
 
 func TestResponsesChatGolden(t *testing.T) {
