@@ -126,9 +126,16 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	if run != nil && !noBody {
 		bodyMode = mode.GetResponseBodyMode()
 	}
-	// STREAMED body mutation: Envoy removes content-length
-	// (processing_mode.proto, BodySendMode).
-	if bodyMode == extprocfilter.ProcessingMode_STREAMED || bodyMode == extprocfilter.ProcessingMode_BUFFERED {
+	// Envoy removes the upstream's content-length when the processor may
+	// change the body's length later: STREAMED, or BUFFERED with response
+	// headers not sent (ProcessorState::shouldRemoveContentLength,
+	// source/extensions/filters/http/ext_proc/processor_state.h; applied in
+	// Filter::encodeHeaders, ext_proc.cc; v1.38.0). BUFFERED with headers
+	// sent keeps it: the processor must keep it right, and a body of another
+	// length under it fails downstream here (Envoy would have let the
+	// processor fix it in the body phase: stricter, not kinder).
+	if bodyMode == extprocfilter.ProcessingMode_STREAMED ||
+		(bodyMode == extprocfilter.ProcessingMode_BUFFERED && mode.GetResponseHeaderMode() == extprocfilter.ProcessingMode_SKIP) {
 		h.del("content-length")
 	}
 	x.rec.Status = status

@@ -2,7 +2,9 @@ package envoysim
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,8 @@ type scripted struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	headersResp func() *extprocv3.ProcessingResponse
 	bodyResp    func() *extprocv3.ProcessingResponse
+	// respBody answers response bodies when set.
+	respBody func(*extprocv3.HttpBody) *extprocv3.ProcessingResponse
 }
 
 func (p *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
@@ -36,6 +40,11 @@ func (p *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 			resp = p.bodyResp()
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+			if p.respBody != nil {
+				resp = p.respBody(req.GetResponseBody())
+			}
 		default:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 		}
@@ -132,6 +141,63 @@ func TestEnvoyRules(t *testing.T) {
 			}
 			if tc.check != nil {
 				tc.check(t, s)
+			}
+		})
+	}
+}
+
+// TestStreamedResponseDropsContentLength: with response_body_mode STREAMED
+// Envoy removes the upstream's content-length before the headers go
+// downstream (ProcessorState::shouldRemoveContentLength, processor_state.h,
+// v1.38.0), so a processor may answer with a body of another length (what
+// the router-level filter does when it translates an answer). With
+// BUFFERED and response headers sent, content-length stays: a longer body
+// under it does not reach the client whole.
+func TestStreamedResponseDropsContentLength(t *testing.T) {
+	longer := func(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+		out := append([]byte("<<"), b.GetBody()...)
+		if b.GetEndOfStream() {
+			out = append(out, ">> and more"...)
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}}}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		mode  extprocfilter.ProcessingMode_BodySendMode
+		whole bool
+	}{
+		{"STREAMED", extprocfilter.ProcessingMode_STREAMED, true},
+		{"BUFFERED with headers sent", extprocfilter.ProcessingMode_BUFFERED, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, func(int) int { return 200 })
+			s, err := New(Config{Routes: []Route{{Name: "all", Cluster: "a"}}, Clusters: []Cluster{{Name: "a", Endpoints: []Endpoint{{Address: up.addr()}}}},
+				RouterFilter: &Filter{Target: startScripted(t, &scripted{headersResp: headersContinue, respBody: longer}), MessageTimeout: time.Second,
+					Mode: &extprocfilter.ProcessingMode{RequestHeaderMode: extprocfilter.ProcessingMode_SEND, ResponseHeaderMode: extprocfilter.ProcessingMode_SEND,
+						ResponseBodyMode: tc.mode}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := s.Start(ctx, "127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/x", strings.NewReader("x"))
+			resp, err := http.DefaultClient.Do(req)
+			var body []byte
+			if err == nil {
+				body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			got := string(body)
+			whole := err == nil && strings.HasPrefix(got, "<<hello from") && strings.HasSuffix(got, ">> and more")
+			if whole != tc.whole {
+				t.Fatalf("whole=%v, want %v (body %q, err %v)", whole, tc.whole, got, err)
+			}
+			if tc.whole && resp.Header.Get("content-length") != "" {
+				t.Errorf("content-length %q reached the client", resp.Header.Get("content-length"))
 			}
 		})
 	}
