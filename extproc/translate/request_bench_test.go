@@ -1,0 +1,52 @@
+package translate
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/swarmgate/swarmgate/config"
+)
+
+// BenchmarkRequest is one request translation: the router-level filter
+// pays it once to choose the cluster, every attempt's upstream filter once
+// more. Bodies of a few turns with a tool, at 2 KB and 64 KB.
+func BenchmarkRequest(b *testing.B) {
+	bodies := map[string]func(text string) string{
+		"messages_to_chat": func(text string) string {
+			return `{"model":"m","max_tokens":1024,"system":[{"type":"text","text":"You are an agent."}],"tools":[{"name":"f","description":"d","input_schema":{"type":"object","properties":{"a":{"type":"string"}}}}],` +
+				`"messages":[{"role":"user","content":"` + text + `"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":"x"}}]},` +
+				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}]}`
+		},
+		"chat_to_messages": func(text string) string {
+			return `{"model":"m","max_tokens":1024,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],` +
+				`"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"` + text + `"},` +
+				`{"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"f","arguments":"{\"a\":\"x\"}"}}]},{"role":"tool","tool_call_id":"t1","content":"ok"}]}`
+		},
+		"responses_to_chat": func(text string) string {
+			return `{"model":"m","instructions":"You are an agent.","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],` +
+				`"input":[{"role":"user","content":"` + text + `"},{"type":"function_call","call_id":"t1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"t1","output":"ok"}]}`
+		},
+	}
+	pairs := map[string][2]string{
+		"messages_to_chat":  {config.FamilyAnthropicMessages, config.FamilyChatCompletions},
+		"chat_to_messages":  {config.FamilyChatCompletions, config.FamilyAnthropicMessages},
+		"responses_to_chat": {config.FamilyResponses, config.FamilyChatCompletions},
+	}
+	for name, mk := range bodies {
+		tr := mustPair(b, pairs[name][0], pairs[name][1])
+		for _, size := range []int{2 << 10, 64 << 10} {
+			body := []byte(mk(strings.Repeat("word ", size/5)))
+			b.Run(fmt.Sprintf("%s/%dKB", name, size>>10), func(b *testing.B) {
+				if _, err := tr.Request(body, RequestOptions{Model: "up"}); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					_, _ = tr.Request(body, RequestOptions{Model: "up"})
+				}
+			})
+		}
+	}
+}
