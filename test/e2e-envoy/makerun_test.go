@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/envoytest"
 )
 
 // TestMakeRunWithEnvoy runs what `make run` runs (scripts/run.sh) with an
@@ -18,7 +20,7 @@ import (
 // config's fixed ports (10000, 18000-18002, 19000, 6379 and the mock
 // relays'), so it needs them free.
 func TestMakeRunWithEnvoy(t *testing.T) {
-	envoy := envoyBinary(t)
+	envoy := envoytest.Newest(t).Path
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

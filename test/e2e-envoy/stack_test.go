@@ -24,6 +24,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/mockupstream"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
@@ -38,22 +39,6 @@ const (
 // upstreamKeys are the relays' credentials, by env: reference name.
 var upstreamKeys = map[string]string{
 	"E2E_A1": "relay-a-secret-1", "E2E_A2": "relay-a-secret-2", "E2E_B1": "relay-b-secret-1",
-}
-
-// envoyBinary finds Envoy or skips the test, naming what is missing.
-func envoyBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("ENVOY_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("ENVOY_BIN=%s: %v", p, err)
-		}
-		return p
-	}
-	p, err := exec.LookPath("envoy")
-	if err != nil {
-		t.Skip("SKIP: no Envoy binary: `envoy` is not on PATH and ENVOY_BIN is not set; install Envoy 1.38+ to run the real-Envoy end-to-end tests")
-	}
-	return p
 }
 
 type stack struct {
@@ -158,18 +143,37 @@ func freeAddr(t *testing.T) (string, int) {
 
 // startStack runs Redis, two relays, the whole swarmgate and Envoy, and
 // returns once Envoy routes a request.
-func startStack(t *testing.T) *stack {
+func startStack(t *testing.T, r envoytest.Release) *stack {
 	t.Helper()
-	bin := envoyBinary(t) // skip before starting anything
 	s := startSwarmgate(t)
-	startEnvoy(t, bin, s.bootstrapPath)
+	startEnvoy(t, r.Path, s.bootstrapPath)
 	s.waitRouted(t)
 	return s
 }
 
-// startSwarmgate runs Redis, two relays and the whole swarmgate in-process,
-// and writes the Envoy bootstrap for it.
+// Ports are the addresses a test config must use: the gateway's listeners,
+// Envoy's listener port and the test's own redis-server.
+type Ports struct {
+	XDS, ExtProc, RateLimit, Admin string
+	EnvoyPort                      int
+	Redis                          string
+}
+
+// startSwarmgate runs Redis, two relays and the whole swarmgate in-process
+// on the standard test config, and writes the Envoy bootstrap for it.
 func startSwarmgate(t *testing.T) *stack {
+	t.Helper()
+	return startSwarmgateWith(t, func(s *stack, p Ports) string {
+		return gatewayYAML(map[string]string{"xds": p.XDS, "extproc": p.ExtProc, "ratelimit": p.RateLimit, "admin": p.Admin},
+			p.EnvoyPort, p.Redis, s.relayA.Addr().String(), s.relayB.Addr().String())
+	})
+}
+
+// startSwarmgateWith is startSwarmgate on the config mk writes for the
+// stack's ports; mk may use s.relayA and s.relayB (started before it is
+// called) and start relays of its own. Upstream secrets resolve from
+// upstreamKeys.
+func startSwarmgateWith(t *testing.T, mk func(s *stack, p Ports) string) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -185,7 +189,8 @@ func startSwarmgate(t *testing.T) *stack {
 	envoyAdmin, _ := freeAddr(t)
 	addrs := map[string]string{"xds": lisXDS.Addr().String(), "extproc": lisExtProc.Addr().String(),
 		"ratelimit": rlsAddr, "admin": lisAdmin.Addr().String()}
-	yml := gatewayYAML(addrs, envoyPort, rs.Addr, s.relayA.Addr().String(), s.relayB.Addr().String())
+	yml := mk(s, Ports{XDS: addrs["xds"], ExtProc: addrs["extproc"], RateLimit: rlsAddr, Admin: addrs["admin"],
+		EnvoyPort: envoyPort, Redis: rs.Addr})
 	cfg, err := config.Parse([]byte(yml), "e2e-envoy.yaml", config.Options{LookupEnv: func(k string) (string, bool) {
 		v, ok := upstreamKeys[k]
 		return v, ok
