@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -97,10 +98,24 @@ func (m *RedisMetrics) observe(cmd redis.Cmder, err error) {
 	// from request input, so the label is bounded.
 	name := cmd.Name()
 	m.commands.WithLabelValues(name).Inc()
-	if err == nil || errors.Is(err, redis.Nil) {
+	if err == nil || errors.Is(err, redis.Nil) || isIdentityHandshake(cmd) {
 		return
 	}
 	m.errors.WithLabelValues(name, redisErrorKind(err)).Inc()
+}
+
+// isIdentityHandshake reports the optional commands go-redis sends on every
+// new connection (CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS). Servers that
+// lack them (Redis before 7.2, e.g. Debian's 7.0; any open-source Redis for
+// the second) answer with an error go-redis ignores, so counting it would
+// make every idle start look like a Redis problem.
+func isIdentityHandshake(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 || cmd.Name() != "client" {
+		return false
+	}
+	sub, ok := args[1].(string)
+	return ok && (strings.EqualFold(sub, "setinfo") || strings.EqualFold(sub, "maint_notifications"))
 }
 
 func isServerError(err error) bool {

@@ -10,7 +10,8 @@ import (
 )
 
 // Handler serves GET /usage?tenant=T&month=YYYY-MM (month defaults to the
-// current UTC month) as a JSON Report, for the admin port. cfg returns the
+// current UTC month) as a JSON Report, for the admin port; without tenant it
+// answers a Summary of every configured tenant's month totals. cfg returns the
 // config in force at each request, so a tenant added by a reload is known
 // at once and a removed one answers 404.
 func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
@@ -29,16 +30,16 @@ func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
 		if month == "" {
 			month = MonthOf(l.opts.Now())
 		}
+		if _, err := time.Parse("2006-01", month); err != nil {
+			writeError(w, http.StatusBadRequest, "month must be YYYY-MM")
+			return
+		}
 		if tenant == "" {
-			writeError(w, http.StatusBadRequest, "query parameter tenant is required")
+			l.serveSummary(w, r, cfg, month)
 			return
 		}
 		if _, ok := cfg.Tenant(tenant); !ok {
 			writeError(w, http.StatusNotFound, "unknown tenant")
-			return
-		}
-		if _, err := time.Parse("2006-01", month); err != nil {
-			writeError(w, http.StatusBadRequest, "month must be YYYY-MM")
 			return
 		}
 		rep, err := l.Query(r.Context(), tenant, month)
@@ -48,9 +49,41 @@ func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
 			return
 		}
 		rep.Currency = cfg.Accounting.Currency
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rep)
+		writeJSON(w, rep)
 	})
+}
+
+// Summary is every configured tenant's totals for one month, the answer of
+// /usage without a tenant; /usage?tenant=T has the rows and days.
+type Summary struct {
+	Month    string          `json:"month"`
+	Currency string          `json:"currency,omitempty"`
+	Tenants  []TenantCounter `json:"tenants"`
+}
+
+// TenantCounter is one tenant's month totals.
+type TenantCounter struct {
+	Tenant string   `json:"tenant"`
+	Total  Counters `json:"total"`
+}
+
+func (l *Ledger) serveSummary(w http.ResponseWriter, r *http.Request, cfg *config.Config, month string) {
+	sum := Summary{Month: month, Currency: cfg.Accounting.Currency, Tenants: make([]TenantCounter, 0, len(cfg.Tenants))}
+	for _, t := range cfg.Tenants {
+		rep, err := l.Query(r.Context(), t.Name, month)
+		if err != nil {
+			l.log.Error("usage query failed", "tenant", t.Name, "month", month, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "usage store unavailable")
+			return
+		}
+		sum.Tenants = append(sum.Tenants, TenantCounter{Tenant: t.Name, Total: rep.Total})
+	}
+	writeJSON(w, sum)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

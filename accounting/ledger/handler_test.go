@@ -45,7 +45,9 @@ func TestHandler(t *testing.T) {
 	}{
 		{"?tenant=acme&month=2026-12", 200, `"cost":"0.250000000"`},
 		{"?tenant=acme&month=2026-11", 200, `"requests":0`},
-		{"?month=2026-12", 400, "tenant is required"},
+		{"?month=2026-12", 200, `"tenants":[{"tenant":"acme","total":{"requests":1,`},
+		{"", 200, `"tenants":[{"tenant":"acme"`},
+		{"?month=2026-13", 400, "YYYY-MM"},
 		{"?tenant=nobody", 404, "unknown tenant"},
 		{"?tenant=acme&month=12-2026", 400, "YYYY-MM"},
 	}
@@ -61,7 +63,7 @@ func TestHandler(t *testing.T) {
 			if resp.StatusCode != tc.code || !strings.Contains(buf.String(), tc.body) {
 				t.Fatalf("%d %s, want %d containing %s", resp.StatusCode, buf.String(), tc.code, tc.body)
 			}
-			if tc.code == 200 {
+			if tc.code == 200 && strings.Contains(tc.query, "tenant=") {
 				var rep Report
 				if err := json.Unmarshal(buf.Bytes(), &rep); err != nil || rep.Currency != "EUR" {
 					t.Fatalf("decode: %v, %+v", err, rep)
