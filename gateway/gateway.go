@@ -194,7 +194,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		// The control plane validates first: a config it refuses is not
 		// given to anyone else.
 		g.appliers = append([]func(*config.Config) error{cp.SetConfig}, g.appliers...)
-		lis, err := g.listen(g.opts.Listeners.XDS, cfg.Listen.XDS)
+		lis, err := g.listen(g.opts.Listeners.XDS, cfg.Listen.XDS, "listen.xds")
 		if err != nil {
 			return fail(err)
 		}
@@ -284,7 +284,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		gs := grpc.NewServer(append(extproc.GRPCServerOptions(cfg), grpc.Creds(epCreds),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))...)
 		ep.Register(gs)
-		lis, err := g.listen(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc)
+		lis, err := g.listen(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc, "listen.extproc")
 		if err != nil {
 			return fail(err)
 		}
@@ -323,7 +323,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			aopts.Queue = queueSource(queue)
 		}
 		as := admin.New(aopts)
-		lis, err := g.listen(g.opts.Listeners.Admin, cfg.Listen.Admin)
+		lis, err := g.listen(g.opts.Listeners.Admin, cfg.Listen.Admin, "listen.admin")
 		if err != nil {
 			return fail(err)
 		}
@@ -402,13 +402,15 @@ func (g *Gateway) firstConfig(ctx context.Context) (*config.Config, error) {
 	}
 }
 
-func (g *Gateway) listen(pre net.Listener, addr string) (net.Listener, error) {
+// listen opens addr, the config's field, unless the caller passed a
+// listener; a taken port names the field that moves it.
+func (g *Gateway) listen(pre net.Listener, addr, field string) (net.Listener, error) {
 	if pre != nil {
 		return pre, nil
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+		return nil, config.ListenError(field, addr, err)
 	}
 	return lis, nil
 }

@@ -124,8 +124,9 @@ func runBootstrap(_ context.Context, args []string, stdout, stderr io.Writer) er
 	var c common
 	fs := newFlags("bootstrap", stderr)
 	c.register(fs)
+	admin := fs.String("envoy-admin", bootstrap.DefaultAdminAddress, "Envoy's admin listener (host:port; keep it on loopback)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: swarmgate bootstrap [--config-file F] [--node-id ID]\n\nPrints an Envoy bootstrap (YAML) whose ADS cluster points at this control plane.")
+		fmt.Fprintln(stderr, "usage: swarmgate bootstrap [--config-file F] [--node-id ID] [--envoy-admin HOST:PORT]\n\nPrints an Envoy bootstrap (YAML) whose ADS cluster points at this control plane.")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -135,7 +136,11 @@ func runBootstrap(_ context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	out, err := bootstrap.Bootstrap(cfg, c.nodeID)
+	b, err := bootstrap.Build(cfg, c.nodeID, bootstrap.Options{AdminAddress: *admin})
+	if err != nil {
+		return err
+	}
+	out, err := bootstrap.Marshal(b)
 	if err != nil {
 		return err
 	}

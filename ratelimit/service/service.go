@@ -153,7 +153,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Listen.RateLimit)
 	if err != nil {
-		return fmt.Errorf("ratelimit service: listen %s: %w", s.cfg.Listen.RateLimit, err)
+		return fmt.Errorf("ratelimit service: %w", config.ListenError("listen.ratelimit", s.cfg.Listen.RateLimit, err))
 	}
 	defer ln.Close()
 	// Set before anything can close configLoaded: a caller woken by it
