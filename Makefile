@@ -5,6 +5,8 @@ BIN       := bin/swarmgate
 PKGS      := ./...
 TEST_TIMEOUT ?= 25m
 export GOFLAGS ?= -buildvcs=false
+SHELL     := bash
+.SHELLFLAGS := -eo pipefail -c
 
 .PHONY: all build run test test-short deps lint fmt vet bench loadtest swarm golden proto fuzz clean
 
@@ -21,9 +23,12 @@ run: build
 	@SWARMGATE_NO_CHROMIUM=1 ./scripts/deps.sh
 	@./scripts/run.sh
 
-## test: every test, race detector on, against a real redis-server each test starts itself.
+## test: every test, race detector on, against a real redis-server each test
+## starts itself and the real Envoy releases (1.38.x and the newest) that
+## `deps` installs. The log lists each test run on a real Envoy by version.
 test: deps lint
-	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) build -o bin/testlog ./test/testlog
+	$(GO) test -race -json -timeout $(TEST_TIMEOUT) $(PKGS) | bin/testlog
 	# the portable (non-assembly) request scan, as other architectures build it
 	$(GO) test -tags purego ./chatreq/
 
