@@ -5,6 +5,7 @@
 #
 #   scripts/envoy.sh            install both pinned versions
 #   scripts/envoy.sh path MIN   print the binary of the minimum (or NEW) release
+#   scripts/envoy.sh versions   print the pinned versions
 #
 # ENVOY_CACHE moves the cache (default: .cache/envoy under the checkout).
 set -euo pipefail
@@ -65,8 +66,11 @@ path)
   install_one "$v" "$s"
   bin_of "$v"
   ;;
+versions)
+  echo "$MIN_VERSION $NEW_VERSION"
+  ;;
 *)
-  echo "usage: $0 [install | path MIN|NEW]" >&2
+  echo "usage: $0 [install | path MIN|NEW | versions]" >&2
   exit 2
   ;;
 esac
