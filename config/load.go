@@ -38,6 +38,10 @@ type Options struct {
 	// sets it to the config file's directory when empty; otherwise relative
 	// paths are relative to the working directory.
 	BaseDir string
+	// Received marks a config that arrived over xDS: its listen addresses
+	// are the control plane's file, not what this process binds, so
+	// listener security is not checked against them.
+	Received bool
 
 	// checkListeners refuses gRPC listeners on non-loopback addresses
 	// without TLS: set by Parse, whose file names the addresses this
@@ -83,7 +87,7 @@ func Parse(data []byte, name string, opts Options) (*Config, error) {
 	}
 	defaultOmittedWeights(doc, &c)
 	c.Source = name
-	opts.checkListeners = true
+	opts.checkListeners = !opts.Received
 	if err := c.Prepare(opts); err != nil {
 		var es Errors
 		if !errors.As(err, &es) {

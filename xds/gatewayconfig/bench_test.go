@@ -39,14 +39,20 @@ func BenchmarkFromConfig1000(b *testing.B) {
 	cfg := bigConfig(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = FromConfig(cfg)
+		if _, err := FromConfig(cfg); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
 // BenchmarkReplicaDecode1000 is a replica's cost per update: unmarshal the
 // resource and rebuild the validated config (secrets resolved locally).
 func BenchmarkReplicaDecode1000(b *testing.B) {
-	wire, err := proto.Marshal(FromConfig(bigConfig(b)))
+	gc, err := FromConfig(bigConfig(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	wire, err := proto.Marshal(gc)
 	if err != nil {
 		b.Fatal(err)
 	}

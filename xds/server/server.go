@@ -174,10 +174,13 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("translating config: %w", err)
 	}
-	// cfg is validated and FromConfig is lossless (tested both ways), so
-	// replicas accept what they get unless a secret reference does not
-	// resolve on their side, which they NACK.
-	gc := gatewayconfig.FromConfig(cfg)
+	// cfg is validated and travels as itself, so replicas accept what they
+	// get unless a secret reference does not resolve on their side, which
+	// they NACK.
+	gc, err := gatewayconfig.FromConfig(cfg)
+	if err != nil {
+		return err
+	}
 	names := translator.DNSNames(res.IR)
 	cp.mu.Lock()
 	var missing []string
