@@ -1,0 +1,437 @@
+package e2eenvoy
+
+// Real-Envoy checks of the generated configuration (docs/envoy-behaviour.md,
+// "Generated configuration"): each test shows, on every pinned release, how
+// Envoy treats what xds/translator emits where its source suggested a trap.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/mockupstream"
+)
+
+// startStackWith runs swarmgate on the config mk writes and Envoy on its
+// bootstrap, and returns once Envoy routes.
+func startStackWith(t *testing.T, r envoytest.Release, mk func(s *stack, p Ports) string) *stack {
+	t.Helper()
+	s := startSwarmgateWith(t, mk)
+	startEnvoy(t, r.Path, s.bootstrapPath)
+	s.waitRouted(t)
+	return s
+}
+
+// reply is an answer as the client saw it.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) String() string { return fmt.Sprintf("%d %.400s", r.status, r.body) }
+
+func send(ctx context.Context, method, url string, header map[string]string, body []byte) (reply, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+// apiFamily is one client API: its path, how its client authenticates, a
+// request body for a model, and how its errors look.
+type apiFamily struct {
+	name      string
+	path      string
+	anthropic bool // {"type":"error","error":{"type","message"}}; else OpenAI's {"error":{...}}
+}
+
+var families = []apiFamily{
+	{name: "chat", path: "/v1/chat/completions"},
+	{name: "responses", path: "/v1/responses"},
+	{name: "messages", path: "/v1/messages", anthropic: true},
+}
+
+func (f apiFamily) request(ctx context.Context, base, key, model, text string) (reply, error) {
+	h := map[string]string{"content-type": "application/json"}
+	var body any
+	switch f.name {
+	case "chat":
+		h["authorization"] = "Bearer " + key
+		body = map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": text}}}
+	case "responses":
+		h["authorization"] = "Bearer " + key
+		body = map[string]any{"model": model, "input": text}
+	case "messages":
+		h["x-api-key"] = key
+		h["anthropic-version"] = "2023-06-01"
+		body = map[string]any{"model": model, "max_tokens": 16, "messages": []any{map[string]any{"role": "user", "content": text}}}
+	}
+	b, _ := json.Marshal(body)
+	return send(ctx, http.MethodPost, base+f.path, h, b)
+}
+
+// apiError is an error body in either shape.
+type apiError struct {
+	Type  string `json:"type"` // Anthropic: "error"
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+		Code    any    `json:"code"` // OpenAI only
+	} `json:"error"`
+}
+
+// anthropicTypes is the error type Anthropic uses for each status
+// (https://docs.anthropic.com/en/api/errors).
+var anthropicTypes = map[int]string{400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+	403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+	500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
+
+// checkShape fails unless got is an error in f's own shape: Anthropic's
+// envelope with the type Anthropic uses for the status, or OpenAI's with a
+// message, a type and a code; in both, a message that is prose, not
+// another error body nested inside.
+func (f apiFamily) checkShape(t *testing.T, what string, got reply) apiError {
+	t.Helper()
+	var e apiError
+	if err := json.Unmarshal(got.body, &e); err != nil {
+		t.Errorf("%s %s: body is not JSON: %v: %s", what, f.name, err, got)
+		return e
+	}
+	if ct := got.header.Get("content-type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("%s %s: content-type %q", what, f.name, ct)
+	}
+	if e.Error.Message == "" || strings.Contains(e.Error.Message, "{") {
+		t.Errorf("%s %s: message %q is empty or nests a body: %s", what, f.name, e.Error.Message, got)
+	}
+	if f.anthropic {
+		if e.Type != "error" || e.Error.Code != nil {
+			t.Errorf("%s %s: not Anthropic's shape: %s", what, f.name, got)
+		}
+		if want := anthropicTypes[got.status]; want == "" || e.Error.Type != want {
+			t.Errorf("%s %s: status %d with type %q; Anthropic pairs it with %q: %s", what, f.name, got.status, e.Error.Type, want, got)
+		}
+		return e
+	}
+	if e.Type != "" || e.Error.Type == "" || e.Error.Code == nil {
+		t.Errorf("%s %s: not OpenAI's shape: %s", what, f.name, got)
+	}
+	return e
+}
+
+// probeRelay is a chat-completions relay that records every request's
+// headers and can hold its answers: streamed answers send their first chunk
+// at once and the rest when release is closed, so many requests stay in
+// flight without costing CPU while they wait.
+type probeRelay struct {
+	srv      *http.Server
+	addr     string
+	latency  time.Duration // before any byte of the answer
+	release  chan struct{} // nil: answer at once
+	mu       sync.Mutex
+	headers  []http.Header
+	inFlight atomic.Int64
+	peak     atomic.Int64
+	served   atomic.Int64
+}
+
+func startProbeRelay(t *testing.T, latency time.Duration, hold bool) *probeRelay {
+	t.Helper()
+	p := &probeRelay{latency: latency}
+	if hold {
+		p.release = make(chan struct{})
+	}
+	l := listen(t)
+	p.addr = l.Addr().String()
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.srv.Serve(l) }()
+	t.Cleanup(func() {
+		p.open()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.srv.Shutdown(ctx)
+	})
+	return p
+}
+
+var releaseOnce sync.Map
+
+// open lets every held answer finish.
+func (p *probeRelay) open() {
+	if p.release == nil {
+		return
+	}
+	if _, done := releaseOnce.LoadOrStore(p, true); !done {
+		close(p.release)
+	}
+}
+
+func (p *probeRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+	for {
+		peak := p.peak.Load()
+		if n <= peak || p.peak.CompareAndSwap(peak, n) {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.headers = append(p.headers, r.Header.Clone())
+	p.mu.Unlock()
+	body, _ := io.ReadAll(r.Body)
+	if p.latency > 0 {
+		select {
+		case <-time.After(p.latency):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	var q struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &q)
+	usage := `"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}`
+	if !q.Stream {
+		w.Header().Set("content-type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-probe","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],%s}`, usage)
+		p.served.Add(1)
+		return
+	}
+	w.Header().Set("content-type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	chunk := func(s string) {
+		fmt.Fprintf(w, "data: %s\n\n", s)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	chunk(`{"id":"chatcmpl-probe","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"ok"},"finish_reason":null}]}`)
+	if p.release != nil {
+		select {
+		case <-p.release:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	chunk(`{"id":"chatcmpl-probe","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
+	chunk(`{"id":"chatcmpl-probe","object":"chat.completion.chunk","created":1,"model":"m","choices":[],` + usage + `}`)
+	chunk("[DONE]")
+	p.served.Add(1)
+}
+
+func (p *probeRelay) seen() []http.Header {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]http.Header(nil), p.headers...)
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// relays are the upstream addresses a suspects config points at.
+type relays struct {
+	a, b    string // mockupstream relays (bearer; x-api-key)
+	slow    string // answers after the model's timeout
+	refused string // nothing listens
+	// extraModels are more models entries (YAML list items, indented two).
+	extraModels string
+	// request is the request: section (flow style).
+	request string
+}
+
+// suspectsYAML is a gateway whose models each end in one of Envoy's own
+// failures: provider 401 on every key, no healthy host (a backend name that
+// does not resolve), connection refused, upstream timeout; and a tenant
+// limited to one request a minute.
+func suspectsYAML(p Ports, r relays) string {
+	if r.request == "" {
+		r.request = "{message_timeout: 5s, max_body_bytes: 65536}"
+	}
+	return fmt.Sprintf(`
+listen: {xds: %s, extproc: %s, ratelimit: %s, admin: %s}
+envoy: {listener_address: 127.0.0.1, listener_port: %d}
+redis: {addrs: [%s]}
+request: %s
+retry: {num_retries: 2, backoff_base: 5ms, backoff_max: 50ms}
+breaker: {consecutive_429: 1, consecutive_5xx: 1, sync_interval: 50ms}
+backends:
+  - {name: relay-a, base_url: "http://%s/v1", auth: bearer, keys: [{id: relay-a-1, secret: env:E2E_A1}, {id: relay-a-2, secret: env:E2E_A2}]}
+  - {name: refusing, base_url: "http://%s/openai/v1", auth: x-api-key, keys: [{id: relay-b-1, secret: env:E2E_B1}]}
+  - {name: unresolvable, base_url: "http://no-such-relay.invalid/v1", auth: bearer, keys: [{id: u-1, secret: env:E2E_A1}]}
+  - {name: refused, base_url: "http://%s/v1", auth: bearer, keys: [{id: c-1, secret: env:E2E_A1}]}
+  - {name: slow-chat, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-1, secret: env:E2E_A1}]}
+  - {name: slow-responses, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-2, secret: env:E2E_A1}]}
+  - {name: slow-messages, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-3, secret: env:E2E_A1}]}
+models:
+  - {name: gpt-4o-mini, targets: [{backend: relay-a}]}
+  - {name: m-provider-401, targets: [{backend: refusing}]}
+  - {name: m-no-host, targets: [{backend: unresolvable}]}
+  - {name: m-conn-refused, targets: [{backend: refused}]}
+  # One slow model per family: a timeout opens the key's breaker.
+  - {name: m-slow-chat, timeout: 1s, targets: [{backend: slow-chat}]}
+  - {name: m-slow-responses, timeout: 1s, targets: [{backend: slow-responses}]}
+  - {name: m-slow-messages, timeout: 1s, targets: [{backend: slow-messages}]}
+%[12]s
+tenants:
+  - {name: team, models: ["*"], keys: [{id: team-1, hash: %[13]s}], limits: {rpm: 100000}}
+  - {name: limited, models: ["*"], keys: [{id: limited-1, hash: %[14]s}], limits: {rpm: 1}}
+`, p.XDS, p.ExtProc, p.RateLimit, p.Admin, p.EnvoyPort, p.Redis, r.request, r.a, r.b, r.refused, r.slow, r.extraModels,
+		config.HashKey(keyTeam), config.HashKey(keyLimited))
+}
+
+// startSuspects runs the suspects config with relay-b refusing every key
+// (401) and a slow relay answering after the m-slow model's 1s timeout.
+func startSuspects(t *testing.T, r envoytest.Release, edit func(*relays)) *stack {
+	t.Helper()
+	slow := startProbeRelay(t, 5*time.Second, false)
+	refused := closedAddr(t)
+	s := startStackWith(t, r, func(s *stack, p Ports) string {
+		rl := relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(), slow: slow.addr, refused: refused}
+		if edit != nil {
+			edit(&rl)
+		}
+		return suspectsYAML(p, rl)
+	})
+	s.relayB.SetBehavior("relay-b-1", mockupstream.Behavior{Action: mockupstream.ActError, Status: http.StatusUnauthorized})
+	return s
+}
+
+// TestEnvoyErrorsKeepTheClientsShape (suspect 1): every error Envoy makes
+// itself (the rate-limit filter's 429, no healthy upstream, a provider's
+// 401 after the retries, connection refused, upstream timeout, a body over
+// the limit) reaches a chat, a Responses and an Anthropic Messages client
+// in that client's own error shape, with the status its API uses; the
+// HCM's local_reply_config never rewrites the answer the router-level
+// ext_proc built (Envoy runs the mappers again on an ImmediateResponse,
+// filter_manager.cc sendDirectLocalReply).
+func TestEnvoyErrorsKeepTheClientsShape(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		s := startSuspects(t, r, nil)
+		ctx := testCtx(t)
+
+		type scenario struct {
+			name, model, key string
+			body             string // request text; empty: a short one
+			// byGateway: the router-level ext_proc answered (its messages
+			// name the model in backticks); else an Envoy local reply
+			// shaped by local_reply_config.
+			byGateway bool
+			status    func(f apiFamily) []int
+		}
+		one := func(codes ...int) func(apiFamily) []int { return func(apiFamily) []int { return codes } }
+		scenarios := []scenario{
+			{name: "provider 401 after retries", model: "m-provider-401", key: keyTeam, byGateway: true,
+				status: func(f apiFamily) []int {
+					if f.anthropic {
+						return []int{529}
+					}
+					return []int{503}
+				}},
+			{name: "no healthy upstream", model: "m-no-host", key: keyTeam, byGateway: true, status: anyUnavailable},
+			{name: "connection refused", model: "m-conn-refused", key: keyTeam, byGateway: true, status: anyUnavailable},
+			{name: "upstream timeout", model: "m-slow-%s", key: keyTeam, byGateway: true, status: one(504)},
+			{name: "body over the limit", model: "gpt-4o-mini", key: keyTeam, body: strings.Repeat("x", 100<<10), status: one(413)},
+		}
+		for _, sc := range scenarios {
+			for _, f := range families {
+				text := sc.body
+				if text == "" {
+					text = "hello " + sc.name
+				}
+				model := sc.model
+				if strings.Contains(model, "%s") {
+					model = fmt.Sprintf(model, f.name)
+				}
+				got, err := f.request(ctx, s.envoyURL, sc.key, model, text)
+				if err != nil {
+					t.Fatalf("%s %s: %v", sc.name, f.name, err)
+				}
+				t.Logf("%s %s: %s", sc.name, f.name, got)
+				if want := sc.status(f); !containsInt(want, got.status) {
+					t.Errorf("%s %s: status %d, want one of %v: %s", sc.name, f.name, got.status, want, got)
+				}
+				e := f.checkShape(t, sc.name, got)
+				if sc.byGateway && !strings.Contains(e.Error.Message, "`"+model+"`") {
+					t.Errorf("%s %s: not the gateway's own answer (rewritten by a local_reply mapper?): %s", sc.name, f.name, got)
+				}
+				if sc.status(f)[0] == 413 && !strings.Contains(e.Error.Message, "65536") {
+					t.Errorf("%s %s: the 413 does not cite the 65536-byte limit: %s", sc.name, f.name, got)
+				}
+			}
+		}
+
+		// The rate-limit filter's 429: one request a minute for "limited";
+		// a minute boundary may let one more through.
+		for _, f := range families {
+			var got reply
+			for try := range 3 {
+				var err error
+				if got, err = f.request(ctx, s.envoyURL, keyLimited, "gpt-4o-mini", fmt.Sprintf("try %d", try)); err != nil {
+					t.Fatal(err)
+				}
+				if got.status != http.StatusOK {
+					break
+				}
+			}
+			t.Logf("rate limited %s: %s %v", f.name, got, got.header)
+			if got.status != http.StatusTooManyRequests {
+				t.Errorf("rate limited %s: status %d, want 429: %s", f.name, got.status, got)
+			}
+			e := f.checkShape(t, "rate limited", got)
+			if !strings.Contains(e.Error.Message, "`gpt-4o-mini`") {
+				t.Errorf("rate limited %s: not the gateway's own answer: %s", f.name, got)
+			}
+			if got.header.Get("retry-after") == "" {
+				t.Errorf("rate limited %s: no Retry-After", f.name)
+			}
+		}
+	})
+}
+
+// anyUnavailable: what the gateway answers when no upstream took the
+// request: 503 (or a short 429 when the keys have room), Anthropic's 529.
+func anyUnavailable(f apiFamily) []int {
+	if f.anthropic {
+		return []int{529, 429}
+	}
+	return []int{503, 429}
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
