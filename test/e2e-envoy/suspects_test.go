@@ -12,6 +12,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +24,8 @@ import (
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/xds/bootstrap"
+	"sigs.k8s.io/yaml"
 )
 
 // startStackWith runs swarmgate on the config mk writes and Envoy on its
@@ -434,4 +439,108 @@ func containsInt(xs []int, x int) bool {
 		}
 	}
 	return false
+}
+
+// startMeshEnvoy runs Envoy the way an existing mesh would carry swarmgate:
+// its own static listener (Envoy's default 1 MiB per-connection buffer
+// limit) whose HCM takes the snippet's http_filters, rds and
+// local_reply_config, and the snippet's clusters (envoy/existing-mesh.yaml).
+func startMeshEnvoy(t *testing.T, r envoytest.Release, s *stack, port int) {
+	t.Helper()
+	snippet, err := bootstrap.MeshSnippet(s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(snippet, &doc); err != nil {
+		t.Fatal(err)
+	}
+	adminHost, adminPort, _ := net.SplitHostPort(strings.TrimPrefix(s.envoyAdmin, "http://"))
+	b := map[string]any{
+		"node":  map[string]any{"id": "mesh-envoy-1", "cluster": "an-existing-mesh"},
+		"admin": map[string]any{"address": socket(adminHost, adminPort)},
+		"static_resources": map[string]any{
+			"listeners": []any{map[string]any{
+				"name":    "mesh_ingress",
+				"address": socket("127.0.0.1", fmt.Sprint(port)),
+				"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
+					"name": "envoy.filters.network.http_connection_manager",
+					"typed_config": map[string]any{
+						"@type":              "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+						"stat_prefix":        "mesh",
+						"rds":                doc["rds"],
+						"http_filters":       doc["http_filters"],
+						"local_reply_config": doc["local_reply_config"],
+					},
+				}}}},
+			}},
+			"clusters": doc["clusters"],
+		},
+	}
+	out, err := yaml.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mesh-envoy.yaml")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startEnvoy(t, r.Path, path)
+}
+
+func socket(host, port string) map[string]any {
+	p, _ := strconv.Atoi(port)
+	return map[string]any{"socket_address": map[string]any{"address": host, "port_value": p}}
+}
+
+// TestExistingMeshBodyLimit (suspect 4): in an existing mesh's Envoy, whose
+// listener keeps Envoy's default 1 MiB buffer limit, a body just under
+// request.max_body_bytes (3 MiB here) is served and one just over it gets a
+// 413 citing that limit. Envoy applies the virtual host's
+// request_body_buffer_limit only while the cached route has a route entry
+// (refreshBufferLimit, conn_manager_impl.cc); every request sits on the
+// catch-all route while ext_proc buffers its body, so a direct-response
+// catch-all let the listener's 1 MiB decide.
+func TestExistingMeshBodyLimit(t *testing.T) {
+	const limit = 3 << 20
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		var port int
+		s := startSwarmgateWith(t, func(s *stack, p Ports) string {
+			port = p.EnvoyPort
+			return suspectsYAML(p, relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
+				slow: closedAddr(t), refused: closedAddr(t),
+				request: fmt.Sprintf("{message_timeout: 10s, max_body_bytes: %d}", limit)})
+		})
+		startMeshEnvoy(t, r, s, port)
+		s.waitRouted(t)
+		ctx := testCtx(t)
+
+		// The JSON around the text is under 200 bytes.
+		for _, tc := range []struct {
+			name   string
+			text   int
+			status int
+		}{
+			{"over the listener's 1 MiB", 2 << 20, http.StatusOK},
+			{"just under max_body_bytes", limit - 1024, http.StatusOK},
+			{"just over max_body_bytes", limit + 1, http.StatusRequestEntityTooLarge},
+		} {
+			for _, f := range families {
+				got, err := f.request(ctx, s.envoyURL, keyTeam, "gpt-4o-mini", strings.Repeat("x", tc.text))
+				if err != nil {
+					t.Fatalf("%s %s: %v", tc.name, f.name, err)
+				}
+				if got.status != tc.status {
+					t.Errorf("%s (%d bytes of text) %s: %s, want %d", tc.name, tc.text, f.name, got, tc.status)
+					continue
+				}
+				if tc.status != http.StatusOK {
+					e := f.checkShape(t, tc.name, got)
+					if !strings.Contains(e.Error.Message, strconv.Itoa(limit)) {
+						t.Errorf("%s %s: the 413 does not cite %d: %s", tc.name, f.name, limit, got)
+					}
+				}
+			}
+		}
+	})
 }
