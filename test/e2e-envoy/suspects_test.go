@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,7 +80,15 @@ var families = []apiFamily{
 }
 
 func (f apiFamily) request(ctx context.Context, base, key, model, text string) (reply, error) {
+	return f.requestWith(ctx, base, key, model, text, nil)
+}
+
+// requestWith is request with extra request headers.
+func (f apiFamily) requestWith(ctx context.Context, base, key, model, text string, extra map[string]string) (reply, error) {
 	h := map[string]string{"content-type": "application/json"}
+	for k, v := range extra {
+		h[k] = v
+	}
 	var body any
 	switch f.name {
 	case "chat":
@@ -268,8 +277,9 @@ type relays struct {
 	a, b    string // mockupstream relays (bearer; x-api-key)
 	slow    string // answers after the model's timeout
 	refused string // nothing listens
-	// extraModels are more models entries (YAML list items, indented two).
-	extraModels string
+	// extraBackends and extraModels are more entries of those lists
+	// (YAML list items, indented two).
+	extraBackends, extraModels string
 	// request is the request: section (flow style).
 	request string
 }
@@ -297,6 +307,7 @@ backends:
   - {name: slow-chat, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-1, secret: env:E2E_A1}]}
   - {name: slow-responses, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-2, secret: env:E2E_A1}]}
   - {name: slow-messages, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-3, secret: env:E2E_A1}]}
+%[15]s
 models:
   - {name: gpt-4o-mini, targets: [{backend: relay-a}]}
   - {name: m-provider-401, targets: [{backend: refusing}]}
@@ -311,7 +322,7 @@ tenants:
   - {name: team, models: ["*"], keys: [{id: team-1, hash: %[13]s}], limits: {rpm: 100000}}
   - {name: limited, models: ["*"], keys: [{id: limited-1, hash: %[14]s}], limits: {rpm: 1}}
 `, p.XDS, p.ExtProc, p.RateLimit, p.Admin, p.EnvoyPort, p.Redis, r.request, r.a, r.b, r.refused, r.slow, r.extraModels,
-		config.HashKey(keyTeam), config.HashKey(keyLimited))
+		config.HashKey(keyTeam), config.HashKey(keyLimited), r.extraBackends)
 }
 
 // startSuspects runs the suspects config with relay-b refusing every key
@@ -543,4 +554,72 @@ func TestExistingMeshBodyLimit(t *testing.T) {
 			}
 		}
 	})
+}
+
+// clientIPHeaders are headers that carry a client's address or Envoy's
+// view of the client; a client may send any of them.
+var clientIPHeaders = []string{"x-forwarded-for", "x-real-ip", "forwarded", "true-client-ip", "x-client-ip",
+	"x-cluster-client-ip", "cf-connecting-ip", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "via"}
+
+// TestProvidersSeeNoClientOrEnvoyHeaders (suspect 5): a provider sees
+// neither the client's address (x-forwarded-for and kin, whether Envoy
+// added them or the client sent them) nor any x-envoy-* header. The HCM
+// appends x-forwarded-for and sets x-envoy-external-address; the router
+// adds x-envoy-expected-rq-timeout-ms (and x-envoy-original-host with a
+// host rewrite) to the request header map every attempt sends.
+func TestProvidersSeeNoClientOrEnvoyHeaders(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		probe := startProbeRelay(t, 0, false)
+		s := startStackWith(t, r, func(s *stack, p Ports) string {
+			return suspectsYAML(p, relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
+				slow: closedAddr(t), refused: closedAddr(t),
+				extraBackends: fmt.Sprintf(`  - {name: probe, base_url: "http://%s/v1", auth: bearer, keys: [{id: p-1, secret: env:E2E_A1}]}`, probe.addr),
+				extraModels:   `  - {name: m-probe, targets: [{backend: probe}]}`})
+		})
+		ctx := testCtx(t)
+		spoofed := map[string]string{"x-envoy-original-host": "spoofed.example", "x-envoy-internal": "true",
+			"x-envoy-external-address": "203.0.113.9", "x-envoy-retry-on": "5xx", "x-envoy-max-retries": "9"}
+		for _, h := range clientIPHeaders {
+			spoofed[h] = "203.0.113.7"
+		}
+		spoofed["forwarded"] = "for=203.0.113.7"
+		for _, f := range families {
+			for _, withSpoof := range []bool{false, true} {
+				h := map[string]string{}
+				if withSpoof {
+					h = spoofed
+				}
+				got, err := f.requestWith(ctx, s.envoyURL, keyTeam, "m-probe", "who am I", h)
+				if err != nil || got.status != http.StatusOK {
+					t.Fatalf("%s: %v %s", f.name, err, got)
+				}
+			}
+		}
+		seen := probe.seen()
+		if len(seen) != 2*len(families) {
+			t.Fatalf("the relay saw %d requests, want %d", len(seen), 2*len(families))
+		}
+		for i, h := range seen {
+			var bad []string
+			for name := range h {
+				l := strings.ToLower(name)
+				if strings.HasPrefix(l, "x-envoy-") || slices.Contains(clientIPHeaders, l) || strings.Contains(strings.Join(h.Values(name), ","), "203.0.113.") {
+					bad = append(bad, l+": "+strings.Join(h.Values(name), ","))
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("request %d reached the provider with %v (all: %v)", i, bad, h)
+			}
+		}
+		t.Logf("headers a provider sees: %v", headerNames(seen[len(seen)-1]))
+	})
+}
+
+func headerNames(h http.Header) []string {
+	var out []string
+	for k := range h {
+		out = append(out, strings.ToLower(k))
+	}
+	slices.Sort(out)
+	return out
 }

@@ -50,7 +50,7 @@ func HTTPConnectionManager(g *ir.Gateway) *hcmv3.HttpConnectionManager {
 		HttpFilters: []*hcmv3.HttpFilter{
 			{Name: FilterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(RouterExtProc(g))}},
 			{Name: FilterRateLimit, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(RateLimitFilter(g))}},
-			{Name: FilterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}},
+			{Name: FilterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(Router())}},
 		},
 		// A long non-streaming job sends no byte for minutes: the default
 		// 5 min stream idle timeout would cut it before the route timeout.
@@ -79,4 +79,17 @@ func maxPoolTimeout(g *ir.Gateway) time.Duration {
 		d = 5 * time.Minute
 	}
 	return d
+}
+
+// Router is the gateway's router filter. suppress_envoy_headers keeps the
+// router's own x-envoy-* headers off the upstream request: it adds
+// x-envoy-expected-rq-timeout-ms to every attempt and, when
+// auto_host_rewrite replaces the host in onPoolReady,
+// x-envoy-original-host (the client's Host) — both after the route's
+// request_headers_to_remove were applied, so only this stops them
+// (router.cc Filter::decodeHeaders, upstream_request.cc onPoolReady,
+// v1.38.0). Providers must not learn how Envoy was reached.
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/router/v3/router.proto
+func Router() *routerv3.Router {
+	return &routerv3.Router{SuppressEnvoyHeaders: true}
 }

@@ -35,6 +35,21 @@ var RetriableStatusCodes = []uint32{401, 403, 429}
 // A client cannot steer it to a cluster, unlike a header of its own.
 const NoRouteHeader = ":path"
 
+// ProviderHiddenHeaders never reach a provider: the client's address as
+// the HCM records it (x-forwarded-for, x-envoy-external-address with
+// use_remote_address) or as the client or a proxy in front claims it, and
+// how Envoy was reached. Removed by the router
+// (RouteEntryImplBase::finalizeRequestHeaders, before the upstream filters
+// run), after ext_proc and the rate-limit filter have seen them. The
+// router's own x-envoy-* headers are stopped by suppress_envoy_headers
+// (Router).
+var ProviderHiddenHeaders = []string{
+	"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "forwarded", "via",
+	"x-real-ip", "true-client-ip", "x-client-ip", "x-cluster-client-ip", "cf-connecting-ip",
+	"x-envoy-external-address", "x-envoy-original-host", "x-envoy-expected-rq-timeout-ms",
+	"x-envoy-internal", "x-envoy-original-path", "x-envoy-decorator-operation",
+}
+
 // RouteConfiguration is the one route table: virtual host "*", per pool a
 // long-job route and an ordinary route matching x-swarmgate-pool exactly, and
 // a catch-all 404.
@@ -48,6 +63,7 @@ func RouteConfiguration(g *ir.Gateway) *routev3.RouteConfiguration {
 		// conn_manager_impl.cc, v1.38.0). That catch-all must therefore be a
 		// route entry, not a direct response: see noPoolRoute.
 		RequestBodyBufferLimit: wrapperspb.UInt64(uint64(g.MaxBodyBytes)),
+		RequestHeadersToRemove: ProviderHiddenHeaders,
 	}
 	for i := range g.Pools {
 		p := &g.Pools[i]
