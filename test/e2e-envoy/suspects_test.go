@@ -623,3 +623,122 @@ func headerNames(h http.Header) []string {
 	slices.Sort(out)
 	return out
 }
+
+// envoyStat reads one counter or gauge from Envoy's admin /stats.
+func envoyStat(ctx context.Context, admin, name string) (int64, error) {
+	status, body, err := get(ctx, admin+"/stats?filter=^"+strings.ReplaceAll(name, ".", `\.`)+"$", "")
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusOK {
+		return 0, fmt.Errorf("/stats: %d %s", status, body)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && k == name {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, nil // not created yet: zero
+}
+
+// TestTwoThousandConcurrentStreams (suspect 2): 2,000 streamed requests
+// held open at once through one Envoy all succeed. Each holds a
+// router-level ext_proc stream for its whole life (and an upstream one per
+// attempt), so the ext_proc cluster needs more than Envoy's default
+// circuit breaker of 1,024 requests (circuit_breaker.proto; enforced per
+// stream in conn_pool_base.cc). The relay sends each answer's first chunk
+// and the rest only once every request has reached it.
+func TestTwoThousandConcurrentStreams(t *testing.T) {
+	const n = 2000
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		probe := startProbeRelay(t, 0, true)
+		s := startStackWith(t, r, func(s *stack, p Ports) string {
+			return suspectsYAML(p, relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
+				slow: closedAddr(t), refused: closedAddr(t), request: "{message_timeout: 30s}",
+				extraBackends: fmt.Sprintf(`  - {name: probe, base_url: "http://%s/v1", auth: bearer, max_connections: 4096, max_pending_requests: 4096, max_requests: 4096, keys: [{id: p-1, secret: env:E2E_A1}]}`, probe.addr),
+				extraModels:   `  - {name: m-probe, targets: [{backend: probe}]}`})
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}}
+		body := []byte(`{"model":"m-probe","stream":true,"messages":[{"role":"user","content":"hold on"}]}`)
+		type result struct {
+			status int
+			done   bool // the stream ended with [DONE]
+			err    error
+			body   string
+		}
+		results := make(chan result, n)
+		var failedEarly atomic.Int64
+		for range n {
+			go func() {
+				res := result{}
+				defer func() {
+					if !res.done {
+						failedEarly.Add(1)
+					}
+					results <- res
+				}()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.envoyURL+"/v1/chat/completions", bytes.NewReader(body))
+				req.Header.Set("authorization", "Bearer "+keyTeam)
+				req.Header.Set("content-type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					res.err = err
+					return
+				}
+				defer resp.Body.Close()
+				res.status = resp.StatusCode
+				b, err := io.ReadAll(resp.Body)
+				res.err, res.body = err, string(b)
+				res.done = resp.StatusCode == http.StatusOK && strings.Contains(res.body, "data: [DONE]")
+			}()
+		}
+		// Every request is either held at the relay or already failed.
+		eventually(ctx, t, "2,000 requests in flight at the relay", func() (bool, string) {
+			in, failed := probe.inFlight.Load(), failedEarly.Load()
+			return in+failed >= n, fmt.Sprintf("%d at the relay, %d failed", in, failed)
+		})
+		active, _ := envoyStat(ctx, s.envoyAdmin, "cluster.swarmgate_extproc.upstream_rq_active")
+		t.Logf("held: %d at the relay, %d failed before; ext_proc cluster streams active: %d", probe.inFlight.Load(), failedEarly.Load(), active)
+		probe.open()
+
+		ok, byStatus := 0, map[int]int{}
+		var firstErr string
+		for range n {
+			res := <-results
+			byStatus[res.status]++
+			if res.done {
+				ok++
+			} else if firstErr == "" {
+				firstErr = fmt.Sprintf("status %d err %v body %.300s", res.status, res.err, res.body)
+			}
+		}
+		for _, st := range []string{"upstream_rq_active_overflow", "upstream_rq_pending_overflow", "upstream_cx_overflow"} {
+			v, _ := envoyStat(ctx, s.envoyAdmin, "cluster.swarmgate_extproc."+st)
+			t.Logf("swarmgate_extproc %s = %d", st, v)
+			if v != 0 {
+				t.Errorf("ext_proc cluster %s = %d", st, v)
+			}
+		}
+		t.Logf("%d of %d streams completed; statuses %v; relay peak %d", ok, n, byStatus, probe.peak.Load())
+		// The rate-limit filter's calls are short but all arrive at once;
+		// those over its timeout pass unchecked (fail-open default).
+		rlOK, _ := envoyStat(ctx, s.envoyAdmin, "cluster.pool_m-probe.ratelimit.swarmgate.ok")
+		rlAllowed, _ := envoyStat(ctx, s.envoyAdmin, "cluster.pool_m-probe.ratelimit.swarmgate.failure_mode_allowed")
+		t.Logf("rate-limit service: %d answered in time, %d let through after an error or timeout", rlOK, rlAllowed)
+		defer func() {
+			if t.Failed() {
+				_, all, _ := get(ctx, s.envoyAdmin+"/stats?usedonly&filter=(ext_proc|extproc|ratelimit|overflow)", "")
+				t.Logf("Envoy stats:\n%s", all)
+			}
+		}()
+		if ok != n {
+			t.Errorf("%d of %d streams completed; statuses %v; first failure: %s", ok, n, byStatus, firstErr)
+		}
+		if active < n {
+			t.Errorf("only %d ext_proc streams were open while %d requests were held", active, n)
+		}
+	})
+}
