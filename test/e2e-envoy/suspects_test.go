@@ -280,8 +280,8 @@ type relays struct {
 	// extraBackends and extraModels are more entries of those lists
 	// (YAML list items, indented two).
 	extraBackends, extraModels string
-	// request is the request: section (flow style).
-	request string
+	// request, retry and envoy are those sections (flow style).
+	request, retry, envoy string
 }
 
 // suspectsYAML is a gateway whose models each end in one of Envoy's own
@@ -292,18 +292,21 @@ func suspectsYAML(p Ports, r relays) string {
 	if r.request == "" {
 		r.request = "{message_timeout: 5s, max_body_bytes: 65536}"
 	}
+	if r.retry == "" {
+		r.retry = "{num_retries: 2, backoff_base: 5ms, backoff_max: 50ms}"
+	}
 	return fmt.Sprintf(`
-listen: {xds: %s, extproc: %s, ratelimit: %s, admin: %s}
-envoy: {listener_address: 127.0.0.1, listener_port: %d}
-redis: {addrs: [%s]}
-request: %s
-retry: {num_retries: 2, backoff_base: 5ms, backoff_max: 50ms}
+listen: {xds: %[1]s, extproc: %[2]s, ratelimit: %[3]s, admin: %[4]s}
+envoy: {listener_address: 127.0.0.1, listener_port: %[5]d%[16]s}
+redis: {addrs: [%[6]s]}
+request: %[7]s
+retry: %[17]s
 breaker: {consecutive_429: 1, consecutive_5xx: 1, sync_interval: 50ms}
 backends:
-  - {name: relay-a, base_url: "http://%s/v1", auth: bearer, keys: [{id: relay-a-1, secret: env:E2E_A1}, {id: relay-a-2, secret: env:E2E_A2}]}
-  - {name: refusing, base_url: "http://%s/openai/v1", auth: x-api-key, keys: [{id: relay-b-1, secret: env:E2E_B1}]}
+  - {name: relay-a, base_url: "http://%[8]s/v1", auth: bearer, keys: [{id: relay-a-1, secret: env:E2E_A1}, {id: relay-a-2, secret: env:E2E_A2}]}
+  - {name: refusing, base_url: "http://%[9]s/openai/v1", auth: x-api-key, keys: [{id: relay-b-1, secret: env:E2E_B1}]}
   - {name: unresolvable, base_url: "http://no-such-relay.invalid/v1", auth: bearer, keys: [{id: u-1, secret: env:E2E_A1}]}
-  - {name: refused, base_url: "http://%s/v1", auth: bearer, keys: [{id: c-1, secret: env:E2E_A1}]}
+  - {name: refused, base_url: "http://%[10]s/v1", auth: bearer, keys: [{id: c-1, secret: env:E2E_A1}]}
   - {name: slow-chat, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-1, secret: env:E2E_A1}]}
   - {name: slow-responses, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-2, secret: env:E2E_A1}]}
   - {name: slow-messages, base_url: "http://%[11]s/v1", auth: bearer, keys: [{id: s-3, secret: env:E2E_A1}]}
@@ -322,7 +325,7 @@ tenants:
   - {name: team, models: ["*"], keys: [{id: team-1, hash: %[13]s}], limits: {rpm: 100000}}
   - {name: limited, models: ["*"], keys: [{id: limited-1, hash: %[14]s}], limits: {rpm: 1}}
 `, p.XDS, p.ExtProc, p.RateLimit, p.Admin, p.EnvoyPort, p.Redis, r.request, r.a, r.b, r.refused, r.slow, r.extraModels,
-		config.HashKey(keyTeam), config.HashKey(keyLimited), r.extraBackends)
+		config.HashKey(keyTeam), config.HashKey(keyLimited), r.extraBackends, r.envoy, r.retry)
 }
 
 // startSuspects runs the suspects config with relay-b refusing every key
@@ -739,6 +742,100 @@ func TestTwoThousandConcurrentStreams(t *testing.T) {
 		}
 		if active < n {
 			t.Errorf("only %d ext_proc streams were open while %d requests were held", active, n)
+		}
+	})
+}
+
+// delayProxy forwards TCP connections to target and holds every byte
+// coming back from it for delay: a slow ext_proc server, as Envoy sees it.
+func delayProxy(t *testing.T, target string, delay time.Duration) string {
+	t.Helper()
+	l := listen(t)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				type chunk struct {
+					at time.Time
+					b  []byte
+				}
+				chunks := make(chan chunk, 1024)
+				go func() {
+					defer close(chunks)
+					for {
+						buf := make([]byte, 32<<10)
+						n, err := up.Read(buf)
+						if n > 0 {
+							chunks <- chunk{time.Now().Add(delay), buf[:n]}
+						}
+						if err != nil {
+							return
+						}
+					}
+				}()
+				for ch := range chunks {
+					time.Sleep(time.Until(ch.at))
+					if _, err := c.Write(ch.b); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestPerTryTimeoutCoversUpstreamExtProc (suspect 6): Envoy starts an
+// attempt's per-try timer when the connection pool hands it a connection
+// (UpstreamRequest::onPoolReady, upstream_request.cc), and asks the pool
+// for one before the upstream filters run (acceptHeadersFromRouter calls
+// conn_pool_->newStream, then decodeHeaders), so the upstream ext_proc's
+// time counts against retry.per_try_timeout. With every ext_proc answer
+// held 400 ms and a per-try timeout of 300 ms, the attempt times out
+// although the relay answers at once and never sees it (the client then
+// gets the gateway's error: the timeout also opened the key's breaker);
+// with 2 s it succeeds.
+func TestPerTryTimeoutCoversUpstreamExtProc(t *testing.T) {
+	const hold = 400 * time.Millisecond
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		for _, tc := range []struct {
+			perTry string
+			status int
+		}{{"300ms", 0}, {"2s", http.StatusOK}} {
+			t.Run("per_try_timeout="+tc.perTry, func(t *testing.T) {
+				probe := startProbeRelay(t, 0, false)
+				s := startStackWith(t, r, func(s *stack, p Ports) string {
+					return suspectsYAML(p, relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
+						slow: closedAddr(t), refused: closedAddr(t),
+						envoy:         ", extproc_address: " + delayProxy(t, p.ExtProc, hold),
+						retry:         "{num_retries: 1, per_try_timeout: " + tc.perTry + ", backoff_base: 5ms, backoff_max: 50ms}",
+						extraBackends: fmt.Sprintf(`  - {name: probe, base_url: "http://%s/v1", auth: bearer, keys: [{id: p-1, secret: env:E2E_A1}]}`, probe.addr),
+						extraModels:   `  - {name: m-probe, timeout: 20s, targets: [{backend: probe}]}`})
+				})
+				ctx := testCtx(t)
+				got, err := families[0].request(ctx, s.envoyURL, keyTeam, "m-probe", "how long is a try")
+				if err != nil {
+					t.Fatal(err)
+				}
+				tries, _ := envoyStat(ctx, s.envoyAdmin, "cluster.pool_m-probe.upstream_rq_per_try_timeout")
+				t.Logf("per_try_timeout %s, ext_proc answers held %v: %s; per-try timeouts %d; relay saw %d", tc.perTry, hold, got, tries, len(probe.seen()))
+				if (tc.status == http.StatusOK) != (got.status == http.StatusOK) {
+					t.Errorf("status %d, want %s: %s", got.status, map[bool]string{true: "200", false: "an error"}[tc.status == http.StatusOK], got)
+				}
+				if tc.status != http.StatusOK && (tries == 0 || len(probe.seen()) != 0) {
+					t.Errorf("want per-try timeouts before the relay saw anything: %d timeouts, relay saw %d", tries, len(probe.seen()))
+				}
+			})
 		}
 	})
 }

@@ -140,6 +140,12 @@ func retryPolicy(g *ir.Gateway) *routev3.RetryPolicy {
 			MaxInterval: dur(g.Retry.BackoffMax.D()),
 		},
 	}
+	// The per-try timer starts when the pool hands the attempt a
+	// connection, before the upstream ext_proc has answered (Envoy asks
+	// the pool first: UpstreamRequest::acceptHeadersFromRouter, then
+	// onPoolReady → setupPerTryTimeout; upstream_request.cc, v1.38.0 and
+	// main), so per_try_timeout covers the upstream ext_proc's round trip
+	// as well as the provider's answer (TestPerTryTimeoutCoversUpstreamExtProc).
 	if d := g.Retry.PerTryTimeout.D(); d > 0 {
 		r.PerTryTimeout = dur(d)
 	}
