@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/mockupstream"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
@@ -282,6 +283,8 @@ type relays struct {
 	extraBackends, extraModels string
 	// request, retry and envoy are those sections (flow style).
 	request, retry, envoy string
+	// more is appended: further top-level sections.
+	more string
 }
 
 // suspectsYAML is a gateway whose models each end in one of Envoy's own
@@ -324,8 +327,9 @@ models:
 tenants:
   - {name: team, models: ["*"], keys: [{id: team-1, hash: %[13]s}], limits: {rpm: 100000}}
   - {name: limited, models: ["*"], keys: [{id: limited-1, hash: %[14]s}], limits: {rpm: 1}}
+%[18]s
 `, p.XDS, p.ExtProc, p.RateLimit, p.Admin, p.EnvoyPort, p.Redis, r.request, r.a, r.b, r.refused, r.slow, r.extraModels,
-		config.HashKey(keyTeam), config.HashKey(keyLimited), r.extraBackends, r.envoy, r.retry)
+		config.HashKey(keyTeam), config.HashKey(keyLimited), r.extraBackends, r.envoy, r.retry, r.more)
 }
 
 // startSuspects runs the suspects config with relay-b refusing every key
@@ -461,6 +465,13 @@ func containsInt(xs []int, x int) bool {
 // local_reply_config, and the snippet's clusters (envoy/existing-mesh.yaml).
 func startMeshEnvoy(t *testing.T, r envoytest.Release, s *stack, port int) {
 	t.Helper()
+	startMeshEnvoyWithout(t, r, s, port, "")
+}
+
+// startMeshEnvoyWithout is startMeshEnvoy with the snippet's cluster named
+// drop left out (none when empty), as an operator might paste it.
+func startMeshEnvoyWithout(t *testing.T, r envoytest.Release, s *stack, port int, drop string) {
+	t.Helper()
 	snippet, err := bootstrap.MeshSnippet(s.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -468,6 +479,12 @@ func startMeshEnvoy(t *testing.T, r envoytest.Release, s *stack, port int) {
 	var doc map[string]any
 	if err := yaml.Unmarshal(snippet, &doc); err != nil {
 		t.Fatal(err)
+	}
+	var clusters []any
+	for _, c := range doc["clusters"].([]any) {
+		if c.(map[string]any)["name"] != drop {
+			clusters = append(clusters, c)
+		}
 	}
 	adminHost, adminPort, _ := net.SplitHostPort(strings.TrimPrefix(s.envoyAdmin, "http://"))
 	b := map[string]any{
@@ -488,7 +505,7 @@ func startMeshEnvoy(t *testing.T, r envoytest.Release, s *stack, port int) {
 					},
 				}}}},
 			}},
-			"clusters": doc["clusters"],
+			"clusters": clusters,
 		},
 	}
 	out, err := yaml.Marshal(b)
@@ -834,6 +851,82 @@ func TestPerTryTimeoutCoversUpstreamExtProc(t *testing.T) {
 				}
 				if tc.status != http.StatusOK && (tries == 0 || len(probe.seen()) != 0) {
 					t.Errorf("want per-try timeouts before the relay saw anything: %d timeouts, relay saw %d", tries, len(probe.seen()))
+				}
+			})
+		}
+	})
+}
+
+// TestRequestsBypassingExtProcNeverReachAProvider (suspect 7): a
+// request the router-level ext_proc did not process must not reach a
+// provider, whatever the client sends (a forged x-swarmgate-pool header
+// included): not when the ext_proc cluster is missing (an existing mesh's
+// Envoy given the snippet without swarmgate_extproc) with fail-closed, nor
+// when ext_proc is unreachable with failure_modes.extproc: open, where
+// Envoy skips the filter by design. A pool route matches only a request
+// ext_proc admitted (its tenant in dynamic metadata); everything else
+// meets the catch-all 404.
+func TestRequestsBypassingExtProcNeverReachAProvider(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		for _, tc := range []struct {
+			name    string
+			failure string // failure_modes.extproc
+			mesh    bool   // a mesh Envoy without the ext_proc cluster; else ext_proc unreachable
+		}{
+			{"cluster missing, fail-closed", "closed", true},
+			{"ext_proc unreachable, fail-open", "open", false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				probe := startProbeRelay(t, 0, false)
+				var port int
+				s := startSwarmgateWith(t, func(s *stack, p Ports) string {
+					port = p.EnvoyPort
+					rl := relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
+						slow: closedAddr(t), refused: closedAddr(t),
+						extraBackends: fmt.Sprintf(`  - {name: probe, base_url: "http://%s/v1", auth: bearer, keys: [{id: p-1, secret: env:E2E_A1}]}`, probe.addr),
+						extraModels:   `  - {name: m-probe, targets: [{backend: probe}]}`,
+						more:          "failure_modes: {extproc: " + tc.failure + "}"}
+					if !tc.mesh {
+						rl.envoy = ", extproc_address: " + closedAddr(t)
+					}
+					return suspectsYAML(p, rl)
+				})
+				stat := "http.mesh.rds.swarmgate.update_success"
+				if tc.mesh {
+					startMeshEnvoyWithout(t, r, s, port, contract.ClusterExtProc)
+				} else {
+					startEnvoy(t, r.Path, s.bootstrapPath)
+					stat = "http.swarmgate.rds.swarmgate.update_success"
+				}
+				ctx := testCtx(t)
+				eventually(ctx, t, "routes and endpoints from swarmgate", func() (bool, string) {
+					rds, _ := envoyStat(ctx, s.envoyAdmin, stat)
+					eds, _ := envoyStat(ctx, s.envoyAdmin, "cluster.pool_m-probe.membership_healthy")
+					return rds > 0 && eds > 0, fmt.Sprintf("rds updates %d, healthy probe endpoints %d", rds, eds)
+				})
+				body := []byte(`{"model":"m-probe","messages":[{"role":"user","content":"let me through"}]}`)
+				for _, req := range []struct {
+					name   string
+					header map[string]string
+				}{
+					{"plain request", nil},
+					{"forged pool header", map[string]string{contract.HeaderPool: contract.PoolCluster("m-probe")}},
+				} {
+					h := map[string]string{"authorization": "Bearer " + keyTeam, "content-type": "application/json"}
+					for k, v := range req.header {
+						h[k] = v
+					}
+					got, err := send(ctx, http.MethodPost, s.envoyURL+"/v1/chat/completions", h, body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s: %s", req.name, got)
+					if got.status < 400 {
+						t.Errorf("%s: %s passed without ext_proc", req.name, got)
+					}
+				}
+				if n := len(probe.seen()); n != 0 {
+					t.Errorf("the provider saw %d requests ext_proc never processed: %v", n, probe.seen())
 				}
 			})
 		}

@@ -90,8 +90,9 @@ func poolRoute(g *ir.Gateway, p *ir.Pool, name string, timeout time.Duration, lo
 	return &routev3.Route{
 		Name: name,
 		Match: &routev3.RouteMatch{
-			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
-			Headers:       headers,
+			PathSpecifier:   &routev3.RouteMatch_Prefix{Prefix: "/"},
+			Headers:         headers,
+			DynamicMetadata: []*matcherv3.MetadataMatcher{admitted()},
 		},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.Cluster},
@@ -175,5 +176,24 @@ func noPoolRoute() *routev3.Route {
 			ClusterSpecifier:            &routev3.RouteAction_ClusterHeader{ClusterHeader: NoRouteHeader},
 			ClusterNotFoundResponseCode: routev3.RouteAction_NOT_FOUND,
 		}},
+	}
+}
+
+// admitted matches a request the router-level ext_proc admitted: its
+// tenant is in the dynamic metadata ext_proc returned (receiving
+// namespace contract.MetadataNamespace), which a client cannot write. A
+// pool route also requires it, so a request that did not pass through
+// ext_proc (failure_modes.extproc: open while ext_proc is down, or an
+// Envoy whose ext_proc cluster is missing) reaches no provider even with a
+// forged x-swarmgate-pool header: it meets the catch-all 404. Without it,
+// such a request went to the provider carrying the client's own
+// credential (TestRequestsBypassingExtProcNeverReachAProvider). gRPC
+// clients ignore the matcher (grpc-go reads no dynamic_metadata).
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto#envoy-v3-api-field-config-route-v3-routematch-dynamic-metadata
+func admitted() *matcherv3.MetadataMatcher {
+	return &matcherv3.MetadataMatcher{
+		Filter: contract.MetadataNamespace,
+		Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: contract.MetaTenant}}},
+		Value:  &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_PresentMatch{PresentMatch: true}},
 	}
 }
