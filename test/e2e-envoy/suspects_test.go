@@ -22,12 +22,13 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/mockupstream"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
-	"sigs.k8s.io/yaml"
 )
 
 // startStackWith runs swarmgate on the config mk writes and Envoy on its
@@ -160,15 +161,15 @@ func (f apiFamily) checkShape(t *testing.T, what string, got reply) apiError {
 // at once and the rest when release is closed, so many requests stay in
 // flight without costing CPU while they wait.
 type probeRelay struct {
-	srv      *http.Server
-	addr     string
-	latency  time.Duration // before any byte of the answer
-	release  chan struct{} // nil: answer at once
-	mu       sync.Mutex
-	headers  []http.Header
-	inFlight atomic.Int64
-	peak     atomic.Int64
-	served   atomic.Int64
+	srv         *http.Server
+	addr        string
+	latency     time.Duration // before any byte of the answer
+	release     chan struct{} // nil: answer at once
+	releaseOnce sync.Once
+	mu          sync.Mutex
+	headers     []http.Header
+	inFlight    atomic.Int64
+	peak        atomic.Int64
 }
 
 func startProbeRelay(t *testing.T, latency time.Duration, hold bool) *probeRelay {
@@ -190,16 +191,12 @@ func startProbeRelay(t *testing.T, latency time.Duration, hold bool) *probeRelay
 	return p
 }
 
-var releaseOnce sync.Map
-
 // open lets every held answer finish.
 func (p *probeRelay) open() {
 	if p.release == nil {
 		return
 	}
-	if _, done := releaseOnce.LoadOrStore(p, true); !done {
-		close(p.release)
-	}
+	p.releaseOnce.Do(func() { close(p.release) })
 }
 
 func (p *probeRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +227,6 @@ func (p *probeRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !q.Stream {
 		w.Header().Set("content-type", "application/json")
 		fmt.Fprintf(w, `{"id":"chatcmpl-probe","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],%s}`, usage)
-		p.served.Add(1)
 		return
 	}
 	w.Header().Set("content-type", "text/event-stream")
@@ -252,7 +248,6 @@ func (p *probeRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	chunk(`{"id":"chatcmpl-probe","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
 	chunk(`{"id":"chatcmpl-probe","object":"chat.completion.chunk","created":1,"model":"m","choices":[],` + usage + `}`)
 	chunk("[DONE]")
-	p.served.Add(1)
 }
 
 func (p *probeRelay) seen() []http.Header {
