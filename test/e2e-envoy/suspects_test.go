@@ -114,7 +114,7 @@ type apiError struct {
 	Error struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
-		Code    any    `json:"code"` // OpenAI only
+		Code    any    `json:"code"` // OpenAI only (may be null)
 	} `json:"error"`
 }
 
@@ -126,8 +126,8 @@ var anthropicTypes = map[int]string{400: "invalid_request_error", 401: "authenti
 
 // checkShape fails unless got is an error in f's own shape: Anthropic's
 // envelope with the type Anthropic uses for the status, or OpenAI's with a
-// message, a type and a code; in both, a message that is prose, not
-// another error body nested inside.
+// message and a type (code may be null, as in OpenAI's own errors); in
+// both, a message that is prose, not another error body nested inside.
 func (f apiFamily) checkShape(t *testing.T, what string, got reply) apiError {
 	t.Helper()
 	var e apiError
@@ -150,7 +150,7 @@ func (f apiFamily) checkShape(t *testing.T, what string, got reply) apiError {
 		}
 		return e
 	}
-	if e.Type != "" || e.Error.Type == "" || e.Error.Code == nil {
+	if e.Type != "" || e.Error.Type == "" {
 		t.Errorf("%s %s: not OpenAI's shape: %s", what, f.name, got)
 	}
 	return e
@@ -919,6 +919,48 @@ func TestRequestsBypassingExtProcNeverReachAProvider(t *testing.T) {
 					t.Errorf("the provider saw %d requests ext_proc never processed: %v", n, probe.seen())
 				}
 			})
+		}
+	})
+}
+
+// TestRetryOverflowKeepsTheClientsShape (suspect 1, retry overflow): with a
+// retry budget that allows no retry, a provider's 500 cannot be retried
+// (Envoy sets response flag UO and passes the answer on); each client
+// family still gets an error in its own shape, not a local_reply mapper's.
+func TestRetryOverflowKeepsTheClientsShape(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		failing := startRelay(t, ctx, config.AuthBearer, map[string]string{"o-1": "E2E_A1", "o-2": "E2E_A2", "o-3": "E2E_B1"})
+		for _, id := range []string{"o-1", "o-2", "o-3"} {
+			failing.SetBehavior(id, mockupstream.Behavior{Action: mockupstream.ActError, Status: http.StatusInternalServerError})
+		}
+		s := startStackWith(t, r, func(s *stack, p Ports) string {
+			addr := failing.Addr().String()
+			return suspectsYAML(p, relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
+				slow: closedAddr(t), refused: closedAddr(t),
+				retry: "{num_retries: 2, budget_percent: 0.01, min_retry_concurrency: 0, backoff_base: 5ms, backoff_max: 50ms}",
+				extraBackends: fmt.Sprintf(`  - {name: overflow-chat, base_url: "http://%[1]s/v1", auth: bearer, keys: [{id: o-1, secret: env:E2E_A1}]}
+  - {name: overflow-responses, base_url: "http://%[1]s/v1", auth: bearer, keys: [{id: o-2, secret: env:E2E_A2}]}
+  - {name: overflow-messages, base_url: "http://%[1]s/v1", auth: bearer, keys: [{id: o-3, secret: env:E2E_B1}]}`, addr),
+				extraModels: `  - {name: m-overflow-chat, targets: [{backend: overflow-chat}]}
+  - {name: m-overflow-responses, targets: [{backend: overflow-responses}]}
+  - {name: m-overflow-messages, targets: [{backend: overflow-messages}]}`})
+		})
+		ctx = testCtx(t)
+		for _, f := range families {
+			got, err := f.request(ctx, s.envoyURL, keyTeam, "m-overflow-"+f.name, "retry me")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("retry overflow %s: %s", f.name, got)
+			if got.status < 500 {
+				t.Errorf("%s: status %d, want a server error: %s", f.name, got.status, got)
+			}
+			f.checkShape(t, "retry overflow", got)
+			if overflow, _ := envoyStat(ctx, s.envoyAdmin, "cluster.pool_m-overflow-"+f.name+".upstream_rq_retry_overflow"); overflow == 0 {
+				t.Errorf("%s: no retry overflowed (upstream_rq_retry_overflow 0)", f.name)
+			}
 		}
 	})
 }
