@@ -15,6 +15,21 @@ import (
 // serviceConnectTimeout: swarmgate's services run next to Envoy.
 const serviceConnectTimeout = time.Second
 
+// ServiceMaxRequests is the circuit-breaker threshold (requests, pending
+// requests, connections) of the clusters to swarmgate's own gRPC
+// services. Envoy's default is 1,024 requests per cluster
+// (circuit_breaker.proto), counted per gRPC stream (conn_pool_base.cc
+// attachStreamToClient; overflow: upstream_rq_active_overflow). Every
+// in-flight client request holds a router-level ext_proc stream for its
+// whole life and one more per upstream attempt, so past ~1,000 concurrent
+// requests new streams failed (500, or passed unprocessed with
+// failure_mode_allow) — measured on Envoy 1.38.3 and 1.40.0: 1,365 to 1,567 of 2,000 held
+// streams refused. The bound is twice the downstream connections the
+// bootstrap admits (bootstrap.maxDownstreamConnections, 50,000): two
+// streams per request; the overload manager, not this breaker, is the
+// cap.
+const ServiceMaxRequests = 100_000
+
 // ServiceCluster is a gRPC (HTTP/2) cluster to one of swarmgate's services:
 // STATIC for an IP address, STRICT_DNS for a name.
 func ServiceCluster(name, addr string) (*clusterv3.Cluster, error) {
@@ -35,6 +50,12 @@ func ServiceCluster(name, addr string) (*clusterv3.Cluster, error) {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: typ},
 		ConnectTimeout:       dur(serviceConnectTimeout),
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			Priority:           corev3.RoutingPriority_DEFAULT,
+			MaxConnections:     u32(ServiceMaxRequests),
+			MaxPendingRequests: u32(ServiceMaxRequests),
+			MaxRequests:        u32(ServiceMaxRequests),
+		}}},
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{
 			HTTPOptionsKey: mustAny(&httpv3.HttpProtocolOptions{
 				UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
