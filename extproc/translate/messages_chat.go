@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -175,14 +176,14 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		return nil, messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
 	}
 	out := messagesChatOut{Model: o.Model, Messages: make([]messagesChatOutMsg, 0, len(in.Messages)+1)}
-	if sys, err := messagesChatSystem(in.System); err != nil {
+	if sys, err := messagesChatSystem(in.System, "system"); err != nil {
 		return nil, err
 	} else if sys != nil {
 		out.Messages = append(out.Messages, messagesChatOutMsg{Role: "system", Content: sys})
 	}
 	for i, turn := range in.Messages {
 		var err error
-		if out.Messages, err = messagesChatTurn(out.Messages, i, turn); err != nil {
+		if out.Messages, err = messagesChatTurn(out.Messages, i, turn, o.Hosted); err != nil {
 			return nil, err
 		}
 	}
@@ -190,9 +191,18 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		return nil, messagesChatRefuse("messages["+strconv.Itoa(n-1)+"].role",
 			"a final assistant message (a prefill the answer continues) has no equivalent in chat completions")
 	}
+	var dropped []string // names of dropped tools, for tool_choice
 	for i, t := range in.Tools {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+			// A server tool (web search, code execution...) or an
+			// Anthropic-defined client tool (computer use, bash, text
+			// editor) whose schema only Anthropic's models know.
+			if o.Hosted != DropHosted {
+				return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+			}
+			o.drop(t.Type)
+			dropped = append(dropped, t.Name)
+			continue
 		}
 		var ot messagesChatOutTool
 		ot.Type = "function"
@@ -214,6 +224,9 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		case "none":
 			out.ToolChoice = "none"
 		case "tool":
+			if slices.Contains(dropped, c.Name) {
+				break // the tool it forces was dropped: the backend chooses
+			}
 			var f messagesChatChoiceFn
 			f.Type, f.Function.Name = "function", c.Name
 			out.ToolChoice = f
@@ -263,7 +276,7 @@ func messagesChatMarshal(v any) ([]byte, error) {
 
 // messagesChatSystem is the system prompt: a string, or text blocks (one
 // block becomes a string, several stay separate text parts).
-func messagesChatSystem(raw json.RawMessage) (any, error) {
+func messagesChatSystem(raw json.RawMessage, at string) (any, error) {
 	if !messagesChatPresent(raw) {
 		return nil, nil
 	}
@@ -279,12 +292,12 @@ func messagesChatSystem(raw json.RawMessage) (any, error) {
 	}
 	var blocks []messagesChatInBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return nil, fmt.Errorf("translate: reading system: %w", err)
+		return nil, fmt.Errorf("translate: reading %s: %w", at, err)
 	}
 	var parts []messagesChatOutPart
 	for j, b := range blocks {
 		if b.Type != "text" {
-			return nil, messagesChatRefuse("system["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
+			return nil, messagesChatRefuse(at+"["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
 		parts = append(parts, messagesChatOutPart{Type: "text", Text: b.Text})
 	}
@@ -304,9 +317,16 @@ func messagesChatContent(parts []messagesChatOutPart) any {
 }
 
 // messagesChatTurn appends the chat messages of the i-th Messages turn.
-func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) ([]messagesChatOutMsg, error) {
+func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, hosted HostedPolicy) ([]messagesChatOutMsg, error) {
 	at := "messages[" + strconv.Itoa(i) + "]"
-	if turn.Role != "user" && turn.Role != "assistant" {
+	switch turn.Role {
+	case "user", "assistant":
+	case "system":
+		// A system turn inside messages (Claude Code sends its environment
+		// block so): a chat system message at the same place, so the text
+		// keeps its order relative to the turns around it.
+		return messagesChatSystemTurn(dst, at, turn.Content)
+	default:
 		return nil, messagesChatRefuse(at+".role", "unknown role %q", turn.Role)
 	}
 	if !messagesChatPresent(turn.Content) {
@@ -371,6 +391,14 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) 
 			dst = append(dst, messagesChatOutMsg{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
 		case "thinking", "redacted_thinking":
 			// The backend's model did not write them and cannot read them.
+		case "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+			"bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result",
+			"mcp_tool_use", "mcp_tool_result", "container_upload":
+			// A hosted tool's run, from an earlier answer of a native
+			// backend: history the chat backend cannot replay.
+			if hosted != DropHosted {
+				return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+			}
 		default:
 			return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
@@ -388,6 +416,22 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) 
 		dst = append(dst, messagesChatOutMsg{Role: "user", Content: ""})
 	}
 	return dst, nil
+}
+
+// messagesChatSystemTurn appends a system turn found inside messages: its
+// text (a string or text blocks) as a chat system message.
+func messagesChatSystemTurn(dst []messagesChatOutMsg, at string, content json.RawMessage) ([]messagesChatOutMsg, error) {
+	if !messagesChatPresent(content) {
+		return dst, nil
+	}
+	sys, err := messagesChatSystem(content, at+".content")
+	if err != nil {
+		return nil, err
+	}
+	if sys == nil {
+		return dst, nil
+	}
+	return append(dst, messagesChatOutMsg{Role: "system", Content: sys}), nil
 }
 
 func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
