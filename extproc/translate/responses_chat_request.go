@@ -499,7 +499,7 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o RequestOption
 				}
 				if it.Type != "function" {
 					if o.Hosted == DropHosted {
-						o.drop(t.Name + "." + it.Type)
+						o.drop(it.Type)
 						continue
 					}
 					return nil, responsesChatUnsupported(ipath+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", ipath, it.Type)
