@@ -86,10 +86,15 @@ type apiRequest struct {
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
 	Tools []struct {
-		Name     string `json:"name"` // Anthropic
+		Type     string `json:"type"` // Responses: function, namespace...
+		Name     string `json:"name"` // Anthropic, Responses
 		Function *struct {
 			Name string `json:"name"`
 		} `json:"function"` // chat completions
+		Tools []struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		} `json:"tools"` // a Responses namespace's
 	} `json:"tools"`
 	System             json.RawMessage `json:"system"`       // Anthropic: a string or text blocks
 	Instructions       json.RawMessage `json:"instructions"` // Responses

@@ -37,9 +37,10 @@ type Record struct {
 	ReasoningTokens  int
 	ResponseID       string // the Responses API id created
 
-	// Chat completions and Anthropic Messages only.
-	ToolCalls   int  // tool calls answered (Options.ToolCalls)
-	ToolResults int  // tool results in the request: chat role "tool" messages, Anthropic tool_result blocks
+	// Chat completions and Anthropic Messages (and, for ToolCalls and
+	// ToolResults, the Responses API).
+	ToolCalls   int  // tool calls answered (Options.ToolCalls, Options.ToolScript)
+	ToolResults int  // tool results in the request: chat role "tool" messages, Anthropic tool_result blocks, Responses *call_output items
 	SawImage    bool // an image part: chat image_url, Anthropic image (also inside a tool_result)
 }
 
