@@ -1,6 +1,7 @@
 package mockupstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -170,7 +171,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	s.update(func() { rec.BodyBytes = len(body) })
+	s.update(func() {
+		rec.BodyBytes = len(body)
+		if s.opts.RecordBodies {
+			rec.Body = bytes.Clone(body)
+		}
+	})
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

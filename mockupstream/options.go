@@ -92,6 +92,9 @@ type Options struct {
 	// defaults (x-request-id, x-session-id, user-agent, content-type and
 	// every x-swarmgate-* header). Credential headers are never recorded.
 	RecordHeaders []string
+	// RecordBodies keeps each request's body in its Record (tests that
+	// check what reached the provider; bodies carry no credentials).
+	RecordBodies bool
 
 	// TLS, when set, makes Start serve HTTPS (Record.SNI tells the server
 	// name the client asked for).
