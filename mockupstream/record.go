@@ -25,7 +25,7 @@ type Record struct {
 	IncludeUsage bool // stream_options.include_usage
 	MaxTokens    int  // max_tokens or max_completion_tokens, 0 when absent
 	BodyBytes    int
-	Body         []byte // the request body, with Options.RecordBodies
+	Body         []byte      // the request body, with Options.RecordBodies
 	Headers      http.Header // selected request headers (Options.RecordHeaders)
 
 	Status           int    // status sent (0 when reset before headers)
