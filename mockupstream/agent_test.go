@@ -2,6 +2,8 @@ package mockupstream
 
 import (
 	"encoding/json"
+	"flag"
+	"io"
 	"strings"
 	"testing"
 
@@ -128,4 +130,28 @@ func TestToolScriptChatAndMessages(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+func TestToolScriptFlag(t *testing.T) {
+	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--tool-script", `Bash={"command":"ls"}`, "--tool-script", `ns.f={}`}); err != nil {
+		t.Fatal(err)
+	}
+	_, o, err := f.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.ToolScript) != 2 || o.ToolScript["Bash"] != `{"command":"ls"}` || o.ToolScript["ns.f"] != "{}" {
+		t.Errorf("ToolScript %v", o.ToolScript)
+	}
+	for _, bad := range []string{"Bash", `={}`, `Bash=[1]`, `Bash={`} {
+		fs := flag.NewFlagSet("m", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		RegisterFlags(fs)
+		if err := fs.Parse([]string{"--tool-script", bad}); err == nil {
+			t.Errorf("--tool-script %q accepted", bad)
+		}
+	}
 }

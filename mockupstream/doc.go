@@ -55,7 +55,8 @@
 // answered with one call of it with the scripted arguments (chat, Anthropic
 // Messages and Responses, JSON and SSE; a Responses namespace's function
 // with its namespace), and the request carrying the tool's result with
-// text.
+// text. `swarmgate mock-upstream --tool-script 'Bash={"command":"ls"}'`
+// does the same from the command line (repeatable).
 //
 // Per-key behaviour (Server.SetBehavior, goroutine-safe, from the next
 // request): OK, 429 with Retry-After, an error status, a reset before the
