@@ -343,7 +343,7 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 	if err := json.Unmarshal(turn.Content, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
-	var parts []messagesChatOutPart
+	var parts, toolImages []messagesChatOutPart
 	var calls []messagesChatToolCall
 	for j, b := range blocks {
 		bat := at + ".content[" + strconv.Itoa(j) + "]"
@@ -382,13 +382,20 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 			if turn.Role != "user" {
 				return nil, messagesChatRefuse(bat+".type", "tool_result belongs in a user message")
 			}
-			text, err := messagesChatToolResult(bat, b.Content)
+			text, images, err := messagesChatToolResult(bat, b.Content)
 			if err != nil {
 				return nil, err
 			}
 			// Chat wants the tool messages right after the assistant
 			// message that called them: before the rest of this turn.
 			dst = append(dst, messagesChatOutMsg{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
+			if len(images) > 0 {
+				// Tool messages carry text only: the images (a screenshot
+				// the Read tool returned) follow in the turn's user
+				// message, labelled with the call they came from.
+				toolImages = append(toolImages, messagesChatOutPart{Type: "text", Text: "[images from the result of tool call " + b.ToolUseID + "]"})
+				toolImages = append(toolImages, images...)
+			}
 		case "thinking", "redacted_thinking":
 			// The backend's model did not write them and cannot read them.
 		case "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
@@ -403,6 +410,7 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 			return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
 	}
+	parts = append(toolImages, parts...)
 	switch {
 	case turn.Role == "assistant":
 		m := messagesChatOutMsg{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: calls}
@@ -448,31 +456,46 @@ func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
 }
 
 // messagesChatToolResult is a tool_result's content as the tool message's
-// text: a string as it is, text blocks joined by a line break. is_error
-// has no chat equivalent: the text, which says what failed, is sent.
-func messagesChatToolResult(at string, raw json.RawMessage) (string, error) {
+// text (a string as it is, text blocks joined by a line break) and its
+// images as chat image parts. is_error has no chat equivalent: the text,
+// which says what failed, is sent.
+func messagesChatToolResult(at string, raw json.RawMessage) (string, []messagesChatOutPart, error) {
 	if !messagesChatPresent(raw) {
-		return "", nil
+		return "", nil, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		err := json.Unmarshal(raw, &s)
-		return s, err
+		return s, nil, err
 	}
 	var blocks []messagesChatInBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", fmt.Errorf("translate: reading %s.content: %w", at, err)
+		return "", nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
 	var text []byte
+	var images []messagesChatOutPart
+	texts := 0
 	for k, b := range blocks {
-		if b.Type != "text" {
-			return "", messagesChatRefuse(at+".content["+strconv.Itoa(k)+"].type",
-				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text only)", b.Type)
+		bat := at + ".content[" + strconv.Itoa(k) + "]"
+		switch b.Type {
+		case "text":
+			if texts > 0 {
+				text = append(text, '\n')
+			}
+			texts++
+			text = append(text, b.Text...)
+		case "image":
+			url, err := messagesChatImageURL(bat, b)
+			if err != nil {
+				return "", nil, err
+			}
+			images = append(images, messagesChatOutPart{Type: "image_url", ImageURL: &struct {
+				URL string `json:"url"`
+			}{URL: url}})
+		default:
+			return "", nil, messagesChatRefuse(bat+".type",
+				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text, images are moved to a user message)", b.Type)
 		}
-		if k > 0 {
-			text = append(text, '\n')
-		}
-		text = append(text, b.Text...)
 	}
-	return string(text), nil
+	return string(text), images, nil
 }
