@@ -266,11 +266,18 @@ func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]respo
 	if err := responsesChatDecode(input, &items, "input"); err != nil {
 		return nil, err
 	}
+	// Images of tool outputs (Codex's view_image) wait for the end of the
+	// run of tool messages: chat wants those right after the calling
+	// assistant message, and carries images in user messages only.
+	var images []responsesChatMsgPart
 	for i, raw := range items {
 		path := "input[" + strconv.Itoa(i) + "]"
 		var it responsesChatItem
 		if err := responsesChatDecode(raw, &it, path); err != nil {
 			return nil, err
+		}
+		if it.Type != "function_call_output" && len(images) > 0 {
+			msgs, images = append(msgs, responsesChatMsg{role: "user", parts: images}), nil
 		}
 		switch {
 		case it.Type == "message" || it.Type == "" && it.Role != "":
@@ -291,11 +298,15 @@ func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]respo
 				msgs = append(msgs, responsesChatMsg{role: "assistant", toolCalls: []responsesChatItem{it}})
 			}
 		case it.Type == "function_call_output":
-			m, err := responsesChatToolOutput(it, path)
+			m, imgs, err := responsesChatToolOutput(it, path)
 			if err != nil {
 				return nil, err
 			}
 			msgs = append(msgs, m)
+			if len(imgs) > 0 {
+				images = append(images, responsesChatMsgPart{text: "[images from the output of tool call " + it.CallID + "]"})
+				images = append(images, imgs...)
+			}
 		case it.Type == "reasoning":
 			// Chat completions backends take no reasoning state back.
 		case it.Type == "":
@@ -303,6 +314,9 @@ func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]respo
 		default:
 			return nil, responsesChatUnsupported(path+".type", "%s.type: %q items are not supported by this model's backend (chat completions)", path, it.Type)
 		}
+	}
+	if len(images) > 0 {
+		msgs = append(msgs, responsesChatMsg{role: "user", parts: images})
 	}
 	return msgs, nil
 }
@@ -363,35 +377,53 @@ func responsesChatMessage(it responsesChatItem, path string) (responsesChatMsg, 
 	return m, nil
 }
 
-func responsesChatToolOutput(it responsesChatItem, path string) (responsesChatMsg, error) {
+// responsesChatToolOutput is a function_call_output as a tool message
+// (its text) and the images it returned, which the caller sends in a user
+// message after the run of tool messages.
+func responsesChatToolOutput(it responsesChatItem, path string) (responsesChatMsg, []responsesChatMsgPart, error) {
 	m := responsesChatMsg{role: "tool", toolCallID: it.CallID}
 	if it.CallID == "" {
-		return m, responsesChatUnsupported(path+".call_id", "%s.call_id is required", path)
+		return m, nil, responsesChatUnsupported(path+".call_id", "%s.call_id is required", path)
 	}
 	out := bytes.TrimSpace(it.Output)
 	if responsesChatIsNull(out) {
-		return m, responsesChatUnsupported(path+".output", "%s.output is required", path)
+		return m, nil, responsesChatUnsupported(path+".output", "%s.output is required", path)
 	}
 	if out[0] == '"' {
 		var s string
 		if err := responsesChatDecode(out, &s, path+".output"); err != nil {
-			return m, err
+			return m, nil, err
 		}
 		m.parts = []responsesChatMsgPart{{text: s}}
-		return m, nil
+		return m, nil, nil
 	}
 	var parts []responsesChatPart
 	if err := responsesChatDecode(out, &parts, path+".output"); err != nil {
-		return m, err
+		return m, nil, err
 	}
+	var images []responsesChatMsgPart
 	for j, p := range parts {
-		if p.Type != "input_text" && p.Type != "output_text" {
-			pp := path + ".output[" + strconv.Itoa(j) + "].type"
-			return m, responsesChatUnsupported(pp, "%s: %q tool output is not supported by this model's backend (chat completions takes text tool results)", pp, p.Type)
+		pp := path + ".output[" + strconv.Itoa(j) + "]"
+		switch p.Type {
+		case "input_text", "output_text":
+			m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
+		case "input_image":
+			if p.FileID != nil && *p.FileID != "" {
+				return m, nil, responsesChatUnsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
+			}
+			if p.ImageURL == nil || *p.ImageURL == "" {
+				return m, nil, responsesChatUnsupported(pp+".image_url", "%s.image_url is required", pp)
+			}
+			detail := p.Detail
+			if detail == "original" {
+				detail = "high"
+			}
+			images = append(images, responsesChatMsgPart{image: true, url: *p.ImageURL, detail: detail})
+		default:
+			return m, nil, responsesChatUnsupported(pp+".type", "%s.type: %q tool output is not supported by this model's backend (chat completions takes text and image tool results)", pp, p.Type)
 		}
-		m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
 	}
-	return m, nil
+	return m, images, nil
 }
 
 func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
