@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -143,5 +145,46 @@ func TestRouterHostedToolsPolicy(t *testing.T) {
 				t.Errorf("pool %q, want %q", got, tc.pool)
 			}
 		})
+	}
+}
+
+// TestUpstreamDropsHostedTools: an attempt translated for the chat relay
+// (hosted_tools native_or_drop, no native Responses target) is sent
+// without the hosted web_search and with its namespace flattened, and the
+// attempt's answer names what was dropped in x-swarmgate-dropped-tools.
+func TestUpstreamDropsHostedTools(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	cfg, err := config.Parse([]byte(strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)), "t.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	const body = `{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]},{"type":"file_search","vector_store_ids":["v"]}]}`
+	headers := []string{":method", "POST", ":path", "/v1/responses", ":authority", "gw", "authorization", "Bearer " + keyAlpha,
+		"x-request-id", "req-1", "content-type", "application/json"}
+	rst, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, rst, reqHeaders(false, headers...))
+	resp := roundTrip(t, rst, reqBody(body))
+	md := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
+	if md == nil {
+		t.Fatalf("not admitted: %v", resp)
+	}
+
+	st, cancel2 := h.stream(t, contract.RoleUpstream)
+	defer cancel2()
+	resp = roundTrip(t, st, upstreamReq(t, "relay", "m", 1, false, md, headers...))
+	if resp.GetModeOverride().GetRequestBodyMode() != extprocfilter.ProcessingMode_BUFFERED {
+		t.Fatalf("no body asked for translation: %v", resp)
+	}
+	resp = roundTrip(t, st, reqBody(body))
+	nb := string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
+	if strings.Contains(nb, "web_search") || strings.Contains(nb, "file_search") || !strings.Contains(nb, `"name":"ns__f"`) {
+		t.Fatalf("translated body %s", nb)
+	}
+	resp = roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+	if got := setOf(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[contract.HeaderDroppedTools]; got != "web_search,file_search" {
+		t.Errorf("%s = %q, want web_search,file_search", contract.HeaderDroppedTools, got)
 	}
 }
