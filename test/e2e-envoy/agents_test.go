@@ -310,21 +310,7 @@ func TestCodexThroughEnvoy(t *testing.T) {
 				if err := os.MkdirAll(codexHome, 0o700); err != nil {
 					t.Fatal(err)
 				}
-				cfg := fmt.Sprintf(`model = %q
-model_provider = "swarmgate"
-check_for_update_on_startup = false
-
-[model_providers.swarmgate]
-name = "swarmgate"
-base_url = "%s/v1"
-env_key = "SWARMGATE_KEY"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-`, tc.model, s.envoyURL)
+				cfg := codexConfig(tc.model, s.envoyURL)
 				if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(cfg), 0o600); err != nil {
 					t.Fatal(err)
 				}
@@ -391,4 +377,88 @@ func TestHostedToolsDroppedThroughEnvoy(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	})
+}
+
+// TestCodexNamespacedToolThroughEnvoy: a call of a function of Codex's
+// namespace tool (multi_agent_v1's close_agent) reaches Codex as the
+// namespaced call it declared: natively, and from a chat completions relay
+// that knew it as multi_agent_v1__close_agent. Codex runs it (its
+// sub-agent manager answers for the unknown agent) and sends the call back
+// with its namespace, which the relay gets under the same flattened name.
+func TestCodexNamespacedToolThroughEnvoy(t *testing.T) {
+	codex := agentBin(t, "codex")
+	const args = `{"target":"agent-that-does-not-exist"}`
+	// The Responses provider sees the namespace, the relay the flat name.
+	script := map[string]string{"multi_agent_v1.close_agent": args, "multi_agent_v1__close_agent": args}
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		s := startAgentStack(t, r, script)
+		for _, tc := range []struct {
+			model    string
+			served   *mockupstream.Server
+			endpoint string
+		}{{"codex-native", s.oai, "responses"}, {"codex-relay", s.relay, "chat"}} {
+			t.Run(tc.model, func(t *testing.T) {
+				tc.served.ResetRecords()
+				home, dir := t.TempDir(), t.TempDir()
+				codexHome := filepath.Join(home, ".codex")
+				if err := os.MkdirAll(codexHome, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(codexConfig(tc.model, s.envoyURL)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				out := runAgent(t, dir, agentEnv(home, "CODEX_HOME="+codexHome, "SWARMGATE_KEY="+keyTeam), codex,
+					"exec", "--skip-git-repo-check", "-s", "danger-full-access", "Close the helper agent.")
+				if !strings.Contains(out, finalText) {
+					t.Errorf("no final answer:\n%s", out)
+				}
+				bodies := relayBodies(tc.served)
+				if len(bodies) < 2 {
+					t.Fatalf("%s saw %d requests: the call was not run", tc.model, len(bodies))
+				}
+				last := bodies[len(bodies)-1]
+				want := `"namespace":"multi_agent_v1"`
+				if tc.endpoint == "chat" {
+					want = `"function":{"name":"multi_agent_v1__close_agent"`
+				}
+				if !strings.Contains(last, want) {
+					t.Errorf("the call did not come back as %s: %.3000s", want, last[max(0, len(last)-3000):])
+				}
+				i := strings.LastIndex(last, "call_output")
+				if tc.endpoint == "chat" {
+					i = strings.LastIndex(last, `"role":"tool"`)
+				}
+				// Codex's own close_agent ran (and named the agent it could
+				// not find); a call it did not recognise as its namespaced
+				// tool is answered "unsupported call: <name>".
+				answer := last[max(0, i):]
+				if j := strings.Index(answer, "}"); j > 0 {
+					answer = answer[:j]
+				}
+				if !strings.Contains(answer, "agent-that-does-not-exist") || strings.Contains(answer, "unsupported call") {
+					t.Errorf("Codex did not run its namespaced close_agent; it answered: %s", answer)
+				}
+			})
+		}
+	})
+}
+
+// codexConfig is a CODEX_HOME/config.toml pointing Codex at the gateway as
+// a custom Responses provider whose key is in $SWARMGATE_KEY.
+func codexConfig(model, gateway string) string {
+	return fmt.Sprintf(`model = %q
+model_provider = "swarmgate"
+check_for_update_on_startup = false
+
+[model_providers.swarmgate]
+name = "swarmgate"
+base_url = "%s/v1"
+env_key = "SWARMGATE_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+`, model, gateway)
 }
