@@ -142,6 +142,7 @@ func (c *Config) applyDefaults() {
 			b.Translate = new(true)
 		}
 		def(&b.MaxTokensField, "max_tokens")
+		def(&b.HostedTools, HostedToolsNativeOrDrop)
 		if b.Auth == "" {
 			b.Auth = AuthBearer
 		}

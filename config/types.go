@@ -262,6 +262,15 @@ type Backend struct {
 	// gateway translates for this backend: max_tokens (default) or
 	// max_completion_tokens (OpenAI's reasoning models refuse max_tokens).
 	MaxTokensField string `yaml:"max_tokens_field" json:"max_tokens_field"`
+	// HostedTools is what a translated request does with tools this
+	// backend's family cannot run (web search, file search, code
+	// interpreter, computer use, Anthropic's server tools):
+	// native_or_drop (default) routes it to the model's targets that speak
+	// the client's family natively when it has any, else drops the tools;
+	// drop always drops them; refuse answers 400 naming the tool when no
+	// native target can take it. Dropped tools are named in the answer's
+	// x-swarmgate-dropped-tools header (docs/families.md).
+	HostedTools string `yaml:"hosted_tools" json:"hosted_tools"`
 	// Headers are static headers added to every upstream request.
 	Headers        map[string]string `yaml:"headers" json:"headers"`
 	Keys           []APIKey          `yaml:"keys" json:"keys"`
@@ -273,6 +282,16 @@ type Backend struct {
 
 	url parsedURL
 }
+
+// Hosted-tools policies (Backend.HostedTools).
+const (
+	HostedToolsNativeOrDrop = "native_or_drop"
+	HostedToolsDrop         = "drop"
+	HostedToolsRefuse       = "refuse"
+)
+
+// HostedToolsPolicies are the valid Backend.HostedTools values.
+var HostedToolsPolicies = []string{HostedToolsNativeOrDrop, HostedToolsDrop, HostedToolsRefuse}
 
 // TLS configures the upstream TLS connection.
 type TLS struct {

@@ -362,6 +362,9 @@ func (c *Config) validateBackends(v *validator) map[string]bool {
 		if b.MaxTokensField != "max_tokens" && b.MaxTokensField != "max_completion_tokens" {
 			v.add(p+".max_tokens_field", "unknown field %q: want max_tokens or max_completion_tokens", b.MaxTokensField)
 		}
+		if !slices.Contains(HostedToolsPolicies, b.HostedTools) {
+			v.add(p+".hosted_tools", "unknown policy %q: want %s", b.HostedTools, strings.Join(HostedToolsPolicies, ", "))
+		}
 		switch b.Auth {
 		case AuthBearer, AuthXAPIKey, AuthAPIKey:
 		default:

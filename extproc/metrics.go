@@ -23,6 +23,10 @@ type metrics struct {
 	translated     *prometheus.CounterVec // by from, to, half
 	untranslatable prometheus.Counter
 	translateErr   *prometheus.CounterVec // by from, to
+	// droppedTools counts hosted tools dropped from translated attempts
+	// (backends[].hosted_tools), by backend and tool kind (a fixed set:
+	// translate.HostedToolLabel).
+	droppedTools *prometheus.CounterVec
 
 	// Children resolved once per label set (config names only, so
 	// bounded): the data path would otherwise hash label values on every
@@ -85,12 +89,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests the translator could not express, sent to natively speaking backends only or refused with 400."}),
 		translateErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_translation_errors_total",
 			Help: "Backend answers that could not be translated (not readable in the backend's family)."}, []string{"from", "to"}),
+		droppedTools: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "swarmgate_extproc_dropped_tools_total",
+			Help: "Hosted tools (web search, file search, code execution...) dropped from attempts translated for a backend whose API family cannot run them (backends[].hosted_tools)."}, []string{"backend", "tool"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.refusals, m.tokens, m.disconnects, m.picks, m.pickFailures, m.unadmitted, m.lastResort, m.accountingErr,
-		m.translated, m.untranslatable, m.translateErr} {
+		m.translated, m.untranslatable, m.translateErr, m.droppedTools} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -67,14 +67,39 @@ func (sel targetSel) cluster(alias, fam string, minContext int) string {
 	return contract.PoolFamilyContextCluster(alias, fam, sel.native && sel.speaks < sel.reach, minContext)
 }
 
+// hostedPolicy is what a request translated for backend b does with the
+// tools b's family cannot run (config hosted_tools). At routing, where
+// native says whether the model has targets speaking the client's family,
+// native_or_drop refuses when there are some (the request then goes to
+// them: familyTargets) and drops otherwise; at an attempt (native false)
+// only refuse refuses.
+func hostedPolicy(b *config.Backend, native bool) translate.HostedPolicy {
+	switch b.HostedTools {
+	case config.HostedToolsRefuse:
+		return translate.RefuseHosted
+	case config.HostedToolsDrop:
+		return translate.DropHosted
+	}
+	if native {
+		return translate.RefuseHosted
+	}
+	return translate.DropHosted
+}
+
+// translation is one way a request must be translated for some targets.
+type translation struct {
+	tr     *translate.Translator
+	hosted translate.HostedPolicy
+}
+
 // familyTargets selects the targets that can serve the request. When some
 // take it only translated, the body is translated once here: a request the
-// translator cannot express goes to native targets only (or is refused,
-// naming the field, when there are none), so the answer does not depend on
-// which backend Envoy picks.
+// translator cannot express (hosted tools included, as the backends'
+// hosted_tools say) goes to native targets only (or is refused, naming
+// the field, when there are none), so the answer does not depend on which
+// backend Envoy picks.
 func (s *Server) familyTargets(r *routerStream, m *config.Model, body []byte) (targetSel, *translate.Unsupported) {
 	var sel targetSel
-	var needs []*translate.Translator
 	for _, t := range m.Targets {
 		b, ok := r.cfg.Backend(t.Backend)
 		if !ok {
@@ -88,13 +113,23 @@ func (s *Server) familyTargets(r *routerStream, m *config.Model, body []byte) (t
 		if _, ok := b.Route(r.spec.Name); ok {
 			sel.reach++
 		}
-		if tr, ok := translatorFor(b, r.spec); ok && tr != nil && !slices.Contains(needs, tr) {
-			needs = append(needs, tr)
-		}
 	}
 	if r.spec.Untranslated {
 		sel.native, sel.take = true, sel.speaks
 		return sel, nil
+	}
+	var needs []translation
+	for _, t := range m.Targets {
+		b, ok := r.cfg.Backend(t.Backend)
+		if !ok {
+			continue
+		}
+		if tr, ok := translatorFor(b, r.spec); ok && tr != nil {
+			need := translation{tr, hostedPolicy(b, sel.speaks > 0)}
+			if !slices.Contains(needs, need) {
+				needs = append(needs, need)
+			}
+		}
 	}
 	if len(needs) > 0 {
 		if unsupported := s.untranslatable(r, needs, body); unsupported != nil {
@@ -106,11 +141,12 @@ func (s *Server) familyTargets(r *routerStream, m *config.Model, body []byte) (t
 	return sel, nil
 }
 
-// untranslatable translates the body once per backend family it must go
-// to, and returns why it cannot be (nil when it can).
-func (s *Server) untranslatable(r *routerStream, needs []*translate.Translator, body []byte) *translate.Unsupported {
-	for _, tr := range needs {
-		_, err := tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens})
+// untranslatable translates the body once per backend family (and hosted
+// tools policy) it must go to, and returns why it cannot be (nil when it
+// can).
+func (s *Server) untranslatable(r *routerStream, needs []translation, body []byte) *translate.Unsupported {
+	for _, n := range needs {
+		_, err := n.tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, Hosted: n.hosted})
 		if err == nil {
 			continue
 		}

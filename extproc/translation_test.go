@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -65,6 +67,16 @@ func TestRouterFamilyClusters(t *testing.T) {
 			contract.PoolFamilyCluster("m", config.FamilyResponses)},
 		{"responses, too long for the relay", "/v1/responses", `{"model":"m","input":"` + big + `"}`,
 			contract.PoolFamilyContextCluster("m", config.FamilyResponses, false, 8000)},
+		// hosted_tools native_or_drop (default): a native target exists
+		// for Messages, so a server tool sends the request there; none
+		// speaks Responses, so its web_search is dropped and every
+		// translating target may take it.
+		{"messages with a server tool: native only", "/v1/messages",
+			`{"model":"m","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`,
+			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+		{"responses with web_search: dropped, the chat speakers", "/v1/responses",
+			`{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]}]}`,
+			contract.PoolFamilyCluster("m", config.FamilyResponses)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,5 +93,98 @@ func TestRouterFamilyClusters(t *testing.T) {
 				t.Errorf("pool %q, want %q", got, tc.pool)
 			}
 		})
+	}
+}
+
+// TestRouterHostedToolsPolicy: backends[].hosted_tools decides where a
+// request with a hosted tool goes: drop keeps every target, refuse sends
+// it to the native ones or answers 400 naming the tool when there are
+// none.
+func TestRouterHostedToolsPolicy(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	parse := func(policy string) *config.Config {
+		y := strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)
+		y = strings.ReplaceAll(y, "families: [chat_completions],", "families: [chat_completions], hosted_tools: "+policy+",")
+		cfg, err := config.Parse([]byte(y), "t.yaml", config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	const messages = `{"model":"m","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`
+	const responses = `{"model":"m","input":"hi","tools":[{"type":"web_search"}]}`
+	tests := []struct {
+		policy, path, body string
+		pool               string // "" for a 400
+	}{
+		{"drop", "/v1/messages", messages, contract.PoolCluster("m")},
+		{"drop", "/v1/responses", responses, contract.PoolFamilyCluster("m", config.FamilyResponses)},
+		{"refuse", "/v1/messages", messages, contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+		{"refuse", "/v1/responses", responses, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.policy+tc.path, func(t *testing.T) {
+			h := newHarness(t, parse(tc.policy))
+			st, cancel := h.stream(t, contract.RoleRouter)
+			defer cancel()
+			roundTrip(t, st, reqHeaders(false, ":method", "POST", ":path", tc.path, ":authority", "gw", "authorization", "Bearer "+keyAlpha,
+				"anthropic-version", "2023-06-01", "content-type", "application/json"))
+			resp := roundTrip(t, st, reqBody(tc.body))
+			if tc.pool == "" {
+				ir := resp.GetImmediateResponse()
+				if ir == nil || ir.GetStatus().GetCode() != 400 || !strings.Contains(string(ir.GetBody()), "web_search") {
+					t.Fatalf("want a 400 naming web_search, got %v", resp)
+				}
+				return
+			}
+			cr := resp.GetRequestBody().GetResponse()
+			if cr == nil {
+				t.Fatalf("not admitted: %v", resp)
+			}
+			if got := setOf(t, cr.GetHeaderMutation())[contract.HeaderPool]; got != tc.pool {
+				t.Errorf("pool %q, want %q", got, tc.pool)
+			}
+		})
+	}
+}
+
+// TestUpstreamDropsHostedTools: an attempt translated for the chat relay
+// (hosted_tools native_or_drop, no native Responses target) is sent
+// without the hosted web_search and with its namespace flattened, and the
+// attempt's answer names what was dropped in x-swarmgate-dropped-tools.
+func TestUpstreamDropsHostedTools(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	cfg, err := config.Parse([]byte(strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)), "t.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	const body = `{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]},{"type":"file_search","vector_store_ids":["v"]}]}`
+	headers := []string{":method", "POST", ":path", "/v1/responses", ":authority", "gw", "authorization", "Bearer " + keyAlpha,
+		"x-request-id", "req-1", "content-type", "application/json"}
+	rst, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, rst, reqHeaders(false, headers...))
+	resp := roundTrip(t, rst, reqBody(body))
+	md := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
+	if md == nil {
+		t.Fatalf("not admitted: %v", resp)
+	}
+
+	st, cancel2 := h.stream(t, contract.RoleUpstream)
+	defer cancel2()
+	resp = roundTrip(t, st, upstreamReq(t, "relay", "m", 1, false, md, headers...))
+	if resp.GetModeOverride().GetRequestBodyMode() != extprocfilter.ProcessingMode_BUFFERED {
+		t.Fatalf("no body asked for translation: %v", resp)
+	}
+	resp = roundTrip(t, st, reqBody(body))
+	nb := string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
+	if strings.Contains(nb, "web_search") || strings.Contains(nb, "file_search") || !strings.Contains(nb, `"name":"ns__f"`) {
+		t.Fatalf("translated body %s", nb)
+	}
+	resp = roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+	if got := setOf(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[contract.HeaderDroppedTools]; got != "web_search,file_search" {
+		t.Errorf("%s = %q, want web_search,file_search", contract.HeaderDroppedTools, got)
 	}
 }

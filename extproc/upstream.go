@@ -38,8 +38,11 @@ type upstreamStream struct {
 	rewrite       bool
 	// tr translates the request for a backend that does not speak the
 	// client's family (extproc/translate); shape is the client's errors.
-	tr       *translate.Translator
-	shape    family.ErrorShape
+	tr    *translate.Translator
+	shape family.ErrorShape
+	// dropped names the hosted tools the translation dropped
+	// (contract.HeaderDroppedTools on the attempt's answer).
+	dropped  string
 	reported bool   // the attempt's response headers were reported
 	scratch  []byte // the decoded admission token; kept across pooled uses
 	ans      *answer
@@ -310,7 +313,10 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 	var err error
 	if u.tr != nil {
 		nb, err = u.tr.Request(b.GetBody(), translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens,
-			MaxTokensField: u.backend.MaxTokensField})
+			MaxTokensField: u.backend.MaxTokensField, Hosted: hostedPolicy(u.backend, false), Dropped: func(tool string) {
+				u.dropped = translate.AppendDroppedHeader(u.dropped, tool)
+				s.metrics.droppedTools.WithLabelValues(u.backend.Name, translate.HostedToolLabel(tool)).Inc()
+			}})
 		if err != nil {
 			// The router-level filter translated this body once to choose
 			// the cluster; only a config change in between gets here.
@@ -357,6 +363,9 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		u.reported = true
 	}
 	a.set(contract.HeaderBackend, u.backend.Name)
+	if u.dropped != "" {
+		a.set(contract.HeaderDroppedTools, u.dropped)
+	}
 	if u.keyID != "" {
 		a.set(contract.HeaderUpstreamKey, u.keyID)
 	}

@@ -50,6 +50,14 @@
 // results the request carried (ToolResults) and whether it carried an
 // image part (SawImage), whatever ToolCalls is.
 //
+// Scripted tool calls (Options.ToolScript, agent.go) let a real agent
+// finish a task against the mock: a request declaring a scripted tool is
+// answered with one call of it with the scripted arguments (chat, Anthropic
+// Messages and Responses, JSON and SSE; a Responses namespace's function
+// with its namespace), and the request carrying the tool's result with
+// text. `swarmgate mock-upstream --tool-script 'Bash={"command":"ls"}'`
+// does the same from the command line (repeatable).
+//
 // Per-key behaviour (Server.SetBehavior, goroutine-safe, from the next
 // request): OK, 429 with Retry-After, an error status, a reset before the
 // answer, a reset after N stream chunks, fixed-window RPM/TPM limits with

@@ -2,6 +2,7 @@ package mockupstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +27,7 @@ type Flags struct {
 	failProb                    float64
 	seed                        uint64
 	strict, h2c, toolCalls      bool
+	toolScript                  map[string]string
 }
 
 // RegisterFlags defines the mock-upstream flags on fs. Call Options after
@@ -53,6 +55,18 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the failure RNG")
 	fs.BoolVar(&f.h2c, "h2c", false, "also serve cleartext HTTP/2")
 	fs.BoolVar(&f.toolCalls, "tool-calls", false, "answer chat and Anthropic requests that declare tools with two parallel tool calls")
+	fs.Func("tool-script", "TOOL=JSON: answer a request declaring TOOL (a Responses namespace's as NS.TOOL) with one call of it with these arguments, then text after its result; repeatable (lets an agent such as Claude Code or Codex finish a task)", func(v string) error {
+		name, args, ok := strings.Cut(v, "=")
+		var obj map[string]json.RawMessage
+		if !ok || name == "" || json.Unmarshal([]byte(args), &obj) != nil {
+			return fmt.Errorf("want TOOL={...JSON object of arguments...}, got %q", v)
+		}
+		if f.toolScript == nil {
+			f.toolScript = map[string]string{}
+		}
+		f.toolScript[name] = args
+		return nil
+	})
 	return f
 }
 
@@ -99,7 +113,7 @@ func (f *Flags) Options(lookupEnv func(string) (string, bool)) (string, Options,
 	if f.models != "" {
 		o.Models = strings.Split(f.models, ",")
 	}
-	o.StrictModels, o.H2C, o.Seed, o.ToolCalls = f.strict, f.h2c, f.seed, f.toolCalls
+	o.StrictModels, o.H2C, o.Seed, o.ToolCalls, o.ToolScript = f.strict, f.h2c, f.seed, f.toolCalls, f.toolScript
 	o.TTFT, o.InterTokenDelay = f.ttft, f.interToken
 	o.TokensPerChunk, o.CompletionTokens = f.tokensPerChunk, f.completion
 	o.CachedTokens, o.ReasoningTokens = f.cached, f.reasoning

@@ -168,14 +168,16 @@ func (u usage) json() *usageJSON {
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, resetAfter int) {
 	id := s.nextID()
 	created := s.opts.Now().Unix()
-	tool := s.toolToCall(rec.Endpoint, q)
+	tool, args := s.toolToCall(rec.Endpoint, q)
 	switch {
 	case rec.Endpoint == "count_tokens":
 		s.writeJSON(w, rec, map[string]int{"input_tokens": u.prompt}, resetAfter >= 0)
-	case tool != "" && rec.Endpoint == "chat":
-		s.answerToolCalls(w, r, rec, q, u, tool, id, created, resetAfter)
-	case tool != "" && rec.Endpoint == "messages":
-		s.answerToolUse(w, r, rec, q, u, tool, id, resetAfter)
+	case tool.name != "" && rec.Endpoint == "chat":
+		s.answerToolCalls(w, r, rec, q, u, tool.name, args, id, created, resetAfter)
+	case tool.name != "" && rec.Endpoint == "messages":
+		s.answerToolUse(w, r, rec, q, u, tool.name, args, id, resetAfter)
+	case tool.name != "" && rec.Endpoint == "responses":
+		s.answerResponsesCall(w, r, rec, q, u, tool, args[0], id, created, resetAfter)
 	case rec.Endpoint == "messages":
 		s.answerMessages(w, r, rec, q, u, id, resetAfter)
 	case rec.Endpoint == "responses":

@@ -1,6 +1,7 @@
 package mockupstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,10 +87,15 @@ type apiRequest struct {
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
 	Tools []struct {
-		Name     string `json:"name"` // Anthropic
+		Type     string `json:"type"` // Responses: function, namespace...
+		Name     string `json:"name"` // Anthropic, Responses
 		Function *struct {
 			Name string `json:"name"`
 		} `json:"function"` // chat completions
+		Tools []struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		} `json:"tools"` // a Responses namespace's
 	} `json:"tools"`
 	System             json.RawMessage `json:"system"`       // Anthropic: a string or text blocks
 	Instructions       json.RawMessage `json:"instructions"` // Responses
@@ -165,7 +171,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	s.update(func() { rec.BodyBytes = len(body) })
+	s.update(func() {
+		rec.BodyBytes = len(body)
+		if s.opts.RecordBodies {
+			rec.Body = bytes.Clone(body)
+		}
+	})
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

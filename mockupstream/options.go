@@ -64,6 +64,14 @@ type Options struct {
 	// (arguments ToolCallArguments, finish_reason tool_calls / stop_reason
 	// tool_use); see tools.go. Off, tools are ignored as before.
 	ToolCalls bool
+	// ToolScript lets an agent finish a task (agent.go): a request whose
+	// tools include one named here (a Responses namespace's function as
+	// "<namespace>.<name>"), and whose last turn is not a tool result, is
+	// answered with one call of the first such tool, with these arguments
+	// (a JSON object); after the tool result, with text. Chat completions,
+	// Anthropic Messages and the Responses API, JSON and SSE. It takes
+	// precedence over ToolCalls.
+	ToolScript map[string]string
 
 	// Models is what GET /v1/models lists. Default ["gpt-4o-mini"].
 	Models []string
@@ -84,6 +92,9 @@ type Options struct {
 	// defaults (x-request-id, x-session-id, user-agent, content-type and
 	// every x-swarmgate-* header). Credential headers are never recorded.
 	RecordHeaders []string
+	// RecordBodies keeps each request's body in its Record (tests that
+	// check what reached the provider; bodies carry no credentials).
+	RecordBodies bool
 
 	// TLS, when set, makes Start serve HTTPS (Record.SNI tells the server
 	// name the client asked for).

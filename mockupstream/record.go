@@ -25,6 +25,7 @@ type Record struct {
 	IncludeUsage bool // stream_options.include_usage
 	MaxTokens    int  // max_tokens or max_completion_tokens, 0 when absent
 	BodyBytes    int
+	Body         []byte      // the request body, with Options.RecordBodies
 	Headers      http.Header // selected request headers (Options.RecordHeaders)
 
 	Status           int    // status sent (0 when reset before headers)
@@ -37,9 +38,10 @@ type Record struct {
 	ReasoningTokens  int
 	ResponseID       string // the Responses API id created
 
-	// Chat completions and Anthropic Messages only.
-	ToolCalls   int  // tool calls answered (Options.ToolCalls)
-	ToolResults int  // tool results in the request: chat role "tool" messages, Anthropic tool_result blocks
+	// Chat completions and Anthropic Messages (and, for ToolCalls and
+	// ToolResults, the Responses API).
+	ToolCalls   int  // tool calls answered (Options.ToolCalls, Options.ToolScript)
+	ToolResults int  // tool results in the request: chat role "tool" messages, Anthropic tool_result blocks, Responses *call_output items
 	SawImage    bool // an image part: chat image_url, Anthropic image (also inside a tool_result)
 }
 

@@ -72,6 +72,9 @@ type contentBlock struct {
 
 func inspectConversation(endpoint string, q *apiRequest) conversation {
 	var c conversation
+	if endpoint == "responses" {
+		return inspectResponsesInput(q.Input)
+	}
 	if endpoint != "chat" && endpoint != "messages" {
 		return c
 	}
@@ -118,20 +121,29 @@ func (c *conversation) inspectContent(raw json.RawMessage, anthropic bool) int {
 	return results
 }
 
-// toolToCall is the tool a tool-call answer calls, "" for a text answer.
-func (s *Server) toolToCall(endpoint string, q *apiRequest) string {
-	if !s.opts.ToolCalls || q.convo.endsWithToolResult {
-		return ""
+// toolToCall is the tool a tool-call answer calls (no name for a text
+// answer) and its calls' arguments, each in the two pieces it is streamed
+// in: a scripted tool's once (Options.ToolScript), else the first declared
+// tool's twice (Options.ToolCalls).
+func (s *Server) toolToCall(endpoint string, q *apiRequest) (calledTool, [][2]string) {
+	if q.convo.endsWithToolResult {
+		return calledTool{}, nil
+	}
+	if t, args, ok := s.scriptedTool(endpoint, q); ok {
+		return t, [][2]string{splitArgs(args)}
+	}
+	if !s.opts.ToolCalls {
+		return calledTool{}, nil
 	}
 	for _, t := range q.Tools {
 		switch {
 		case endpoint == "chat" && t.Function != nil && t.Function.Name != "":
-			return t.Function.Name
+			return calledTool{name: t.Function.Name}, toolCallArgs[:]
 		case endpoint == "messages" && t.Name != "":
-			return t.Name
+			return calledTool{name: t.Name}, toolCallArgs[:]
 		}
 	}
-	return ""
+	return calledTool{}, nil
 }
 
 // jsonDelay makes a JSON answer take as long as its stream of n events.
@@ -186,9 +198,10 @@ type chatFunctionDelta struct {
 	Arguments string `json:"arguments"`
 }
 
-// answerToolCalls answers a chat completion with two parallel tool calls.
-func (s *Server) answerToolCalls(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, tool string, id uint64, created int64, resetAfter int) {
-	s.update(func() { rec.ToolCalls = len(toolCallArgs) })
+// answerToolCalls answers a chat completion with parallel calls of tool,
+// one per element of args.
+func (s *Server) answerToolCalls(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, tool string, toolArgs [][2]string, id uint64, created int64, resetAfter int) {
+	s.update(func() { rec.ToolCalls = len(toolArgs) })
 	finish := "tool_calls"
 	chunk := func(delta any, finish *string, usage any, empty bool) chatCompletion {
 		c := chatCompletion{ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion.chunk", Created: created,
@@ -203,8 +216,8 @@ func (s *Server) answerToolCalls(w http.ResponseWriter, r *http.Request, rec *Re
 		perChunk = nullUsage{}
 	}
 	events := []sseEvent{{data: chunk(chatRoleDelta{Role: "assistant"}, nil, perChunk, false)}}
-	calls := make([]chatToolCall, len(toolCallArgs))
-	for i, args := range toolCallArgs {
+	calls := make([]chatToolCall, len(toolArgs))
+	for i, args := range toolArgs {
 		callID := fmt.Sprintf("call_%d_%d", id, i)
 		calls[i] = chatToolCall{ID: callID, Type: "function", Function: chatFunction{Name: tool, Arguments: args[0] + args[1]}}
 		events = append(events, sseEvent{data: chunk(chatToolCallsDelta{[]chatToolCallDelta{{Index: i, ID: callID, Type: "function",
@@ -240,11 +253,11 @@ type anthropicToolUse struct {
 	Input json.RawMessage `json:"input"`
 }
 
-// answerToolUse answers an Anthropic message with a text block and two
-// parallel tool_use blocks.
-func (s *Server) answerToolUse(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, tool string, id uint64, resetAfter int) {
+// answerToolUse answers an Anthropic message with a text block and
+// parallel tool_use blocks of tool, one per element of args.
+func (s *Server) answerToolUse(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, tool string, toolArgs [][2]string, id uint64, resetAfter int) {
 	w.Header().Set("Request-Id", fmt.Sprintf("req_mock_%d", id))
-	s.update(func() { rec.ToolCalls = len(toolCallArgs) })
+	s.update(func() { rec.ToolCalls = len(toolArgs) })
 	stop := "tool_use"
 	msg := anthropicMessage{ID: fmt.Sprintf("msg_mock_%x_%d", s.instance, id), Type: "message", Role: "assistant", Model: q.Model,
 		Content: []any{anthropicBlock{Type: "text", Text: ToolCallText}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
@@ -258,7 +271,7 @@ func (s *Server) answerToolUse(w http.ResponseWriter, r *http.Request, rec *Reco
 		{"content_block_delta", m{"type": "content_block_delta", "index": 0, "delta": m{"type": "text_delta", "text": ToolCallText}}},
 		{"content_block_stop", m{"type": "content_block_stop", "index": 0}},
 	}
-	for i, args := range toolCallArgs {
+	for i, args := range toolArgs {
 		block := anthropicToolUse{Type: "tool_use", ID: fmt.Sprintf("toolu_%d_%d", id, i), Name: tool, Input: json.RawMessage(args[0] + args[1])}
 		msg.Content = append(msg.Content, block)
 		block.Input = json.RawMessage("{}")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what swarmgate's tests and `make run` need besides Go: redis-server
-# (Debian package), chromium for the status-page test, and the pinned Envoy
-# releases (scripts/envoy.sh). Idempotent; safe to run on every `make test`.
+# (Debian package), chromium for the status-page test, the pinned Envoy
+# releases (scripts/envoy.sh), and for the tests the pinned agent CLIs and
+# Python SDKs (scripts/agents.sh, scripts/pyclients.sh). Idempotent; safe to
+# run on every `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -20,3 +22,8 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 scripts/envoy.sh install
+# Test clients (Claude Code, Codex, the Python SDKs); `make run` skips them.
+if [ "${SWARMGATE_NO_CHROMIUM:-0}" != 1 ]; then
+	scripts/agents.sh
+	scripts/pyclients.sh
+fi

@@ -24,6 +24,9 @@ type caseOptions struct {
 	// ResponseOptions.Request (the router-level filter keeps it for the
 	// Responses API).
 	EchoRequest bool `json:"echo_request"`
+	// HostedTools "drop" translates with DropHosted (default: refuse);
+	// the dropped tool types go to request.dropped, one a line.
+	HostedTools string `json:"hosted_tools"`
 }
 
 // runGoldens reviews a translator through its golden files, one directory
@@ -34,6 +37,7 @@ type caseOptions struct {
 //	response.in.json → response.out.json   (a JSON answer)
 //	response.in.sse  → response.out.sse    (a stream)
 //	options.json     → caseOptions
+//	request.dropped  ← the hosted tools dropped (hosted_tools: drop)
 //
 // A stream must translate to the same bytes however it is chunked.
 // go test ./extproc/translate -run Golden -update rewrites the outputs;
@@ -66,7 +70,13 @@ func runGoldens(t *testing.T, tr *Translator) {
 			ran := false
 			if in, err := os.ReadFile(filepath.Join(cdir, "request.in.json")); err == nil {
 				ran = true
-				out, err := tr.Request(in, RequestOptions{Model: o.Model, DefaultMaxTokens: o.DefaultMaxTokens})
+				ro := RequestOptions{Model: o.Model, DefaultMaxTokens: o.DefaultMaxTokens}
+				var dropped []byte
+				if o.HostedTools == "drop" {
+					ro.Hosted = DropHosted
+					ro.Dropped = func(t string) { dropped = append(append(dropped, t...), '\n') }
+				}
+				out, err := tr.Request(in, ro)
 				var un *Unsupported
 				switch {
 				case errors.As(err, &un):
@@ -75,6 +85,9 @@ func runGoldens(t *testing.T, tr *Translator) {
 					t.Fatalf("request: %v", err)
 				default:
 					compareGolden(t, filepath.Join(cdir, "request.out.json"), indent(t, out))
+				}
+				if o.HostedTools == "drop" {
+					compareGolden(t, filepath.Join(cdir, "request.dropped"), dropped)
 				}
 			}
 			for _, kind := range []string{"json", "sse"} {

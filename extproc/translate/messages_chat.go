@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -175,14 +176,14 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		return nil, messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
 	}
 	out := messagesChatOut{Model: o.Model, Messages: make([]messagesChatOutMsg, 0, len(in.Messages)+1)}
-	if sys, err := messagesChatSystem(in.System); err != nil {
+	if sys, err := messagesChatSystem(in.System, "system"); err != nil {
 		return nil, err
 	} else if sys != nil {
 		out.Messages = append(out.Messages, messagesChatOutMsg{Role: "system", Content: sys})
 	}
 	for i, turn := range in.Messages {
 		var err error
-		if out.Messages, err = messagesChatTurn(out.Messages, i, turn); err != nil {
+		if out.Messages, err = messagesChatTurn(out.Messages, i, turn, o.Hosted); err != nil {
 			return nil, err
 		}
 	}
@@ -190,9 +191,18 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		return nil, messagesChatRefuse("messages["+strconv.Itoa(n-1)+"].role",
 			"a final assistant message (a prefill the answer continues) has no equivalent in chat completions")
 	}
+	var dropped []string // names of dropped tools, for tool_choice
 	for i, t := range in.Tools {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+			// A server tool (web search, code execution...) or an
+			// Anthropic-defined client tool (computer use, bash, text
+			// editor) whose schema only Anthropic's models know.
+			if o.Hosted != DropHosted {
+				return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+			}
+			o.drop(t.Type)
+			dropped = append(dropped, t.Name)
+			continue
 		}
 		var ot messagesChatOutTool
 		ot.Type = "function"
@@ -214,6 +224,9 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 		case "none":
 			out.ToolChoice = "none"
 		case "tool":
+			if slices.Contains(dropped, c.Name) {
+				break // the tool it forces was dropped: the backend chooses
+			}
 			var f messagesChatChoiceFn
 			f.Type, f.Function.Name = "function", c.Name
 			out.ToolChoice = f
@@ -263,7 +276,7 @@ func messagesChatMarshal(v any) ([]byte, error) {
 
 // messagesChatSystem is the system prompt: a string, or text blocks (one
 // block becomes a string, several stay separate text parts).
-func messagesChatSystem(raw json.RawMessage) (any, error) {
+func messagesChatSystem(raw json.RawMessage, at string) (any, error) {
 	if !messagesChatPresent(raw) {
 		return nil, nil
 	}
@@ -279,12 +292,12 @@ func messagesChatSystem(raw json.RawMessage) (any, error) {
 	}
 	var blocks []messagesChatInBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return nil, fmt.Errorf("translate: reading system: %w", err)
+		return nil, fmt.Errorf("translate: reading %s: %w", at, err)
 	}
 	var parts []messagesChatOutPart
 	for j, b := range blocks {
 		if b.Type != "text" {
-			return nil, messagesChatRefuse("system["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
+			return nil, messagesChatRefuse(at+"["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
 		parts = append(parts, messagesChatOutPart{Type: "text", Text: b.Text})
 	}
@@ -304,9 +317,16 @@ func messagesChatContent(parts []messagesChatOutPart) any {
 }
 
 // messagesChatTurn appends the chat messages of the i-th Messages turn.
-func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) ([]messagesChatOutMsg, error) {
+func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, hosted HostedPolicy) ([]messagesChatOutMsg, error) {
 	at := "messages[" + strconv.Itoa(i) + "]"
-	if turn.Role != "user" && turn.Role != "assistant" {
+	switch turn.Role {
+	case "user", "assistant":
+	case "system":
+		// A system turn inside messages (Claude Code sends its environment
+		// block so): a chat system message at the same place, so the text
+		// keeps its order relative to the turns around it.
+		return messagesChatSystemTurn(dst, at, turn.Content)
+	default:
 		return nil, messagesChatRefuse(at+".role", "unknown role %q", turn.Role)
 	}
 	if !messagesChatPresent(turn.Content) {
@@ -323,7 +343,7 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) 
 	if err := json.Unmarshal(turn.Content, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
-	var parts []messagesChatOutPart
+	var parts, toolImages []messagesChatOutPart
 	var calls []messagesChatToolCall
 	for j, b := range blocks {
 		bat := at + ".content[" + strconv.Itoa(j) + "]"
@@ -362,19 +382,35 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) 
 			if turn.Role != "user" {
 				return nil, messagesChatRefuse(bat+".type", "tool_result belongs in a user message")
 			}
-			text, err := messagesChatToolResult(bat, b.Content)
+			text, images, err := messagesChatToolResult(bat, b.Content)
 			if err != nil {
 				return nil, err
 			}
 			// Chat wants the tool messages right after the assistant
 			// message that called them: before the rest of this turn.
 			dst = append(dst, messagesChatOutMsg{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
+			if len(images) > 0 {
+				// Tool messages carry text only: the images (a screenshot
+				// the Read tool returned) follow in the turn's user
+				// message, labelled with the call they came from.
+				toolImages = append(toolImages, messagesChatOutPart{Type: "text", Text: "[images from the result of tool call " + b.ToolUseID + "]"})
+				toolImages = append(toolImages, images...)
+			}
 		case "thinking", "redacted_thinking":
 			// The backend's model did not write them and cannot read them.
+		case "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+			"bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result",
+			"mcp_tool_use", "mcp_tool_result", "container_upload":
+			// A hosted tool's run, from an earlier answer of a native
+			// backend: history the chat backend cannot replay.
+			if hosted != DropHosted {
+				return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+			}
 		default:
 			return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
 	}
+	parts = append(toolImages, parts...)
 	switch {
 	case turn.Role == "assistant":
 		m := messagesChatOutMsg{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: calls}
@@ -388,6 +424,22 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn) 
 		dst = append(dst, messagesChatOutMsg{Role: "user", Content: ""})
 	}
 	return dst, nil
+}
+
+// messagesChatSystemTurn appends a system turn found inside messages: its
+// text (a string or text blocks) as a chat system message.
+func messagesChatSystemTurn(dst []messagesChatOutMsg, at string, content json.RawMessage) ([]messagesChatOutMsg, error) {
+	if !messagesChatPresent(content) {
+		return dst, nil
+	}
+	sys, err := messagesChatSystem(content, at+".content")
+	if err != nil {
+		return nil, err
+	}
+	if sys == nil {
+		return dst, nil
+	}
+	return append(dst, messagesChatOutMsg{Role: "system", Content: sys}), nil
 }
 
 func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
@@ -404,31 +456,46 @@ func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
 }
 
 // messagesChatToolResult is a tool_result's content as the tool message's
-// text: a string as it is, text blocks joined by a line break. is_error
-// has no chat equivalent: the text, which says what failed, is sent.
-func messagesChatToolResult(at string, raw json.RawMessage) (string, error) {
+// text (a string as it is, text blocks joined by a line break) and its
+// images as chat image parts. is_error has no chat equivalent: the text,
+// which says what failed, is sent.
+func messagesChatToolResult(at string, raw json.RawMessage) (string, []messagesChatOutPart, error) {
 	if !messagesChatPresent(raw) {
-		return "", nil
+		return "", nil, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		err := json.Unmarshal(raw, &s)
-		return s, err
+		return s, nil, err
 	}
 	var blocks []messagesChatInBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", fmt.Errorf("translate: reading %s.content: %w", at, err)
+		return "", nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
 	var text []byte
+	var images []messagesChatOutPart
+	texts := 0
 	for k, b := range blocks {
-		if b.Type != "text" {
-			return "", messagesChatRefuse(at+".content["+strconv.Itoa(k)+"].type",
-				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text only)", b.Type)
+		bat := at + ".content[" + strconv.Itoa(k) + "]"
+		switch b.Type {
+		case "text":
+			if texts > 0 {
+				text = append(text, '\n')
+			}
+			texts++
+			text = append(text, b.Text...)
+		case "image":
+			url, err := messagesChatImageURL(bat, b)
+			if err != nil {
+				return "", nil, err
+			}
+			images = append(images, messagesChatOutPart{Type: "image_url", ImageURL: &struct {
+				URL string `json:"url"`
+			}{URL: url}})
+		default:
+			return "", nil, messagesChatRefuse(bat+".type",
+				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text, images are moved to a user message)", b.Type)
 		}
-		if k > 0 {
-			text = append(text, '\n')
-		}
-		text = append(text, b.Text...)
 	}
-	return string(text), nil
+	return string(text), images, nil
 }

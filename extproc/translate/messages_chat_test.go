@@ -2,6 +2,7 @@ package translate
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/swarmgate/swarmgate/config"
@@ -39,7 +40,12 @@ func TestMessagesChatRequestEdges(t *testing.T) {
 			"refused messages[1].content[0].type"},
 		{"tool_use from the user", `{"model":"c","messages":[{"role":"user","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}`,
 			"refused messages[0].content[0].type"},
-		{"an unknown role", `{"model":"c","messages":[{"role":"system","content":"x"}]}`, "refused messages[0].role"},
+		{"an unknown role", `{"model":"c","messages":[{"role":"tool","content":"x"}]}`, "refused messages[0].role"},
+		{"system turns inside messages stay system text, in order",
+			`{"model":"c","system":"s0","messages":[` + user + `,{"role":"system","content":[{"type":"text","text":"env","cache_control":{"type":"ephemeral"}},{"type":"text","text":"more"}]},{"role":"system","content":"s2"},{"role":"system","content":""}]}`,
+			`{"model":"m","messages":[{"role":"system","content":"s0"},{"role":"user","content":"hi"},{"role":"system","content":[{"type":"text","text":"env"},{"type":"text","text":"more"}]},{"role":"system","content":"s2"}]}`},
+		{"a system turn that is not text", `{"model":"c","messages":[` + user + `,{"role":"system","content":[{"type":"text","text":"a"},{"type":"image"}]}]}`,
+			"refused messages[1].content[1].type"},
 		{"a system block that is not text", `{"model":"c","system":[{"type":"image"}],"messages":[` + user + `]}`, "refused system[0].type"},
 		{"mcp_servers", `{"model":"c","mcp_servers":[{"type":"url","url":"https://x","name":"x"}],"messages":[` + user + `]}`, "refused mcp_servers"},
 		{"container", `{"model":"c","container":"cntr_1","messages":[` + user + `]}`, "refused container"},
@@ -62,6 +68,22 @@ func TestMessagesChatRequestEdges(t *testing.T) {
 				t.Fatalf("got  %s\nwant %s", out, tt.want)
 			}
 		})
+	}
+	// Hosted tools dropped: the request goes without them (and without a
+	// tool_choice forcing one), each reported.
+	var dropped []string
+	o := RequestOptions{Model: "m", Hosted: DropHosted, Dropped: func(tt string) { dropped = append(dropped, tt) }}
+	out, err := tr.Request([]byte(`{"model":"c","tools":[{"type":"web_search_20250305","name":"web_search"},{"name":"f","input_schema":{"type":"object"}},{"type":"computer_20250124","name":"computer"}],"tool_choice":{"type":"tool","name":"web_search"},"messages":[`+
+		user+`,{"role":"assistant","content":[{"type":"server_tool_use","id":"s1","name":"web_search","input":{}},{"type":"web_search_tool_result","tool_use_id":"s1","content":[]},{"type":"text","text":"found"}]},`+user+`]}`), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"found"},{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`
+	if string(out) != want {
+		t.Errorf("dropped hosted tools:\ngot  %s\nwant %s", out, want)
+	}
+	if got := strings.Join(dropped, ","); got != "web_search_20250305,computer_20250124" {
+		t.Errorf("dropped %q", got)
 	}
 	for _, bad := range []string{``, `[]`, `{"messages":{}}`, `{"messages":[{"role":"user","content":5}]}`} {
 		_, err := tr.Request([]byte(bad), RequestOptions{Model: "m"})

@@ -2,6 +2,8 @@ package translate
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,5 +50,34 @@ func BenchmarkRequest(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkAgentRequest translates the agents' real tool-result turns (the
+// golden fixtures): Claude Code's for a chat relay, Codex's with its
+// namespace flattened and web_search dropped.
+func BenchmarkAgentRequest(b *testing.B) {
+	for _, c := range []struct {
+		name, from, dir string
+		o               RequestOptions
+	}{
+		{"claude_code", config.FamilyAnthropicMessages, "anthropic_messages_to_chat_completions/claude_code_tool_result", RequestOptions{Model: "up"}},
+		{"codex", config.FamilyResponses, "responses_to_chat_completions/codex_tool_result", RequestOptions{Model: "up", Hosted: DropHosted}},
+	} {
+		tr := mustPair(b, c.from, config.FamilyChatCompletions)
+		body, err := os.ReadFile(filepath.Join("testdata", c.dir, "request.in.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			if _, err := tr.Request(body, c.o); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = tr.Request(body, c.o)
+			}
+		})
 	}
 }

@@ -56,6 +56,7 @@ type responsesChatItem struct {
 	Content   json.RawMessage `json:"content"`
 	CallID    string          `json:"call_id"`
 	Name      string          `json:"name"`
+	Namespace string          `json:"namespace"`
 	Arguments string          `json:"arguments"`
 	Output    json.RawMessage `json:"output"`
 }
@@ -77,6 +78,21 @@ type responsesChatTool struct {
 	Description *string         `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
 	Strict      *bool           `json:"strict"`
+	// A namespace's function tools.
+	Tools []json.RawMessage `json:"tools"`
+}
+
+// responsesChatNamespaceSep joins a namespace and a function's name into
+// the one chat function name: "<namespace>__<name>". The answer's half
+// splits only names the request declared (responsesChatNamespaced), so a
+// plain function whose name holds "__" is left alone.
+const responsesChatNamespaceSep = "__"
+
+func responsesChatFlatName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + responsesChatNamespaceSep + name
 }
 
 // responsesChatMsg is one chat message before it is written.
@@ -177,11 +193,11 @@ func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 	b = jsonstr.Append(b, model)
 	b = append(b, `,"messages":`...)
 	b = responsesChatAppendMessages(b, msgs)
-	if b, err = responsesChatAppendTools(b, r.Tools); err != nil {
+	if b, err = responsesChatAppendTools(b, r.Tools, o); err != nil {
 		return nil, err
 	}
 	if !responsesChatIsNull(r.ToolChoice) {
-		if b, err = responsesChatAppendToolChoice(b, r.ToolChoice); err != nil {
+		if b, err = responsesChatAppendToolChoice(b, r.ToolChoice, o.Hosted); err != nil {
 			return nil, err
 		}
 	}
@@ -250,11 +266,18 @@ func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]respo
 	if err := responsesChatDecode(input, &items, "input"); err != nil {
 		return nil, err
 	}
+	// Images of tool outputs (Codex's view_image) wait for the end of the
+	// run of tool messages: chat wants those right after the calling
+	// assistant message, and carries images in user messages only.
+	var images []responsesChatMsgPart
 	for i, raw := range items {
 		path := "input[" + strconv.Itoa(i) + "]"
 		var it responsesChatItem
 		if err := responsesChatDecode(raw, &it, path); err != nil {
 			return nil, err
+		}
+		if it.Type != "function_call_output" && len(images) > 0 {
+			msgs, images = append(msgs, responsesChatMsg{role: "user", parts: images}), nil
 		}
 		switch {
 		case it.Type == "message" || it.Type == "" && it.Role != "":
@@ -275,11 +298,15 @@ func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]respo
 				msgs = append(msgs, responsesChatMsg{role: "assistant", toolCalls: []responsesChatItem{it}})
 			}
 		case it.Type == "function_call_output":
-			m, err := responsesChatToolOutput(it, path)
+			m, imgs, err := responsesChatToolOutput(it, path)
 			if err != nil {
 				return nil, err
 			}
 			msgs = append(msgs, m)
+			if len(imgs) > 0 {
+				images = append(images, responsesChatMsgPart{text: "[images from the output of tool call " + it.CallID + "]"})
+				images = append(images, imgs...)
+			}
 		case it.Type == "reasoning":
 			// Chat completions backends take no reasoning state back.
 		case it.Type == "":
@@ -287,6 +314,9 @@ func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]respo
 		default:
 			return nil, responsesChatUnsupported(path+".type", "%s.type: %q items are not supported by this model's backend (chat completions)", path, it.Type)
 		}
+	}
+	if len(images) > 0 {
+		msgs = append(msgs, responsesChatMsg{role: "user", parts: images})
 	}
 	return msgs, nil
 }
@@ -347,35 +377,53 @@ func responsesChatMessage(it responsesChatItem, path string) (responsesChatMsg, 
 	return m, nil
 }
 
-func responsesChatToolOutput(it responsesChatItem, path string) (responsesChatMsg, error) {
+// responsesChatToolOutput is a function_call_output as a tool message
+// (its text) and the images it returned, which the caller sends in a user
+// message after the run of tool messages.
+func responsesChatToolOutput(it responsesChatItem, path string) (responsesChatMsg, []responsesChatMsgPart, error) {
 	m := responsesChatMsg{role: "tool", toolCallID: it.CallID}
 	if it.CallID == "" {
-		return m, responsesChatUnsupported(path+".call_id", "%s.call_id is required", path)
+		return m, nil, responsesChatUnsupported(path+".call_id", "%s.call_id is required", path)
 	}
 	out := bytes.TrimSpace(it.Output)
 	if responsesChatIsNull(out) {
-		return m, responsesChatUnsupported(path+".output", "%s.output is required", path)
+		return m, nil, responsesChatUnsupported(path+".output", "%s.output is required", path)
 	}
 	if out[0] == '"' {
 		var s string
 		if err := responsesChatDecode(out, &s, path+".output"); err != nil {
-			return m, err
+			return m, nil, err
 		}
 		m.parts = []responsesChatMsgPart{{text: s}}
-		return m, nil
+		return m, nil, nil
 	}
 	var parts []responsesChatPart
 	if err := responsesChatDecode(out, &parts, path+".output"); err != nil {
-		return m, err
+		return m, nil, err
 	}
+	var images []responsesChatMsgPart
 	for j, p := range parts {
-		if p.Type != "input_text" && p.Type != "output_text" {
-			pp := path + ".output[" + strconv.Itoa(j) + "].type"
-			return m, responsesChatUnsupported(pp, "%s: %q tool output is not supported by this model's backend (chat completions takes text tool results)", pp, p.Type)
+		pp := path + ".output[" + strconv.Itoa(j) + "]"
+		switch p.Type {
+		case "input_text", "output_text":
+			m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
+		case "input_image":
+			if p.FileID != nil && *p.FileID != "" {
+				return m, nil, responsesChatUnsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
+			}
+			if p.ImageURL == nil || *p.ImageURL == "" {
+				return m, nil, responsesChatUnsupported(pp+".image_url", "%s.image_url is required", pp)
+			}
+			detail := p.Detail
+			if detail == "original" {
+				detail = "high"
+			}
+			images = append(images, responsesChatMsgPart{image: true, url: *p.ImageURL, detail: detail})
+		default:
+			return m, nil, responsesChatUnsupported(pp+".type", "%s.type: %q tool output is not supported by this model's backend (chat completions takes text and image tool results)", pp, p.Type)
 		}
-		m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
 	}
-	return m, nil
+	return m, images, nil
 }
 
 func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
@@ -401,7 +449,7 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 				b = append(b, `{"id":`...)
 				b = jsonstr.Append(b, tc.CallID)
 				b = append(b, `,"type":"function","function":{"name":`...)
-				b = jsonstr.Append(b, tc.Name)
+				b = jsonstr.Append(b, responsesChatFlatName(tc.Namespace, tc.Name))
 				b = append(b, `,"arguments":`...)
 				b = jsonstr.Append(b, tc.Arguments)
 				b = append(b, "}}"...)
@@ -447,46 +495,99 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 	return append(b, ']')
 }
 
-func responsesChatAppendTools(b []byte, tools []json.RawMessage) ([]byte, error) {
+// responsesChatAppendTools writes the chat tools: function tools as they
+// are, a namespace's function tools flattened (responsesChatFlatName), and
+// tools chat cannot express (hosted tools, custom tools) refused or
+// dropped as o.Hosted says.
+func responsesChatAppendTools(b []byte, tools []json.RawMessage, o RequestOptions) ([]byte, error) {
 	if len(tools) == 0 {
 		return b, nil
 	}
+	start := len(b)
 	b = append(b, `,"tools":[`...)
+	n := 0
+	seen := make(map[string]string, len(tools)) // chat name → the path that declared it
 	for i, raw := range tools {
 		path := "tools[" + strconv.Itoa(i) + "]"
 		var t responsesChatTool
 		if err := responsesChatDecode(raw, &t, path); err != nil {
 			return nil, err
 		}
-		if t.Type != "function" {
+		switch t.Type {
+		case "function":
+			var err error
+			if b, err = responsesChatAppendTool(b, &n, seen, path, "", t); err != nil {
+				return nil, err
+			}
+		case "namespace":
+			if t.Name == "" {
+				return nil, responsesChatUnsupported(path+".name", "%s.name is required", path)
+			}
+			for j, inner := range t.Tools {
+				ipath := path + ".tools[" + strconv.Itoa(j) + "]"
+				var it responsesChatTool
+				if err := responsesChatDecode(inner, &it, ipath); err != nil {
+					return nil, err
+				}
+				if it.Type != "function" {
+					if o.Hosted == DropHosted {
+						o.drop(it.Type)
+						continue
+					}
+					return nil, responsesChatUnsupported(ipath+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", ipath, it.Type)
+				}
+				var err error
+				if b, err = responsesChatAppendTool(b, &n, seen, ipath, t.Name, it); err != nil {
+					return nil, err
+				}
+			}
+		default:
+			if o.Hosted == DropHosted {
+				o.drop(t.Type)
+				continue
+			}
 			return nil, responsesChatUnsupported(path+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", path, t.Type)
 		}
-		if t.Name == "" {
-			return nil, responsesChatUnsupported(path+".name", "%s.name is required", path)
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"type":"function","function":{"name":`...)
-		b = jsonstr.Append(b, t.Name)
-		if t.Description != nil {
-			b = append(b, `,"description":`...)
-			b = jsonstr.Append(b, *t.Description)
-		}
-		if !responsesChatIsNull(t.Parameters) {
-			b = append(b, `,"parameters":`...)
-			b = append(b, bytes.TrimSpace(t.Parameters)...)
-		}
-		if t.Strict != nil {
-			b = append(b, `,"strict":`...)
-			b = strconv.AppendBool(b, *t.Strict)
-		}
-		b = append(b, "}}"...)
+	}
+	if n == 0 {
+		return b[:start], nil // every tool was dropped
 	}
 	return append(b, ']'), nil
 }
 
-func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error) {
+// responsesChatAppendTool writes one function tool (of namespace ns, when
+// set) as the n-th chat tool; two tools may not end up with one chat name.
+func responsesChatAppendTool(b []byte, n *int, seen map[string]string, path, ns string, t responsesChatTool) ([]byte, error) {
+	if t.Name == "" {
+		return nil, responsesChatUnsupported(path+".name", "%s.name is required", path)
+	}
+	name := responsesChatFlatName(ns, t.Name)
+	if prev, dup := seen[name]; dup {
+		return nil, responsesChatUnsupported(path+".name", "%s.name: the function %q has the same chat completions name as %s (namespaced functions are sent as <namespace>__<name>)", path, name, prev)
+	}
+	seen[name] = path
+	if *n > 0 {
+		b = append(b, ',')
+	}
+	*n++
+	b = append(b, `{"type":"function","function":{"name":`...)
+	b = jsonstr.Append(b, name)
+	if t.Description != nil {
+		b = append(b, `,"description":`...)
+		b = jsonstr.Append(b, *t.Description)
+	}
+	if !responsesChatIsNull(t.Parameters) {
+		b = append(b, `,"parameters":`...)
+		b = append(b, bytes.TrimSpace(t.Parameters)...)
+	}
+	if t.Strict != nil {
+		b = append(b, `,"strict":`...)
+		b = strconv.AppendBool(b, *t.Strict)
+	}
+	return append(b, "}}"...), nil
+}
+
+func responsesChatAppendToolChoice(b []byte, raw json.RawMessage, hosted HostedPolicy) ([]byte, error) {
 	raw = bytes.TrimSpace(raw)
 	if raw[0] == '"' {
 		var s string
@@ -502,11 +603,15 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error
 		return jsonstr.Append(b, s), nil
 	}
 	var c struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
+		Type      string `json:"type"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
 	}
 	if err := responsesChatDecode(raw, &c, "tool_choice"); err != nil {
 		return nil, err
+	}
+	if c.Type != "function" && hosted == DropHosted {
+		return b, nil // it names a tool the request goes without: the backend chooses
 	}
 	if c.Type != "function" {
 		return nil, responsesChatUnsupported("tool_choice.type", "tool_choice.type: %q is not supported by this model's backend (chat completions can force function tools only)", c.Type)
@@ -515,7 +620,7 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage) ([]byte, error
 		return nil, responsesChatUnsupported("tool_choice.name", "tool_choice.name is required")
 	}
 	b = append(b, `,"tool_choice":{"type":"function","function":{"name":`...)
-	b = jsonstr.Append(b, c.Name)
+	b = jsonstr.Append(b, responsesChatFlatName(c.Namespace, c.Name))
 	return append(b, "}}"...), nil
 }
 

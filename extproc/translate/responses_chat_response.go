@@ -90,6 +90,50 @@ type responsesChatResult struct {
 	items      []responsesChatOut
 	usage      *responsesChatUsage
 	echo       responsesChatEcho
+	// namespaced maps the chat names of the request's namespaced
+	// functions back to them (nil when it declared none).
+	namespaced map[string]responsesChatNSName
+}
+
+// responsesChatNSName is a namespaced function as the client declared it.
+type responsesChatNSName struct{ namespace, name string }
+
+// responsesChatNamespaced maps each namespaced function of the request's
+// tools to its chat name (responsesChatFlatName); nil when there is none.
+func responsesChatNamespaced(tools json.RawMessage) map[string]responsesChatNSName {
+	if !bytes.Contains(tools, []byte(`"namespace"`)) {
+		return nil
+	}
+	var ts []responsesChatTool
+	if json.Unmarshal(tools, &ts) != nil {
+		return nil
+	}
+	var m map[string]responsesChatNSName
+	for _, t := range ts {
+		if t.Type != "namespace" || t.Name == "" {
+			continue
+		}
+		for _, raw := range t.Tools {
+			var it responsesChatTool
+			if json.Unmarshal(raw, &it) != nil || it.Type != "function" || it.Name == "" {
+				continue
+			}
+			if m == nil {
+				m = make(map[string]responsesChatNSName)
+			}
+			m[responsesChatFlatName(t.Name, it.Name)] = responsesChatNSName{t.Name, it.Name}
+		}
+	}
+	return m
+}
+
+// callName is the name (and namespace, "" for none) the client declared
+// for a chat tool call's function name.
+func (r *responsesChatResult) callName(chat string) (namespace, name string) {
+	if n, ok := r.namespaced[chat]; ok {
+		return n.namespace, n.name
+	}
+	return "", chat
 }
 
 // responsesChatEcho is what a Response repeats of its request, as the
@@ -196,7 +240,7 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = r.items[i].appendItem(b, true)
+		b = r.items[i].appendItem(b, true, r)
 	}
 	b = append(b, ']')
 	b = appendEcho(b, "parallel_tool_calls", r.echo.ParallelToolCalls, "true")
@@ -239,14 +283,19 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 // appendItem writes the output item; full writes its content (text,
 // arguments), otherwise it is written as output_item.added announces it:
 // no content parts, empty arguments.
-func (it *responsesChatOut) appendItem(b []byte, full bool) []byte {
+func (it *responsesChatOut) appendItem(b []byte, full bool, r *responsesChatResult) []byte {
 	if it.kind == responsesChatCallItem {
 		b = append(b, `{"type":"function_call","id":`...)
 		b = jsonstr.Append(b, it.id)
 		b = append(b, `,"call_id":`...)
 		b = jsonstr.Append(b, it.callID)
+		ns, name := r.callName(it.name)
+		if ns != "" {
+			b = append(b, `,"namespace":`...)
+			b = jsonstr.Append(b, ns)
+		}
 		b = append(b, `,"name":`...)
-		b = jsonstr.Append(b, it.name)
+		b = jsonstr.Append(b, name)
 		b = append(b, `,"arguments":`...)
 		if full {
 			b = responsesChatAppendRaw(b, it.args)
@@ -355,6 +404,7 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		return dst, fmt.Errorf("translate: the chat completion is an error at status %d", r.o.Status)
 	}
 	res := responsesChatResult{model: c.Model, created: int64(c.Created), usage: c.Usage, echo: responsesChatEchoOf(r.o.Request)}
+	res.namespaced = responsesChatNamespaced(res.echo.Tools)
 	base := responsesChatIDBase(c.ID, r.o.RequestID)
 	res.id = "resp_" + base
 	if res.created == 0 {

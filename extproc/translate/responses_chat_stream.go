@@ -49,6 +49,7 @@ type responsesChatStream struct {
 func newResponsesChatStream(o ResponseOptions) *responsesChatStream {
 	s := &responsesChatStream{o: o, msg: -1}
 	s.res.echo = responsesChatEchoOf(o.Request)
+	s.res.namespaced = responsesChatNamespaced(s.res.echo.Tools)
 	s.onEvt = s.event
 	return s
 }
@@ -211,7 +212,7 @@ func (s *responsesChatStream) itemEvent(name string, i int, full bool) {
 	s.out = append(s.out, `,"output_index":`...)
 	s.out = responsesChatAppendInt(s.out, int64(i))
 	s.out = append(s.out, `,"item":`...)
-	s.out = s.res.items[i].appendItem(s.out, full)
+	s.out = s.res.items[i].appendItem(s.out, full, &s.res)
 	s.end()
 }
 
@@ -352,8 +353,9 @@ func (s *responsesChatStream) complete() {
 		it := &s.res.items[i]
 		s.begin("response.function_call_arguments.done")
 		s.itemRef(i)
+		_, name := s.res.callName(it.name)
 		s.out = append(s.out, `,"name":`...)
-		s.out = jsonstr.Append(s.out, it.name)
+		s.out = jsonstr.Append(s.out, name)
 		s.out = append(s.out, `,"arguments":`...)
 		s.out = responsesChatAppendRaw(s.out, it.args)
 		s.end()

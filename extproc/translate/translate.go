@@ -42,6 +42,34 @@ type RequestOptions struct {
 	// "max_tokens" (default; what relays speak most widely) or
 	// "max_completion_tokens" (what OpenAI's reasoning models require).
 	MaxTokensField string
+	// Hosted is what to do with tools the backend family cannot run
+	// (hosted tools such as web search, file search, code execution,
+	// computer use; Anthropic's server tools): refuse the request (the
+	// zero value) or drop them from it.
+	Hosted HostedPolicy
+	// Dropped, when set, is called once per tool dropped under
+	// DropHosted, with the tool's type as the client named it.
+	Dropped func(toolType string)
+}
+
+// HostedPolicy is what a translation does with a tool the backend family
+// cannot run (docs/translation-*.md, "Hosted tools").
+type HostedPolicy uint8
+
+const (
+	// RefuseHosted refuses the request with an *Unsupported naming the
+	// tool.
+	RefuseHosted HostedPolicy = iota
+	// DropHosted sends the request without the tool (and without a
+	// tool_choice that names it), reporting each through Dropped.
+	DropHosted
+)
+
+// drop reports a dropped tool type.
+func (o RequestOptions) drop(toolType string) {
+	if o.Dropped != nil {
+		o.Dropped(toolType)
+	}
 }
 
 // ChatMaxTokens is the chat completions field the output cap goes in.

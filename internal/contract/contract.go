@@ -219,6 +219,12 @@ const (
 // fleet when no client certificate can tell (plaintext behind a mesh).
 const GRPCFleetSecretHeader = "x-swarmgate-fleet-secret"
 
+// HeaderDroppedTools is a response header the upstream ext_proc sets on a
+// translated attempt's answer: the hosted tools (by type, comma-separated)
+// the translation dropped because the backend's family cannot run them
+// (backends[].hosted_tools). Clients see it; nothing reads it back.
+const HeaderDroppedTools = "x-swarmgate-dropped-tools"
+
 // xDS node groups. The control plane keys snapshots by node cluster (node id
 // when the cluster is empty): Envoy nodes use config.Envoy.NodeCluster; the
 // rate-limit service and ext_proc replicas connect with these ids and get
