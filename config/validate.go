@@ -595,6 +595,30 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 					v.add(ap, "thresholds must be strictly ascending: %g%% follows %g%%", a, b.Alerts[j-1])
 				}
 			}
+			if b.HardCap {
+				c.checkCappedModelsPriced(v, p+".budget.hard_cap", t)
+			}
+		}
+	}
+}
+
+// checkCappedModelsPriced refuses a hard cap that some of the tenant's
+// models could never reach: a model with no price on any target costs
+// nothing, so its spend would go on after the cap.
+func (c *Config) checkCappedModelsPriced(v *validator, path string, t *Tenant) {
+	for _, m := range c.Models {
+		if !t.Allows(m.Name) {
+			continue
+		}
+		priced := false
+		for _, tg := range m.Targets {
+			if tg.Price.InputPerMTok > 0 || tg.Price.OutputPerMTok > 0 {
+				priced = true
+				break
+			}
+		}
+		if !priced {
+			v.add(path, "tenant %q has a hard-capped budget but model %q has no price on any target, so its spend never counts toward the cap: set targets[].price or take the model out of the tenant's models", t.Name, m.Name)
 		}
 	}
 }

@@ -37,7 +37,7 @@ backends:
     keys: [{id: k1, secret: env:NOPE}]
 models:
   - name: m
-    targets: [{backend: b}]
+    targets: [{backend: b, price: {input_per_mtok: 1, output_per_mtok: 2}}]
 tenants:
   - name: acme
     keys: [{id: v1, hash: "sha256:%064d"}]
