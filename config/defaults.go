@@ -65,6 +65,7 @@ func (c *Config) applyDefaults() {
 	def(&c.Envoy.RateLimitAddress, dialable(c.Listen.RateLimit))
 	def(&c.Envoy.NodeCluster, "swarmgate")
 	def(&c.Envoy.RateLimitDomain, "swarmgate")
+	defDur(&c.Envoy.RateLimitTimeout, 500*time.Millisecond)
 
 	def(&c.Redis.Mode, "standalone")
 	if len(c.Redis.Addrs) == 0 {

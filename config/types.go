@@ -56,6 +56,9 @@ type Envoy struct {
 	NodeCluster string `yaml:"node_cluster" json:"node_cluster"`
 	// RateLimitDomain is the envoyproxy/ratelimit domain our descriptors use.
 	RateLimitDomain string `yaml:"ratelimit_domain" json:"ratelimit_domain"`
+	// RateLimitTimeout bounds each call Envoy's rate-limit filter makes to
+	// the rate-limit service; past it failure_modes.ratelimit decides.
+	RateLimitTimeout Duration `yaml:"ratelimit_timeout" json:"ratelimit_timeout"`
 }
 
 // Redis is the shared state store: breaker state, ledgers, budgets and the

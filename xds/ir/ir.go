@@ -23,6 +23,7 @@ type Gateway struct {
 	ExtProcAddress   string
 	RateLimitAddress string
 	RateLimitDomain  string
+	RateLimitTimeout time.Duration
 
 	MessageTimeout time.Duration
 	// AdmissionMaxWait is the longest admission wait of any tenant or
@@ -107,6 +108,7 @@ func Build(cfg *config.Config) *Gateway {
 		ExtProcAddress:      cfg.Envoy.ExtProcAddress,
 		RateLimitAddress:    cfg.Envoy.RateLimitAddress,
 		RateLimitDomain:     cfg.Envoy.RateLimitDomain,
+		RateLimitTimeout:    cfg.Envoy.RateLimitTimeout.D(),
 		MessageTimeout:      cfg.Request.MessageTimeout.D(),
 		AdmissionMaxWait:    cfg.LongestAdmissionWait(),
 		ExtProcFailOpen:     cfg.FailureModes.ExtProc == config.FailOpen,
