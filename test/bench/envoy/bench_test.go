@@ -117,7 +117,9 @@ func benchPoint(b *testing.B, s *benchStack, stream bool, conc int) {
 	slices.Sort(pl.lat)
 	slices.Sort(sw.lat)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	us := func(d time.Duration, n int) float64 { return float64(d) / float64(time.Microsecond) / float64(max(n, 1)) }
+	us := func(d time.Duration, n int) float64 {
+		return float64(d) / float64(time.Microsecond) / float64(max(n, 1))
+	}
 	np, ns := len(pl.lat)+pl.errs, len(sw.lat)+sw.errs
 	m := map[string]float64{
 		"plain-p50-ms": ms(pct(pl.lat, 0.50)), "plain-p99-ms": ms(pct(pl.lat, 0.99)),
