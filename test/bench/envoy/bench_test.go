@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -59,7 +60,8 @@ type sample struct {
 // on each path and of the swarmgate process.
 func BenchmarkEnvoy(b *testing.B) {
 	s := startBench(b)
-	b.Logf("Envoy %s (default concurrency: one worker per core), swarmgate serve as its own process", s.envoy.Version)
+	b.Logf("Envoy %s (default concurrency: one worker per core), swarmgate serve as its own process; service cluster breakers raised: %v",
+		s.envoy.Version, os.Getenv("ENVOY_BENCH_STOCK") != "1")
 	for _, kind := range []string{"json", "sse"} {
 		for _, conc := range []int{64, 1000} {
 			b.Run(fmt.Sprintf("%s/conc=%d", kind, conc), func(b *testing.B) {
@@ -82,7 +84,7 @@ func benchPoint(b *testing.B, s *benchStack, stream bool, conc int) {
 	// filled, swarmgate's streams and caches warm.
 	for _, p := range []path{plain, sg} {
 		if w := run(s, p, body, stream, 2*conc, conc); w.errs > 0 {
-			b.Fatalf("warm-up on %s: %d errors, first: %s", p.name, w.errs, w.firstErr)
+			b.Fatalf("warm-up on %s: %d of %d requests failed, first: %s\nEnvoy's overflow counters:\n%s", p.name, w.errs, 2*conc, w.firstErr, s.overflowStats())
 		}
 	}
 	per := max(b.N/slicesPerPath, 1)
@@ -111,7 +113,7 @@ func benchPoint(b *testing.B, s *benchStack, stream bool, conc int) {
 	pl, sw := tot[0], tot[1]
 	for j, t := range tot {
 		if t.errs > 0 {
-			b.Errorf("%s: %d of %d requests failed, first: %s", []string{"plain", "swarmgate"}[j], t.errs, len(t.lat)+t.errs, t.firstErr)
+			b.Errorf("%s: %d of %d requests failed, first: %s\nEnvoy's overflow counters:\n%s", []string{"plain", "swarmgate"}[j], t.errs, len(t.lat)+t.errs, t.firstErr, s.overflowStats())
 		}
 	}
 	slices.Sort(pl.lat)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -26,9 +27,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
@@ -50,6 +53,7 @@ type benchStack struct {
 	envoy        envoytest.Release
 	sgURL        string // Envoy's swarmgate listener
 	plainURL     string // Envoy's plain listener: router only, to the relay
+	envoyAdmin   string
 	envoyPID     int
 	swarmgatePID int
 }
@@ -152,6 +156,9 @@ tenants:
 	if err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv("ENVOY_BENCH_STOCK") != "1" {
+		bs.LayeredRuntime = raiseServiceBreakers(b)
+	}
 	bs.StaticResources.Listeners = append(bs.StaticResources.Listeners, plainListener(b, plainA))
 	bs.StaticResources.Clusters = append(bs.StaticResources.Clusters, plainCluster(b, relay.Addr().String()))
 	yb, err := bootstrap.Marshal(bs)
@@ -163,13 +170,52 @@ tenants:
 		b.Fatal(err)
 	}
 	ep := envoyproc.Start(b, rel.Path, bsPath)
-	s := &benchStack{envoy: rel, sgURL: "http://" + sgA, plainURL: "http://" + plainA, envoyPID: ep.PID(), swarmgatePID: sg.Process.Pid}
+	s := &benchStack{envoy: rel, sgURL: "http://" + sgA, plainURL: "http://" + plainA, envoyPID: ep.PID(), swarmgatePID: sg.Process.Pid,
+		envoyAdmin: "http://" + envoyAdmin}
 	if !poll(ctx, 60*time.Second, func() bool {
 		return get(s.sgURL+"/v1/models", virtualKey) == http.StatusOK && get(s.plainURL+"/v1/models", relaySecret(0)) == http.StatusOK
 	}) {
 		b.Fatalf("Envoy did not route both listeners within 60s:\n%s", ep.Log())
 	}
 	return s
+}
+
+// raiseServiceBreakers lifts the circuit breakers of the ext_proc and
+// rate-limit service clusters (Envoy's default: 1,024 requests) through
+// runtime overrides. Every request in flight holds a router-level ext_proc
+// stream, and its attempt an upstream one, so at 1,000 concurrent the
+// default overflows and Envoy answers 500 (ENVOY_BENCH_STOCK=1 shows it);
+// the generated clusters do not set them yet.
+// https://www.envoyproxy.io/docs/envoy/latest/configuration/upstream/cluster_manager/cluster_runtime#circuit-breaking
+func raiseServiceBreakers(b *testing.B) *bootstrapv3.LayeredRuntime {
+	limits := map[string]any{"max_connections": 100000, "max_pending_requests": 100000, "max_requests": 100000}
+	layer, err := structpb.NewStruct(map[string]any{"circuit_breakers": map[string]any{
+		contract.ClusterExtProc:   map[string]any{"default": limits},
+		contract.ClusterRateLimit: map[string]any{"default": limits},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{{Name: "bench",
+		LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: layer}}}}
+}
+
+// overflowStats is Envoy's overflow counters, for a failed run's log.
+func (s *benchStack) overflowStats() string {
+	resp, err := http.Get(s.envoyAdmin + "/stats?filter=overflow")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if len(l) > 0 && !bytes.HasSuffix(l, []byte(": 0")) {
+			out.Write(l)
+			out.WriteByte('\n')
+		}
+	}
+	return out.String()
 }
 
 // plainListener is an HTTP listener with the router filter only, every
