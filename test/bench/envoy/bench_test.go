@@ -65,7 +65,7 @@ func BenchmarkEnvoy(b *testing.B) {
 	for _, kind := range []string{"json", "sse"} {
 		for _, conc := range []int{64, 1000} {
 			b.Run(fmt.Sprintf("%s/conc=%d", kind, conc), func(b *testing.B) {
-				benchPoint(b, s, kind == "sse", conc, 0)
+				benchPoint(b, s, point{stream: kind == "sse", conc: conc})
 			})
 		}
 		// Closed loops saturate this machine, so their latency is mostly
@@ -74,12 +74,28 @@ func BenchmarkEnvoy(b *testing.B) {
 		// saturation, where the latency added is the path's own. At most
 		// 1,000 requests per path: the point is paced, not long.
 		b.Run(fmt.Sprintf("%s/conc=64/think=500ms", kind), func(b *testing.B) {
-			benchPoint(b, s, kind == "sse", 64, 500*time.Millisecond)
+			benchPoint(b, s, point{stream: kind == "sse", conc: 64, think: 500 * time.Millisecond, capped: true})
+		})
+		// One client, one request at a time: the latency floor of each
+		// path on this machine as loaded as it is (capped as above).
+		b.Run(fmt.Sprintf("%s/conc=1", kind), func(b *testing.B) {
+			benchPoint(b, s, point{stream: kind == "sse", conc: 1, capped: true})
 		})
 	}
 }
 
-func benchPoint(b *testing.B, s *benchStack, stream bool, conc int, think time.Duration) {
+// point is one load shape: conc clients in a closed loop, each waiting
+// think between requests; a capped point sends at most 1,000 requests
+// per path whatever b.N is.
+type point struct {
+	stream bool
+	conc   int
+	think  time.Duration
+	capped bool
+}
+
+func benchPoint(b *testing.B, s *benchStack, pt point) {
+	stream, conc, think := pt.stream, pt.conc, pt.think
 	body := requestBody(stream)
 	newClient := func() *http.Client {
 		return &http.Client{Transport: &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc, DisableCompression: true}}
@@ -96,7 +112,7 @@ func benchPoint(b *testing.B, s *benchStack, stream bool, conc int, think time.D
 		}
 	}
 	n := b.N
-	if think > 0 {
+	if pt.capped {
 		n = min(n, 1000)
 	}
 	per := max(n/slicesPerPath, 1)
