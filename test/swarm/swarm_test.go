@@ -305,28 +305,6 @@ func TestSwarm(t *testing.T) {
 // of res.
 func checkSwarm(t *testing.T, res swarmResult, relays map[string]*mockupstream.Server, led *ledger.Ledger, cfg *config.Config) swarmResult {
 	t.Helper()
-	// A relay records its 200 once the last byte is written, which may
-	// be just after the client has read it.
-	waitFor(30*time.Second, func() bool {
-		ok := 0
-		for _, m := range relays {
-			ok += m.Total().OK
-		}
-		return ok >= res.ok
-	})
-	var per []string
-	for _, name := range slices.Sorted(maps.Keys(relays)) {
-		c := relays[name].Total()
-		res.upstream.Requests += c.Requests
-		res.upstream.OK += c.OK
-		res.upstream.RateLimited += c.RateLimited
-		res.upstream.Errors += c.Errors
-		res.upstream.Resets += c.Resets
-		res.upstream.Unauthorized += c.Unauthorized
-		res.upstream.Canceled += c.Canceled
-		per = append(per, fmt.Sprintf("%s ok %d 429 %d err %d 401 %d", name, c.OK, c.RateLimited, c.Errors, c.Unauthorized))
-	}
-	t.Logf("%s: upstream %s", res.name, strings.Join(per, "; "))
 	if res.total == 0 || res.ok == 0 {
 		t.Fatalf("%s: %d of %d requests completed", res.name, res.ok, res.total)
 	}
@@ -336,11 +314,45 @@ func checkSwarm(t *testing.T, res swarmResult, relays map[string]*mockupstream.S
 	if res.nMalformed > 0 {
 		t.Errorf("%s: %d answers neither a success nor a well-formed refusal, e.g. %q", res.name, res.nMalformed, res.malformed)
 	}
-	if res.upstream.Unauthorized > 0 {
-		t.Errorf("%s: relays saw %d requests without a valid key", res.name, res.upstream.Unauthorized)
+	res.upstream, res.ledger = checkAccounts(t, res.name, res.ok, relays, led, cfg)
+	return res
+}
+
+// checkAccounts asserts that the clients' successes, the relays' records
+// and swarmgate's ledger of tenant "swarm" agree exactly: every success is
+// a relay's 200 and every relay's 200 a success, no relay saw a request
+// without a valid key, and the ledger holds the relays' usage, priced. It
+// returns the relays' counters summed and the ledger as a table cell.
+func checkAccounts(t *testing.T, name string, clientOK int, relays map[string]*mockupstream.Server, led *ledger.Ledger, cfg *config.Config) (mockupstream.Counters, string) {
+	t.Helper()
+	// A relay records its 200 once the last byte is written, which may
+	// be just after the client has read it.
+	waitFor(30*time.Second, func() bool {
+		ok := 0
+		for _, m := range relays {
+			ok += m.Total().OK
+		}
+		return ok >= clientOK
+	})
+	var up mockupstream.Counters
+	var per []string
+	for _, name := range slices.Sorted(maps.Keys(relays)) {
+		c := relays[name].Total()
+		up.Requests += c.Requests
+		up.OK += c.OK
+		up.RateLimited += c.RateLimited
+		up.Errors += c.Errors
+		up.Resets += c.Resets
+		up.Unauthorized += c.Unauthorized
+		up.Canceled += c.Canceled
+		per = append(per, fmt.Sprintf("%s ok %d 429 %d err %d 401 %d", name, c.OK, c.RateLimited, c.Errors, c.Unauthorized))
 	}
-	if res.ok != res.upstream.OK {
-		t.Errorf("%s: clients completed %d requests, relays answered %d with 200", res.name, res.ok, res.upstream.OK)
+	t.Logf("%s: upstream %s", name, strings.Join(per, "; "))
+	if up.Unauthorized > 0 {
+		t.Errorf("%s: relays saw %d requests without a valid key", name, up.Unauthorized)
+	}
+	if clientOK != up.OK {
+		t.Errorf("%s: clients completed %d requests, relays answered %d with 200", name, clientOK, up.OK)
 	}
 	n, u, cost := relaysUsage(relays, cfg)
 	ctx := context.Background()
@@ -351,13 +363,13 @@ func checkSwarm(t *testing.T, res swarmResult, relays map[string]*mockupstream.S
 		return err == nil && got.Total.Requests == int64(n) && got.Total.InputTokens == u.PromptTokens &&
 			got.Total.OutputTokens == u.CompletionTokens && got.Total.Cost == cost
 	})
-	res.ledger = fmt.Sprintf("%d req, %d/%d tok, %s", got.Total.Requests, got.Total.InputTokens, got.Total.OutputTokens, got.Total.Cost)
+	cell := fmt.Sprintf("%d req, %d/%d tok, %s", got.Total.Requests, got.Total.InputTokens, got.Total.OutputTokens, got.Total.Cost)
 	if !ok {
-		t.Errorf("%s: ledger %+v, relays' usage %d requests, %d in / %d out tokens, cost %s", res.name, got.Total, n, u.PromptTokens, u.CompletionTokens, cost)
+		t.Errorf("%s: ledger %+v, relays' usage %d requests, %d in / %d out tokens, cost %s", name, got.Total, n, u.PromptTokens, u.CompletionTokens, cost)
 	} else {
-		res.ledger += " = relays"
+		cell += " = relays"
 	}
-	return res
+	return up, cell
 }
 
 // waitFor polls cond every 10 ms until it holds (true) or within passes.
