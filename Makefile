@@ -56,7 +56,7 @@ loadtest: deps
 ## swarm: the full swarm simulation (500 agents, three relays, policy vs one-key baseline; the policy also
 ## through the real Envoy at 100 and 500 agents).
 swarm: deps
-	SWARMGATE_SWARM_FULL=1 $(GO) test -count=1 -timeout 10m -run TestSwarm -v ./test/swarm/
+	SWARMGATE_SWARM_FULL=1 $(GO) test -count=1 -timeout 20m -run TestSwarm -v ./test/swarm/
 
 ## golden: regenerate the xDS golden files from testdata configs.
 golden:
