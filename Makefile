@@ -48,13 +48,15 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count $${COUNT:-1} $(PKGS) | tee bench.out
 
-## loadtest: the ext_proc load generator, swarmgate against a do-nothing baseline (results in test/bench/results/).
-loadtest:
+## loadtest: the ext_proc load generator, swarmgate against a do-nothing baseline, then the real-Envoy
+## benchmark (results in test/bench/results/; ONLY=envoy for the Envoy benchmark alone).
+loadtest: deps
 	@./test/bench/run.sh
 
-## swarm: the full swarm simulation (500 agents, three relays, policy vs one-key baseline).
+## swarm: the full swarm simulation (500 agents, three relays, policy vs one-key baseline; the policy also
+## through the real Envoy at 100 and 500 agents).
 swarm: deps
-	SWARMGATE_SWARM_FULL=1 $(GO) test -count=1 -timeout 10m -run TestSwarm -v ./test/swarm/
+	SWARMGATE_SWARM_FULL=1 $(GO) test -count=1 -timeout 20m -run TestSwarm -v ./test/swarm/
 
 ## golden: regenerate the xDS golden files from testdata configs.
 golden:

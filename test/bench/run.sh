@@ -5,6 +5,7 @@
 #
 #   test/bench/run.sh                      # 12 pairs of 3 s slices per point
 #   PAIRS=20 DURATION=4s test/bench/run.sh
+#   ONLY=envoy test/bench/run.sh           # only the real-Envoy benchmark
 #
 # Each target point is a comparison (loadgen compare): both servers stay up
 # and alternate short slices, baseline and swarmgate back to back with the
@@ -19,6 +20,18 @@ PAIRS=${PAIRS:-12}
 DURATION=${DURATION:-3s}
 WARMUP=${WARMUP:-1s}
 mkdir -p "$OUT"
+
+# The real Envoy: the same requests through Envoy with swarmgate and through
+# a plain route of the same Envoy to the same mock relay (test/bench/envoy).
+envoy_bench() {
+	go test -run '^$' -bench BenchmarkEnvoy -benchtime "${ENVOY_N:-8000}x" -timeout 30m -v ./test/bench/envoy/ |
+		tee "$OUT/envoy.txt"
+}
+if [ "${ONLY:-}" = envoy ]; then
+	envoy_bench
+	exit 0
+fi
+
 go build -o "$OUT/loadgen" ./test/bench/loadgen/cmd/loadgen
 LG="$OUT/loadgen"
 
@@ -83,3 +96,5 @@ done
 	"$LG" chart -o "$OUT/single.svg" $(ls "$OUT"/*-sse-2000.json "$OUT"/swarmgate+redis-*.json 2>/dev/null)
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
+
+envoy_bench

