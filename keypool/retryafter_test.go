@@ -43,7 +43,7 @@ func TestRetryAfterWhileTheProviderHoldsEveryKey(t *testing.T) {
 			// One request: 429 on k1, Envoy retries on k2, 429 again.
 			for i := range 2 {
 				l := pick(t, p, "b", PickRequest{RequestID: "r1", Attempt: i + 1})
-								_ = p.Report(t.Context(), "b", l.KeyID, "r1", ParseOutcome(429, h))
+				_ = p.Report(t.Context(), "b", l.KeyID, "r1", ParseOutcome(429, h))
 			}
 			// The third attempt of the same request has no key: its
 			// refusal names the provider's wait, not that of a key this
@@ -88,4 +88,3 @@ func near(t *testing.T, what string, got, want time.Duration) {
 		t.Fatalf("%s: Retry-After %s, want %s", what, got, want)
 	}
 }
-
