@@ -74,7 +74,7 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			// The answer is not one to pass on: account the request as not
 			// served and send the client an error in its own shape.
 			s.finish(r, false)
-			return e.in(r.shape).response()
+			return r.answerError(e)
 		}
 	}
 	switch {
@@ -126,6 +126,9 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	resp, _ := a.start(answerResponseHeaders)
 	for _, h := range removeAttemptHeaders {
 		a.remove(h)
+	}
+	if r.requestID != "" {
+		a.set(requestIDHeader(r.shape), r.requestID)
 	}
 	if translating && r.decoder != nil {
 		a.remove("content-encoding")
