@@ -664,7 +664,7 @@ func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 	}
 	r.finished = true
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode_OK},
+		Status: &typev3.HttpStatus{Code: typev3.StatusCode_OK},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json"),
 			setHeader(requestIDHeader(r.shape), r.requestID)}},
 		Body: b,
