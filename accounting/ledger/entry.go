@@ -3,6 +3,7 @@ package ledger
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	"github.com/swarmgate/swarmgate/accounting/pricing"
@@ -10,13 +11,19 @@ import (
 
 // Entry is the accounting record of one finished (or abandoned) request.
 type Entry struct {
-	// RequestID is Envoy's x-request-id, shared by every report of the same
-	// request; it is the idempotency key.
+	// RequestID is the gateway's request id, the one every answer carries
+	// (x-request-id, or request-id in Anthropic's shape), shared by every
+	// report of the same request; it is the idempotency key.
 	RequestID string `json:"request_id"`
 	Tenant    string `json:"tenant"`
-	Model     string `json:"model"`   // public model alias
-	Backend   string `json:"backend"` // backend that served it
-	KeyID     string `json:"key_id"`  // upstream API key id (never the key)
+	Model     string `json:"model"` // public model alias
+	// UpstreamModel is the model name the backend was asked for (the
+	// target's model), when it differs from the alias.
+	UpstreamModel string `json:"upstream_model,omitempty"`
+	Backend       string `json:"backend"` // backend that served it
+	KeyID         string `json:"key_id"`  // upstream API key id (never the key)
+	// Status is the HTTP status the client got (0: none, a cut stream).
+	Status int `json:"status,omitempty"`
 	// Usage is what the provider reported (or, on a disconnect without a
 	// usage report, what the billing policy derived).
 	Usage pricing.Usage `json:"usage"`
@@ -27,6 +34,15 @@ type Entry struct {
 	// Partial marks a stream that ended by a client disconnect or an
 	// upstream reset.
 	Partial bool `json:"partial,omitempty"`
+}
+
+// detail is the entry as stored under its request id (Lookup).
+func (e *Entry) detail() string {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return "1" // not reachable: every field marshals
+	}
+	return string(b)
 }
 
 // Counter field names inside the day and month hashes. A field is
