@@ -99,6 +99,12 @@ type routerStream struct {
 	reqMeta      *requestMeta // kept across pooled uses
 	ownParser    UsageStream  // kept across pooled uses; parser when SSE
 	ownFilter    ChunkFilter  // kept across pooled uses; filter when hiding usage
+	// upstreamModel is the model the answering backend was asked for (the
+	// target's model, else the alias); names renames it in the answer to
+	// the alias unless the backend exposes it (modelname.go).
+	upstreamModel string
+	names         *modelNamer
+	ownNames      *modelNamer // kept across pooled uses
 	// tr translates the answer of a backend of another family into the
 	// client's (translation.go); trPair names the pair for metrics.
 	tr       translate.Response
@@ -119,7 +125,7 @@ func (r *routerStream) reset() {
 		echo = nil // a large body's buffer is not kept for the next request
 	}
 	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta,
-		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, trOut: to, echo: echo}
+		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, ownNames: r.ownNames, trOut: to, echo: echo}
 }
 
 // answer is the stream's reusable answer (see answer).

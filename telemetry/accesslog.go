@@ -24,15 +24,18 @@ type RequestLog struct {
 	Tenant          string
 	VirtualKeyID    string // caller's virtual key id
 	Model           string // public model alias asked for
-	Backend         string // backend of the last attempt
-	KeyID           string // upstream API key id of the last attempt
-	Attempts        int
-	Status          int // HTTP status sent to the client; 0: none
-	Stream          bool
-	Tokens          Tokens
-	Cost            float64
-	Latency         time.Duration
-	TTFT            time.Duration // streams only
+	// UpstreamModel is the model the backend was asked for (the target's
+	// model name), which answers name only when the backend exposes it.
+	UpstreamModel string
+	Backend       string // backend of the last attempt
+	KeyID         string // upstream API key id of the last attempt
+	Attempts      int
+	Status        int // HTTP status sent to the client; 0: none
+	Stream        bool
+	Tokens        Tokens
+	Cost          float64
+	Latency       time.Duration
+	TTFT          time.Duration // streams only
 	// Reason says why a request was refused or failed ("budget exhausted",
 	// "all keys open"); empty on success.
 	Reason string
@@ -69,6 +72,7 @@ func logRequest(logger *slog.Logger, r RequestLog, extra []slog.Attr) {
 		slog.String("tenant", r.Tenant),
 		slog.String("virtual_key_id", r.VirtualKeyID),
 		slog.String("model", r.Model),
+		slog.String("upstream_model", r.UpstreamModel),
 		slog.String("backend", r.Backend),
 		slog.String("key_id", r.KeyID),
 		slog.Int("attempts", r.Attempts),
