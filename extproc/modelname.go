@@ -11,115 +11,115 @@ import (
 // events, Anthropic messages and message_start.
 var modelKey = []byte(`"model"`)
 
-// maxModelHold bounds what a chunk's end may hold back while a "model"
-// value is cut across chunks; a longer value passes unchanged.
-const maxModelHold = 512
+// namerState is where a modelNamer is in `"model" : "value"`.
+type namerState uint8
+
+const (
+	namerScan   namerState = iota // looking for the key
+	namerKey                      // after the key: spaces, then ':'
+	namerColon                    // after ':': spaces, then the value's '"'
+	namerValue                    // inside the old value: dropped up to its closing '"'
+	namerEscape                   // after a '\' inside the old value
+)
 
 // modelNamer rewrites the value of every "model" string in an answer to
 // the alias the client asked for, chunk by chunk, without parsing the JSON:
 // a quote inside a JSON string is escaped, so `"model"` followed by a colon
-// and a string is a key wherever it appears raw. A match cut at a chunk's
-// end is held back until the next chunk (at most maxModelHold bytes). It is
-// reused across the pooled stream's requests (reset).
+// and a string is a key wherever it appears raw. It holds nothing back
+// across chunks: the key and the colon pass as they are, the new value is
+// written where the old one opens and the old one's bytes are dropped up to
+// its closing quote, in whichever chunk that comes. A chunk without a
+// match passes untouched (no copy, no body mutation). It is reused across
+// the pooled stream's requests (reset).
 type modelNamer struct {
 	alias   []byte // the alias as a JSON string, quotes included
-	pending []byte // a possible match held back from the last chunk
-	out     []byte // the last Write's result
-	joined  []byte // pending+chunk, when something was held back
+	state   namerState
+	keyPart int    // bytes of modelKey matched at the last chunk's end
+	out     []byte // the last changed Write's result
 }
 
 func (m *modelNamer) reset(alias string) {
 	m.alias = jsonstr.Append(m.alias[:0], alias)
-	m.pending = m.pending[:0]
+	m.state, m.keyPart = namerScan, 0
 }
 
 // Write returns the chunk with the model renamed, and whether it differs
-// from the chunk as given (changed: the bytes must replace the chunk). At
-// end nothing is held back.
-func (m *modelNamer) Write(chunk []byte, end bool) (out []byte, changed bool) {
-	data := chunk
-	if len(m.pending) > 0 {
-		m.joined = append(append(m.joined[:0], m.pending...), chunk...)
-		data, changed = m.joined, true
-		m.pending = m.pending[:0]
-	}
+// from the chunk as given (changed: the bytes must replace the chunk).
+func (m *modelNamer) Write(chunk []byte) (out []byte, changed bool) {
 	out = m.out[:0]
-	last := 0 // data[last:] is not written yet
-	for i := 0; ; {
-		k := bytes.Index(data[i:], modelKey)
-		if k < 0 {
-			break
-		}
-		k += i
-		start, stop, complete := stringValue(data, k+len(modelKey))
-		switch {
-		case !complete && !end && len(data)-k <= maxModelHold:
-			// Cut by the chunk's end: hold it back for the next one.
-			out = append(out, data[last:k]...)
-			m.pending = append(m.pending, data[k:]...)
-			m.out = out
-			return out, true
-		case start < 0 || !complete:
-			i = k + len(modelKey) // not a string value: leave it
-			continue
-		}
-		out = append(out, data[last:start]...)
-		out = append(out, m.alias...)
-		last, i = stop, stop
-		changed = true
+	// chunk[last:i] is still to be written; bytes of an old value are
+	// skipped by moving last past them.
+	last, i := 0, 0
+	if m.state == namerValue || m.state == namerEscape {
+		changed = true // the old value's tail is dropped from this chunk
 	}
-	if !end {
-		// A key cut inside `"model"` itself: hold the possible start.
-		if h := keyPrefixAtEnd(data[last:]); h > 0 {
-			out = append(out, data[last:len(data)-h]...)
-			m.pending = append(m.pending, data[len(data)-h:]...)
-			m.out = out
-			return out, true
+	for i < len(chunk) {
+		switch m.state {
+		case namerScan:
+			if m.keyPart > 0 {
+				// The key was cut by the last chunk's end: does it go on?
+				rest := modelKey[m.keyPart:]
+				n := min(len(rest), len(chunk)-i)
+				if !bytes.Equal(chunk[i:i+n], rest[:n]) {
+					m.keyPart = 0 // not the key; scan these bytes afresh
+					continue
+				}
+				i += n
+				if m.keyPart += n; m.keyPart == len(modelKey) {
+					m.keyPart, m.state = 0, namerKey
+				}
+				continue
+			}
+			k := bytes.Index(chunk[i:], modelKey)
+			if k < 0 {
+				m.keyPart = keyPrefixAtEnd(chunk[i:])
+				i = len(chunk)
+				continue
+			}
+			i += k + len(modelKey)
+			m.state = namerKey
+		case namerKey, namerColon:
+			switch c := chunk[i]; {
+			case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+				i++
+			case c == ':' && m.state == namerKey:
+				i++
+				m.state = namerColon
+			case c == '"' && m.state == namerColon:
+				// The value opens: write the alias in its place.
+				out = append(append(out, chunk[last:i]...), m.alias...)
+				changed = true
+				i++
+				last, m.state = i, namerValue
+			default:
+				m.state = namerScan // not a string value: leave it
+			}
+		case namerValue:
+			k := bytes.IndexAny(chunk[i:], `"\`)
+			if k < 0 {
+				i = len(chunk)
+				continue
+			}
+			i += k + 1
+			if chunk[i-1] == '"' {
+				m.state = namerScan
+			} else {
+				m.state = namerEscape
+			}
+			last = i
+		case namerEscape:
+			i++
+			last, m.state = i, namerValue
 		}
 	}
 	if !changed {
 		return chunk, false
 	}
-	out = append(out, data[last:]...)
+	if m.state != namerValue && m.state != namerEscape {
+		out = append(out, chunk[last:]...)
+	}
 	m.out = out
 	return out, true
-}
-
-// stringValue reads `<ws>:<ws>"…"` at data[i:]: start is the opening quote
-// and stop just past the closing one. start < 0 when what follows the key
-// is not a string value; complete is false when data ends first.
-func stringValue(data []byte, i int) (start, stop int, complete bool) {
-	i = skipSpace(data, i)
-	if i == len(data) {
-		return 0, 0, false
-	}
-	if data[i] != ':' {
-		return -1, 0, true
-	}
-	i = skipSpace(data, i+1)
-	if i == len(data) {
-		return 0, 0, false
-	}
-	if data[i] != '"' {
-		return -1, 0, true
-	}
-	start = i
-	for i++; i < len(data); i++ {
-		switch data[i] {
-		case '\\':
-			i++
-		case '"':
-			return start, i + 1, true
-		}
-	}
-	return 0, 0, false
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // keyPrefixAtEnd is the length of the longest end of data that is a proper

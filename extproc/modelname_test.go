@@ -22,13 +22,16 @@ func TestModelNamer(t *testing.T) {
 		{"inside a string: untouched", `{"content":"say \"model\":\"x\"","model":"m"}`, `{"content":"say \"model\":\"x\"","model":"gpt-relay"}`},
 		{"no model", `{"error":{"message":"nope"}}`, `{"error":{"message":"nope"}}`},
 		{"key at the very end", `{"a":"model"`, `{"a":"model"`},
+		{"a value that looks like the key", `{"a":"model","b":"model" ,"model" : "x"}`, `{"a":"model","b":"model" ,"model" : "gpt-relay"}`},
+		{"prefix of the key then the key", `{"a":"mo","model":"x"}`, `{"a":"mo","model":"gpt-relay"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m modelNamer
-			// Every split into two chunks, and one byte at a time.
+			// Every split into two chunks, and one byte at a time: nothing
+			// is held back, so each chunk's output stands on its own.
 			for cut := 0; cut <= len(tc.in); cut++ {
 				m.reset("gpt-relay")
-				got := write(&m, tc.in[:cut], false) + write(&m, tc.in[cut:], true)
+				got := write(&m, tc.in[:cut]) + write(&m, tc.in[cut:])
 				if got != tc.want {
 					t.Fatalf("cut at %d:\n got %s\nwant %s", cut, got, tc.want)
 				}
@@ -36,7 +39,7 @@ func TestModelNamer(t *testing.T) {
 			m.reset("gpt-relay")
 			var b strings.Builder
 			for i := range len(tc.in) {
-				b.WriteString(write(&m, tc.in[i:i+1], i == len(tc.in)-1))
+				b.WriteString(write(&m, tc.in[i:i+1]))
 			}
 			if b.String() != tc.want {
 				t.Fatalf("byte by byte:\n got %s\nwant %s", b.String(), tc.want)
@@ -46,27 +49,26 @@ func TestModelNamer(t *testing.T) {
 }
 
 // write is one Write, copied (the result is reused by the next).
-func write(m *modelNamer, chunk string, end bool) string {
-	out, changed := m.Write([]byte(chunk), end)
+func write(m *modelNamer, chunk string) string {
+	out, changed := m.Write([]byte(chunk))
 	if !changed && string(out) != chunk {
 		panic("unchanged output differs")
 	}
 	return string(out)
 }
 
-// A value longer than the hold bound is left as the backend wrote it
-// rather than held without limit.
-func TestModelNamerBoundsItsHold(t *testing.T) {
+// A long old value cut across many chunks is dropped as it passes; what
+// follows it is kept.
+func TestModelNamerLongValue(t *testing.T) {
 	var m modelNamer
 	m.reset("a")
-	long := `{"model":"` + strings.Repeat("x", 2*maxModelHold)
-	out, _ := m.Write([]byte(long), false)
-	if string(out) != long {
-		t.Fatalf("held back %d bytes of a %d-byte value", len(long)-len(out), len(long))
+	in := `{"model":"` + strings.Repeat("x", 5000) + `\"y","next":1}`
+	var b strings.Builder
+	for i := 0; i < len(in); i += 100 {
+		b.WriteString(write(&m, in[i:min(i+100, len(in))]))
 	}
-	rest, _ := m.Write([]byte(`"}`), true)
-	if string(rest) != `"}` {
-		t.Fatalf("rest %q", rest)
+	if b.String() != `{"model":"a","next":1}` {
+		t.Fatalf("got %s", b.String())
 	}
 }
 
@@ -76,8 +78,8 @@ func TestModelNamerAllocations(t *testing.T) {
 	var m modelNamer
 	chunk := []byte(strings.Repeat("data: {\"id\":\"c\",\"model\":\"relay-model\",\"choices\":[{\"delta\":{\"content\":\"hello world \"}}]}\n\n", 100))
 	m.reset("gpt-relay")
-	m.Write(chunk, false)
-	if n := testing.AllocsPerRun(100, func() { m.Write(chunk, false) }); n != 0 {
+	m.Write(chunk)
+	if n := testing.AllocsPerRun(100, func() { m.Write(chunk) }); n != 0 {
 		t.Fatalf("%v allocations per chunk", n)
 	}
 }

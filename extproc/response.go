@@ -198,7 +198,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 			}
 		}
 		if r.names != nil {
-			r.nameChunk(chunk, plain, b.GetEndOfStream())
+			r.nameChunk(chunk, plain)
 		}
 	}
 	if b.GetEndOfStream() {
@@ -241,7 +241,7 @@ func (s *Server) startNaming(r *routerStream, translating bool) bool {
 // nameChunk renames the model in what this chunk sends the client: the
 // translation or the usage filter's output when they replaced the chunk,
 // the decoded bytes of a compressed answer, else the chunk itself.
-func (r *routerStream) nameChunk(chunk, plain []byte, end bool) {
+func (r *routerStream) nameChunk(chunk, plain []byte) {
 	src, replaced := chunk, r.reply.body.Response != nil
 	switch {
 	case replaced:
@@ -249,7 +249,7 @@ func (r *routerStream) nameChunk(chunk, plain []byte, end bool) {
 	case r.gzip:
 		src, replaced = plain, true
 	}
-	if out, changed := r.names.Write(src, end); changed || replaced {
+	if out, changed := r.names.Write(src); changed || replaced {
 		r.reply.replaceChunk(out)
 	}
 }
