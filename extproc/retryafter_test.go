@@ -1,10 +1,16 @@
 package extproc_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/keypool"
 )
@@ -47,4 +53,64 @@ func TestRetryAfterOfARestingPool(t *testing.T) {
 func secondsLeft(v string, want int) bool {
 	n, err := strconv.Atoi(v)
 	return err == nil && (n == want || n == want-1)
+}
+
+// queueAnswer refuses after a wait, with the figure the queue measured
+// when the wait began.
+type queueAnswer struct{ res extproc.QueueResult }
+
+func (q queueAnswer) Admit(context.Context, extproc.QueueRequest, func() (bool, time.Duration, extproc.Rate)) extproc.QueueResult {
+	return q.res
+}
+
+// keysThenRoom reports every key out at admission, with room after.
+type keysThenRoom struct {
+	extproc.KeyPicker
+	asked atomic.Int32
+}
+
+func (k *keysThenRoom) Available([]string) (bool, time.Duration) {
+	if k.asked.Add(1) == 1 {
+		return false, 2500 * time.Millisecond
+	}
+	return true, 0
+}
+func (k *keysThenRoom) Failing([]string) bool { return false }
+
+// A request that waited in the admission queue and is refused at the end
+// of its wait is told the time left now, not what was left when it began
+// to wait.
+func TestQueueTimeoutRetryAfterIsFresh(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Admission.MaxWait = config.Duration{Duration: 5 * time.Second}
+	pools, err := keypool.New(cfg, keypool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		keys  extproc.KeyPicker
+		retry string
+	}{
+		{"keys still out", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, false}, "3"},
+		// The keys have room (others were ahead, or the pace): the
+		// queue's own figure stands.
+		{"keys have room", &keysThenRoom{KeyPicker: wire.Keys(pools)}, "9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := queueAnswer{extproc.QueueResult{Reason: "timeout", Waited: 5 * time.Second, RetryAfter: 9 * time.Second}}
+			srv, err := extproc.New(extproc.Options{Config: cfg, Keys: tc.keys, Usage: wire.Usage(), Queue: q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := srv.NewRouterExchange()
+			defer x.End()
+			ctx := context.Background()
+			x.Handle(ctx, reqHeaders(false, chatHeaders(keyAlpha)...))
+			ir := x.Handle(ctx, reqBody(`{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)).GetImmediateResponse()
+			if set := setOf(t, ir.GetHeaders()); ir.GetStatus().GetCode() != http.StatusTooManyRequests || set["retry-after"] != tc.retry {
+				t.Fatalf("%v retry-after %q, want 429 and %s: %s", ir.GetStatus(), set["retry-after"], tc.retry, ir.GetBody())
+			}
+		})
+	}
 }
