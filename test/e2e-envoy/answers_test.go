@@ -1,7 +1,15 @@
 package e2eenvoy
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,8 +19,12 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/gateway"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 
 // attempt is one HTTP attempt the SDK made, as its middleware saw it.
@@ -124,4 +136,231 @@ func TestSDKRetriesThroughAProviderRetryAfter(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAnswersCarryTheRequestIDAndTheAlias: through the real Envoy, every
+// answer carries the gateway's request id (x-request-id in the OpenAI
+// shape, request-id in Anthropic's), refusals and translated answers
+// included, and the access log and the ledger find the request by it; the
+// answers name the alias the client asked for ("gpt-relay"), not the
+// relay's model ("relay-model"), which stays in the log and the ledger.
+func TestAnswersCarryTheRequestIDAndTheAlias(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		s, logs := startLoggedStack(t, r)
+		ctx := testCtx(t)
+		c := openai.NewClient(option.WithBaseURL(s.envoyURL+"/v1/"), option.WithAPIKey(keyTeam), option.WithMaxRetries(0))
+
+		// Answered, JSON.
+		var hr *http.Response
+		resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-relay",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("name yourself")}}, option.WithResponseInto(&hr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered := hr.Header.Get("X-Request-Id")
+		if !strings.HasPrefix(answered, "sg-") || resp.Model != "gpt-relay" {
+			t.Errorf("answer: x-request-id %q, model %q; want the gateway's id and the alias", answered, resp.Model)
+		}
+
+		// Answered, streamed: every chunk names the alias.
+		stream := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-relay",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream")}}, option.WithResponseInto(&hr))
+		chunks := 0
+		for stream.Next() {
+			chunks++
+			if m := stream.Current().Model; m != "gpt-relay" {
+				t.Errorf("chunk %d names %q", chunks, m)
+			}
+		}
+		if err := stream.Err(); err != nil || chunks == 0 {
+			t.Fatalf("stream: %d chunks, %v", chunks, err)
+		}
+		if id := hr.Header.Get("X-Request-Id"); !strings.HasPrefix(id, "sg-") || id == answered {
+			t.Errorf("stream x-request-id %q", id)
+		}
+
+		// Anthropic Messages translated onto the chat relay, JSON and SSE.
+		for _, streamed := range []bool{false, true} {
+			body := fmt.Sprintf(`{"model":"gpt-relay","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"hi"}]}`, streamed)
+			status, h, b := post(ctx, t, s.envoyURL+"/v1/messages", keyTeam, body)
+			if status != http.StatusOK || !strings.HasPrefix(h.Get("Request-Id"), "sg-") {
+				t.Errorf("messages (stream %t): %d request-id %q: %s", streamed, status, h.Get("Request-Id"), b)
+			}
+			if !strings.Contains(b, `"model":"gpt-relay"`) || strings.Contains(b, "relay-model") {
+				t.Errorf("messages (stream %t) names another model: %s", streamed, b)
+			}
+		}
+
+		// Refused by ext_proc: the id is there too, in each shape.
+		status, h, b := post(ctx, t, s.envoyURL+"/v1/chat/completions", "sk-not-a-tenant", `{"model":"gpt-relay","messages":[]}`)
+		refused := h.Get("X-Request-Id")
+		if status != http.StatusUnauthorized || !strings.HasPrefix(refused, "sg-") {
+			t.Errorf("refusal: %d x-request-id %q: %s", status, refused, b)
+		}
+		status, h, b = post(ctx, t, s.envoyURL+"/v1/messages", "sk-not-a-tenant", `{"model":"gpt-relay","max_tokens":5,"messages":[]}`)
+		if status != http.StatusUnauthorized || !strings.HasPrefix(h.Get("Request-Id"), "sg-") {
+			t.Errorf("Anthropic refusal: %d request-id %q: %s", status, h.Get("Request-Id"), b)
+		}
+
+		// The ledger finds the answered request by its id.
+		var entry struct {
+			RequestID     string `json:"request_id"`
+			Tenant        string `json:"tenant"`
+			Model         string `json:"model"`
+			UpstreamModel string `json:"upstream_model"`
+			Backend       string `json:"backend"`
+			Status        int    `json:"status"`
+		}
+		eventually(ctx, t, "the ledger entry", func() (bool, string) {
+			status, body, err := get(ctx, s.adminURL+"/usage?request_id="+answered, "")
+			if err != nil || status != http.StatusOK {
+				return false, fmt.Sprintf("%d %s %v", status, body, err)
+			}
+			return json.Unmarshal([]byte(body), &entry) == nil, body
+		})
+		if entry.RequestID != answered || entry.Tenant != "team" || entry.Model != "gpt-relay" || entry.UpstreamModel != "relay-model" ||
+			entry.Backend != "relay-c" || entry.Status != 200 {
+			t.Errorf("ledger entry %+v", entry)
+		}
+		// The access log has one line for each, the relay's model with the
+		// answered one.
+		eventually(ctx, t, "the access log lines", func() (bool, string) {
+			a, f := logs.line(answered), logs.line(refused)
+			return a != nil && f != nil, logs.String()
+		})
+		if l := logs.line(answered); l["upstream_model"] != "relay-model" || l["model"] != "gpt-relay" || l["status"] != 200.0 {
+			t.Errorf("access log of the answer: %v", l)
+		}
+		if l := logs.line(refused); l["status"] != 401.0 {
+			t.Errorf("access log of the refusal: %v", l)
+		}
+	})
+}
+
+func post(ctx context.Context, t *testing.T, url, key, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// accessLines collects the gateway's JSON log lines.
+type accessLines struct{ syncBuffer }
+
+// line is the access-log line of a request id (nil: none yet).
+func (a *accessLines) line(id string) map[string]any {
+	sc := bufio.NewScanner(strings.NewReader(a.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "request" && m["request_id"] == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// startLoggedStack is startStack on a config with one more relay, relay-c,
+// whose target is asked for "relay-model" under the alias "gpt-relay",
+// and the gateway's log (access lines included) kept as JSON.
+func startLoggedStack(t *testing.T, r envoytest.Release) (*stack, *accessLines) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rs := redistest.Start(t)
+	s := &stack{}
+	s.relayA = startRelay(t, ctx, config.AuthBearer, map[string]string{"relay-a-1": "E2E_A1", "relay-a-2": "E2E_A2"})
+	s.relayB = startRelay(t, ctx, config.AuthXAPIKey, map[string]string{"relay-b-1": "E2E_B1"})
+	relayC := mockupstream.New(mockupstream.Options{Auth: config.AuthBearer, CompletionTokens: 3, Models: []string{"relay-model"},
+		Keys: []mockupstream.Key{{ID: "relay-c-1", Value: upstreamKeys["E2E_A1"]}}})
+	if _, err := relayC.Start(ctx, "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relayC.Close() })
+
+	lisXDS, lisExtProc, lisAdmin := listen(t), listen(t), listen(t)
+	rlsAddr, _ := freeAddr(t)
+	_, envoyPort := freeAddr(t)
+	envoyAdmin, _ := freeAddr(t)
+	yml := gatewayYAML(map[string]string{"xds": lisXDS.Addr().String(), "extproc": lisExtProc.Addr().String(),
+		"ratelimit": rlsAddr, "admin": lisAdmin.Addr().String()}, envoyPort, rs.Addr, s.relayA.Addr().String(), s.relayB.Addr().String())
+	yml = strings.Replace(yml, "models:\n", `  - name: relay-c
+    base_url: http://`+relayC.Addr().String()+`/v1
+    auth: bearer
+    keys:
+      - {id: relay-c-1, secret: env:E2E_A1}
+models:
+  - name: gpt-relay
+    targets:
+      - {backend: relay-c, model: relay-model}
+`, 1)
+	yml += "telemetry:\n  access_log: true\n"
+	cfg, err := config.Parse([]byte(yml), "e2e-envoy.yaml", config.Options{LookupEnv: func(k string) (string, bool) {
+		v, ok := upstreamKeys[k]
+		return v, ok
+	}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, yml)
+	}
+	s.cfg = cfg
+	logs := &accessLines{}
+	ready := make(chan struct{})
+	gw, err := gateway.New(gateway.Options{
+		Roles: gateway.All, Initial: cfg, NodeID: "e2e-envoy", Version: "e2e",
+		Logger:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
+		Ready:     ready,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-runErr:
+		case <-time.After(15 * time.Second):
+			t.Error("gateway did not stop within 15s")
+		}
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs.String())
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-runErr:
+		t.Fatalf("gateway stopped before it was ready: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("gateway not ready within 20s")
+	}
+	s.adminURL = "http://" + lisAdmin.Addr().String()
+	b, err := bootstrap.Build(cfg, "e2e-envoy-1", bootstrap.Options{AdminAddress: envoyAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yb, err := bootstrap.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.bootstrapPath = filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(s.bootstrapPath, yb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.envoyAdmin = "http://" + envoyAdmin
+	s.envoyURL = fmt.Sprintf("http://127.0.0.1:%d", envoyPort)
+	startEnvoy(t, r.Path, s.bootstrapPath)
+	s.waitRouted(t)
+	return s, logs
 }
