@@ -171,8 +171,8 @@ func TestAnswersCarryTheRequestIDEverywhere(t *testing.T) {
 			if e := h.cap.waitEntry(t); e.RequestID != id {
 				t.Errorf("ledger entry request id %q, want %q", e.RequestID, id)
 			}
-			if lines := buf.lines(t); len(lines) != 1 || lines[0]["request_id"] != id {
-				t.Errorf("access log %v, want request_id %s", lines, id)
+			if lines := buf.lines(t); len(lines) != 1 || lines[0]["request_id"] != id || lines[0]["upstream_request_id"] != "provider-id" {
+				t.Errorf("access log %v, want request_id %s and the provider's id", lines, id)
 			}
 			spans := rec.Ended()
 			if len(spans) != 1 {

@@ -67,6 +67,13 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			limited = true
 		case "x-ratelimit-reset":
 			reset, _ = strconv.Atoi(headerValue(kv))
+		case contract.HeaderRequestID, headerAnthropicRequestID:
+			// The provider's own id, replaced on the answer by the
+			// gateway's: kept for the access log (a support ticket with
+			// the provider quotes it).
+			if r.upstreamRequestID == "" {
+				r.upstreamRequestID = label(headerValue(kv))
+			}
 		}
 	}
 	if r.admitted && !local {
@@ -390,7 +397,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 		reason = "stream cut before its end"
 	}
 	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.clientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
-		UpstreamModel: e.UpstreamModel, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
+		UpstreamModel: e.UpstreamModel, UpstreamRequestID: r.upstreamRequestID, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
 	if r.span != nil {
 		errType := ""
 		switch {

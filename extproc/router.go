@@ -103,8 +103,11 @@ type routerStream struct {
 	// target's model, else the alias); names renames it in the answer to
 	// the alias unless the backend exposes it (modelname.go).
 	upstreamModel string
-	names         *modelNamer
-	ownNames      *modelNamer // kept across pooled uses
+	// upstreamRequestID is the id the answering provider gave its answer
+	// (x-request-id or request-id), for the access log.
+	upstreamRequestID string
+	names             *modelNamer
+	ownNames          *modelNamer // kept across pooled uses
 	// tr translates the answer of a backend of another family into the
 	// client's (translation.go); trPair names the pair for metrics.
 	tr       translate.Response
