@@ -57,6 +57,13 @@ func TestRetryAfterWhileTheProviderHoldsEveryKey(t *testing.T) {
 			if h := p.BackendHealth(); h["b"] {
 				t.Fatal("every key rests, the backend is still healthy")
 			}
+			// Run sleeps until the keys reopen; it re-armed every
+			// millisecond while the down time (past) was the soonest.
+			kp := p.pool("b")
+			kp.mu.Lock()
+			soonest := kp.soonestLocked(clk.Now())
+			kp.mu.Unlock()
+			near(t, "soonest change", soonest.Sub(clk.Now()), provider)
 			start := clk.Now()
 			for _, at := range []time.Duration{0, 3 * time.Second, 8 * time.Second, 9900 * time.Millisecond} {
 				clk.Advance(start.Add(at).Sub(clk.Now()))
