@@ -167,6 +167,10 @@ func TestAnswersCarryTheRequestIDEverywhere(t *testing.T) {
 			if !strings.HasPrefix(id, "sg-") {
 				t.Fatalf("%s = %q, want the gateway's id; headers %v", tc.header, id, hs)
 			}
+			other := map[string]string{"x-request-id": "request-id", "request-id": "x-request-id"}[tc.header]
+			if rm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, other) {
+				t.Errorf("the provider's %s stays beside the gateway's id: removed %v", other, rm)
+			}
 			roundTrip(t, st, respBody(fixture(t, "openai_chat.json"), true))
 			if e := h.cap.waitEntry(t); e.RequestID != id {
 				t.Errorf("ledger entry request id %q, want %q", e.RequestID, id)

@@ -139,7 +139,15 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 		a.remove("content-encoding") // renamed from the decoded bytes
 	}
 	if r.requestID != "" {
-		a.set(requestIDHeader(r.shape), r.requestID)
+		// One id per answer: the provider's under the other family's
+		// name goes too (it is in the access log).
+		name := requestIDHeader(r.shape)
+		a.set(name, r.requestID)
+		if name == headerAnthropicRequestID {
+			a.remove(contract.HeaderRequestID)
+		} else {
+			a.remove(headerAnthropicRequestID)
+		}
 	}
 	if translating && r.decoder != nil {
 		a.remove("content-encoding")

@@ -183,8 +183,8 @@ func TestAnswersCarryTheRequestIDAndTheAlias(t *testing.T) {
 		for _, streamed := range []bool{false, true} {
 			body := fmt.Sprintf(`{"model":"gpt-relay","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"hi"}]}`, streamed)
 			status, h, b := post(ctx, t, s.envoyURL+"/v1/messages", keyTeam, body)
-			if status != http.StatusOK || !strings.HasPrefix(h.Get("Request-Id"), "sg-") {
-				t.Errorf("messages (stream %t): %d request-id %q: %s", streamed, status, h.Get("Request-Id"), b)
+			if status != http.StatusOK || !strings.HasPrefix(h.Get("Request-Id"), "sg-") || h.Get("X-Request-Id") != "" {
+				t.Errorf("messages (stream %t): %d request-id %q x-request-id %q: %s", streamed, status, h.Get("Request-Id"), h.Get("X-Request-Id"), b)
 			}
 			if !strings.Contains(b, `"model":"gpt-relay"`) || strings.Contains(b, "relay-model") {
 				t.Errorf("messages (stream %t) names another model: %s", streamed, b)
