@@ -126,6 +126,11 @@ func TestSDKRetriesThroughAProviderRetryAfter(t *testing.T) {
 		if last.status != http.StatusOK || last.at < providerWait {
 			t.Errorf("last attempt %+v: want 200 after the provider's %s", last, providerWait)
 		}
+		for _, a := range list {
+			if !strings.HasPrefix(a.requestID, "sg-") {
+				t.Errorf("attempt %+v without the gateway's request id", a)
+			}
+		}
 		for _, a := range list[:len(list)-1] {
 			if a.status != http.StatusTooManyRequests {
 				t.Errorf("attempt %+v: want 429 while the keys rest", a)
