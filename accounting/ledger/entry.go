@@ -3,10 +3,11 @@ package ledger
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // Entry is the accounting record of one finished (or abandoned) request.
@@ -36,13 +37,53 @@ type Entry struct {
 	Partial bool `json:"partial,omitempty"`
 }
 
-// detail is the entry as stored under its request id (Lookup).
+// detail is the entry as stored under its request id (Lookup): JSON that
+// decodes into Entry, written by hand and kept small because Redis holds
+// one per request for the dedupe period. The request id and tenant are the
+// key's; zero counts and empty names are left out; the time is to the
+// second.
 func (e *Entry) detail() string {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return "1" // not reachable: every field marshals
+	b := make([]byte, 0, 256)
+	b = append(b, `{"model":`...)
+	b = jsonstr.Append(b, e.Model)
+	if e.UpstreamModel != "" {
+		b = append(b, `,"upstream_model":`...)
+		b = jsonstr.Append(b, e.UpstreamModel)
 	}
-	return string(b)
+	b = append(b, `,"backend":`...)
+	b = jsonstr.Append(b, e.Backend)
+	b = append(b, `,"key_id":`...)
+	b = jsonstr.Append(b, e.KeyID)
+	if e.Status != 0 {
+		b = strconv.AppendInt(append(b, `,"status":`...), int64(e.Status), 10)
+	}
+	b = append(b, `,"usage":{`...)
+	n := len(b)
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"prompt_tokens", e.Usage.PromptTokens}, {"completion_tokens", e.Usage.CompletionTokens}, {"total_tokens", e.Usage.TotalTokens},
+		{"cached_tokens", e.Usage.CachedTokens}, {"reasoning_tokens", e.Usage.ReasoningTokens}, {"cache_write_tokens", e.Usage.CacheWriteTokens}} {
+		if f.v == 0 {
+			continue
+		}
+		if len(b) > n {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(append(append(append(b, '"'), f.name...), `":`...), f.v, 10)
+	}
+	b = append(b, `},"cost":"`...)
+	b = append(b, e.Cost.String()...)
+	b = append(b, `","time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339)
+	b = append(b, '"')
+	if e.Streamed {
+		b = append(b, `,"streamed":true`...)
+	}
+	if e.Partial {
+		b = append(b, `,"partial":true`...)
+	}
+	return string(append(b, '}'))
 }
 
 // Counter field names inside the day and month hashes. A field is

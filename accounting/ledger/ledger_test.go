@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -99,5 +100,29 @@ func TestLookupByRequestID(t *testing.T) {
 	}
 	if got, found, err := l.Lookup(ctx, []string{"acme"}, "sg-old"); err != nil || !found || got.RequestID != "sg-old" || got.Tenant != "acme" {
 		t.Errorf("old entry: %+v %v %v", got, found, err)
+	}
+}
+
+// The stored detail decodes into the entry it was written from (request
+// id and tenant come from the key; the time is kept to the second).
+func TestDetailRoundTrip(t *testing.T) {
+	for _, e := range []Entry{
+		{Model: "m", Backend: "b", KeyID: "k", Time: testTime},
+		{Model: `odd "model" \ name`, UpstreamModel: "vendor/m-2024\u00e9", Backend: "relay", KeyID: "k-1", Status: 200,
+			Usage: pricing.Usage{PromptTokens: 1 << 40, CompletionTokens: 7, TotalTokens: 9, CachedTokens: 3, ReasoningTokens: 2, CacheWriteTokens: 1},
+			Cost:  pricing.FromFloat(1.25), Time: testTime.Add(1500 * time.Millisecond), Streamed: true, Partial: true},
+	} {
+		var got Entry
+		if err := json.Unmarshal([]byte(e.detail()), &got); err != nil {
+			t.Fatalf("%s: %v", e.detail(), err)
+		}
+		e.Time = e.Time.Truncate(time.Second)
+		if !got.Time.Equal(e.Time) {
+			t.Errorf("time %s, want %s", got.Time, e.Time)
+		}
+		got.Time = e.Time
+		if got != e {
+			t.Errorf("decoded %+v\nwant    %+v\nfrom %s", got, e, e.detail())
+		}
 	}
 }

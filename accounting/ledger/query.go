@@ -187,12 +187,12 @@ func (l *Ledger) Lookup(ctx context.Context, tenants []string, requestID string)
 		case err != nil:
 			return Entry{}, false, fmt.Errorf("ledger: lookup %s: %w", requestID, err)
 		}
-		e = Entry{RequestID: requestID, Tenant: t}
 		if v != "1" {
 			if err := json.Unmarshal([]byte(v), &e); err != nil {
 				return Entry{}, false, fmt.Errorf("ledger: entry %s: %w", requestID, err)
 			}
 		}
+		e.RequestID, e.Tenant = requestID, t // the key's, not stored again
 		return e, true, nil
 	}
 	return Entry{}, false, nil
