@@ -261,6 +261,11 @@ type Backend struct {
 	// true): Anthropic Messages and Responses clients on a chat completions
 	// relay, chat clients on an Anthropic backend (docs/families.md).
 	Translate *bool `yaml:"translate" json:"translate"`
+	// ExposeUpstreamModel lets answers from this backend name the model as
+	// the backend does (a target's upstream model). By default an answer
+	// names the alias the client asked for; logs, traces and the ledger
+	// keep the upstream name either way.
+	ExposeUpstreamModel bool `yaml:"expose_upstream_model" json:"expose_upstream_model"`
 	// MaxTokensField names the output cap in chat completions requests the
 	// gateway translates for this backend: max_tokens (default) or
 	// max_completion_tokens (OpenAI's reasoning models refuse max_tokens).

@@ -26,8 +26,17 @@ func benchBody(n int, stream bool) []byte {
 // sseResponse is a stream of about n bytes of content chunks plus the usage
 // chunk, cut into 16 KiB transport chunks.
 func sseResponse(n int) [][]byte {
+	return sseEvents(n, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello world "}}]}`+"\n\n")
+}
+
+// sseNamedResponse is sseResponse with the model named in every event, as
+// providers send it.
+func sseNamedResponse(n int) [][]byte {
+	return sseEvents(n, `data: {"id":"c","object":"chat.completion.chunk","model":"vendor/chat-large","choices":[{"index":0,"delta":{"content":"hello world "}}]}`+"\n\n")
+}
+
+func sseEvents(n int, ev string) [][]byte {
 	var b bytes.Buffer
-	ev := `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello world "}}]}` + "\n\n"
 	for b.Len() < n {
 		b.WriteString(ev)
 	}
@@ -81,19 +90,29 @@ func BenchmarkRouterExchange(b *testing.B) {
 		name string
 		n    int
 	}{{"2KB", 2 << 10}, {"64KB", 64 << 10}, {"1MB", 1 << 20}} {
-		for _, kind := range []string{"json", "sse"} {
-			stream := kind == "sse"
+		// sse-model: every event names the model; "big" is asked for
+		// vendor/chat-large, renamed to the alias in each event. Its
+		// -asis twin is answered by "small", asked for the alias itself.
+		for _, kind := range []string{"json", "sse", "sse-model", "sse-model-asis"} {
+			stream := kind != "json"
 			reqB := benchBody(size.n, stream)
 			var chunks [][]byte
 			ctype := "application/json"
-			if stream {
+			switch kind {
+			case "sse":
 				chunks, ctype = sseResponse(size.n), "text/event-stream"
-			} else {
+			case "sse-model", "sse-model-asis":
+				chunks, ctype = sseNamedResponse(size.n), "text/event-stream"
+			default:
 				chunks = jsonResponse(size.n)
+			}
+			backend := "big"
+			if kind == "sse-model-asis" {
+				backend = "small"
 			}
 			headers := reqHeaders(false, chatHeaders(keyAlpha, "content-length", strconv.Itoa(len(reqB)))...)
 			body := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: reqB, EndOfStream: true}}}
-			rh := respHeaders(false, ":status", "200", "content-type", ctype, contract.HeaderBackend, "big", contract.HeaderUpstreamKey, "big-1")
+			rh := respHeaders(false, ":status", "200", "content-type", ctype, contract.HeaderBackend, backend, contract.HeaderUpstreamKey, backend+"-1")
 			var msgs []*extprocv3.ProcessingRequest
 			for _, c := range chunks {
 				msgs = append(msgs, respBody(c, false))

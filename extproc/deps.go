@@ -204,11 +204,15 @@ type Recorder interface {
 
 // Entry is one request's accounting record.
 type Entry struct {
-	RequestID     string
-	Time          time.Time
-	Tenant        string
-	VirtualKeyID  string
-	Model         string
+	RequestID    string
+	Time         time.Time
+	Tenant       string
+	VirtualKeyID string
+	Model        string // the alias the client asked for
+	// UpstreamModel is what the answering backend was asked for (the
+	// target's model, else the alias); answers name Model unless the
+	// backend exposes it.
+	UpstreamModel string
 	Backend       string
 	UpstreamKeyID string
 	Status        int

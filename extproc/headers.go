@@ -4,7 +4,25 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/contract"
 )
+
+// headerAnthropicRequestID is where Anthropic's answers carry their id
+// (its SDKs expose it as _request_id / RequestID).
+const headerAnthropicRequestID = "request-id"
+
+// requestIDHeader is the header that carries the gateway's request id on
+// an answer in shape sh: x-request-id where OpenAI's SDKs read it,
+// request-id where Anthropic's do. A provider's own id under that name is
+// replaced: the gateway's id is the one its logs, traces and ledger know.
+func requestIDHeader(sh family.ErrorShape) string {
+	if sh == family.Anthropic {
+		return headerAnthropicRequestID
+	}
+	return contract.HeaderRequestID
+}
 
 // headerValue reads a header from Envoy's map: raw_value, else value (Envoy
 // sends raw_value; other clients such as grpc-go's ext_proc send value).

@@ -62,7 +62,16 @@ func (s *Server) admitKeys(ctx context.Context, r *routerStream) *extprocv3.Proc
 	if res.Admitted {
 		return nil
 	}
-	e := errKeysExhausted(r.alias, res.RetryAfter, false)
+	retry = res.RetryAfter
+	if res.Waited > 0 {
+		// The queue's figure is as old as its last look at the keys (a
+		// waiter behind the first looks only when the wait begins): when
+		// the keys are still out, what they say now is the time left.
+		if ok, ra := s.opts.Keys.Available(r.backends); !ok {
+			retry = ra
+		}
+	}
+	e := errKeysExhausted(r.alias, retry, false)
 	if res.Waited > 0 {
 		e.message = "Every upstream key for `" + r.alias + "` stayed rate limited or busy for the " + res.Waited.Round(time.Millisecond).String() +
 			" this request waited (" + res.Reason + "); retry after the indicated time."

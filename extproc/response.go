@@ -67,6 +67,13 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			limited = true
 		case "x-ratelimit-reset":
 			reset, _ = strconv.Atoi(headerValue(kv))
+		case contract.HeaderRequestID, headerAnthropicRequestID:
+			// The provider's own id, replaced on the answer by the
+			// gateway's: kept for the access log (a support ticket with
+			// the provider quotes it).
+			if r.upstreamRequestID == "" {
+				r.upstreamRequestID = label(headerValue(kv))
+			}
 		}
 	}
 	if r.admitted && !local {
@@ -74,7 +81,7 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			// The answer is not one to pass on: account the request as not
 			// served and send the client an error in its own shape.
 			s.finish(r, false)
-			return e.in(r.shape).response()
+			return r.answerError(e)
 		}
 	}
 	switch {
@@ -122,10 +129,25 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 		// The translator writes plain bytes; its answer has another length.
 		r.filter = nil
 	}
+	renaming := r.admitted && !local && s.startNaming(r, translating)
 	a := r.answer()
 	resp, _ := a.start(answerResponseHeaders)
 	for _, h := range removeAttemptHeaders {
 		a.remove(h)
+	}
+	if renaming && r.gzip && !translating {
+		a.remove("content-encoding") // renamed from the decoded bytes
+	}
+	if r.requestID != "" {
+		// One id per answer: the provider's under the other family's
+		// name goes too (it is in the access log).
+		name := requestIDHeader(r.shape)
+		a.set(name, r.requestID)
+		if name == headerAnthropicRequestID {
+			a.remove(contract.HeaderRequestID)
+		} else {
+			a.remove(headerAnthropicRequestID)
+		}
 	}
 	if translating && r.decoder != nil {
 		a.remove("content-encoding")
@@ -190,6 +212,9 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 				}
 			}
 		}
+		if r.names != nil {
+			r.nameChunk(chunk, plain)
+		}
 	}
 	if b.GetEndOfStream() {
 		s.finish(r, false)
@@ -198,6 +223,50 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 		}
 	}
 	return resp
+}
+
+// startNaming finds the model the answering backend was asked for and,
+// when it is not the alias and the backend does not expose it, starts
+// renaming it in the answer (modelname.go). A compressed answer is renamed
+// from its decoded bytes, which only a 2xx or translated answer has.
+func (s *Server) startNaming(r *routerStream, translating bool) bool {
+	r.names = nil
+	if r.backend == "" || r.model == nil {
+		return false
+	}
+	r.upstreamModel = r.alias
+	for i := range r.model.Targets {
+		if t := &r.model.Targets[i]; t.Backend == r.backend && t.Model != "" {
+			r.upstreamModel = t.Model
+		}
+	}
+	b, ok := r.cfg.Backend(r.backend)
+	if r.upstreamModel == r.alias || !ok || b.ExposeUpstreamModel || (r.kind != bodyJSON && r.kind != bodySSE) ||
+		(r.gzip && r.decoder == nil && !translating) {
+		return false
+	}
+	if r.ownNames == nil {
+		r.ownNames = &modelNamer{}
+	}
+	r.ownNames.reset(r.alias)
+	r.names = r.ownNames
+	return true
+}
+
+// nameChunk renames the model in what this chunk sends the client: the
+// translation or the usage filter's output when they replaced the chunk,
+// the decoded bytes of a compressed answer, else the chunk itself.
+func (r *routerStream) nameChunk(chunk, plain []byte) {
+	src, replaced := chunk, r.reply.body.Response != nil
+	switch {
+	case replaced:
+		src = r.reply.mutB.Body
+	case r.gzip:
+		src, replaced = plain, true
+	}
+	if out, changed := r.names.Write(src); changed || replaced {
+		r.reply.replaceChunk(out)
+	}
 }
 
 func (r *routerStream) closeDecoder() {
@@ -234,7 +303,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		// count_tokens: admitted and routed, not a completion. Nothing to
 		// bill, nothing reserved (admission skipped the reservation).
 		s.observe(r, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: r.owner.Tenant.Name, VirtualKeyID: r.owner.Key.ID,
-			Model: r.alias, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
+			Model: r.alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
 		return
 	}
 	ok2xx := r.status >= 200 && r.status < 300
@@ -279,7 +348,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		as.prompt.Add(float64(u.PromptTokens))
 		as.completion.Add(float64(u.CompletionTokens))
 	}
-	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias,
+	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias, UpstreamModel: r.upstreamModel,
 		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream}
 	served := ok2xx || cut
 	var ctx context.Context = context.Background()
@@ -336,7 +405,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 		reason = "stream cut before its end"
 	}
 	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.clientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
-		Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
+		UpstreamModel: e.UpstreamModel, UpstreamRequestID: r.upstreamRequestID, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
 	if r.span != nil {
 		errType := ""
 		switch {
@@ -347,7 +416,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 		case status >= 500:
 			errType = "upstream_5xx"
 		}
-		telemetry.EndGenAISpan(r.span, telemetry.GenAIResponse{Tokens: tok, Status: status, Backend: e.Backend, KeyID: e.UpstreamKeyID,
+		telemetry.EndGenAISpan(r.span, telemetry.GenAIResponse{Model: e.UpstreamModel, Tokens: tok, Status: status, Backend: e.Backend, KeyID: e.UpstreamKeyID,
 			Cost: cost, ErrorType: errType})
 		r.span = nil
 	}

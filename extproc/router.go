@@ -99,6 +99,15 @@ type routerStream struct {
 	reqMeta      *requestMeta // kept across pooled uses
 	ownParser    UsageStream  // kept across pooled uses; parser when SSE
 	ownFilter    ChunkFilter  // kept across pooled uses; filter when hiding usage
+	// upstreamModel is the model the answering backend was asked for (the
+	// target's model, else the alias); names renames it in the answer to
+	// the alias unless the backend exposes it (modelname.go).
+	upstreamModel string
+	// upstreamRequestID is the id the answering provider gave its answer
+	// (x-request-id or request-id), for the access log.
+	upstreamRequestID string
+	names             *modelNamer
+	ownNames          *modelNamer // kept across pooled uses
 	// tr translates the answer of a backend of another family into the
 	// client's (translation.go); trPair names the pair for metrics.
 	tr       translate.Response
@@ -119,7 +128,7 @@ func (r *routerStream) reset() {
 		echo = nil // a large body's buffer is not kept for the next request
 	}
 	*r = routerStream{reqBody: buf, jsonBuf: jb, spliced: sp, backends: bk, reply: r.reply, ans: r.ans, meta: r.meta,
-		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, trOut: to, echo: echo}
+		reqMeta: r.reqMeta, ownParser: r.ownParser, ownFilter: r.ownFilter, ownNames: r.ownNames, trOut: to, echo: echo}
 }
 
 // answer is the stream's reusable answer (see answer).
@@ -212,7 +221,24 @@ func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingRespo
 	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: r.requestID, ClientRequestID: r.clientID, Tenant: tenant, VirtualKeyID: key,
 		Model: r.alias, Status: e.status, Latency: time.Since(r.start), Reason: e.code})
 	r.finished = !r.reserved // nothing to settle unless reserved
-	return e.in(r.shape).response()
+	return r.answerError(e)
+}
+
+// withRequestID adds the request id to a local answer.
+func (r *routerStream) withRequestID(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		if ir.Headers == nil {
+			ir.Headers = &extprocv3.HeaderMutation{}
+		}
+		ir.Headers.SetHeaders = append(ir.Headers.SetHeaders, setHeader(requestIDHeader(r.shape), r.requestID))
+	}
+	return resp
+}
+
+// answerError is e as the client's answer: in its family's shape, with the
+// request id.
+func (r *routerStream) answerError(e *apiError) *extprocv3.ProcessingResponse {
+	return e.in(r.shape).withHeader(requestIDHeader(r.shape), r.requestID).response()
 }
 
 func phase(req *extprocv3.ProcessingRequest) telemetry.Phase {
@@ -233,6 +259,12 @@ func phase(req *extprocv3.ProcessingRequest) telemetry.Phase {
 
 func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	r.start = time.Now()
+	// The gateway's own identity keys the reservation, the ledger, the
+	// settle and the key pool's per-request records (a client's reused
+	// x-request-id must not make two requests one), and every answer
+	// carries it, refusals included, so what a client quotes finds the
+	// access log line, the trace and the ledger entry.
+	r.requestID = identity.NewRequestID()
 	var method, auth, apiKey, contentLength string
 	a := r.answer()
 	resp, _ := a.start(answerRequestHeaders)
@@ -385,7 +417,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		case unsupported != nil:
 			return s.refuse(r, errBadRequest(unsupported.Message, "unsupported_parameter", unsupported.Param))
 		case r.spec == family.CountTokens:
-			return s.countTokensLocally(r, cr)
+			return r.withRequestID(s.countTokensLocally(r, cr))
 		}
 		return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
 			message: "The model `" + alias + "` is not served for " + r.spec.Path + " by any of its backends."})
@@ -466,10 +498,6 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 					r.cfg.Accounting.Currency + "."}).withRetryAfter(bs.RetryAfter))
 		}
 	}
-	// The gateway's own identity keys the reservation, the ledger, the
-	// settle and the key pool's per-request records: a client's reused
-	// x-request-id must not make two requests one.
-	r.requestID = identity.NewRequestID()
 	if reserving {
 		rreq := ReserveRequest{RequestID: r.requestID, Tenant: tenant.Name, KeyID: r.owner.Key.ID,
 			Model: alias, PromptTokens: r.estTokens, MaxOutputTokens: r.maxOut, Price: dearest(model, r.backends)}
@@ -645,9 +673,10 @@ func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 	}
 	r.finished = true
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode_OK},
-		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}},
-		Body:    b,
+		Status: &typev3.HttpStatus{Code: typev3.StatusCode_OK},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json"),
+			setHeader(requestIDHeader(r.shape), r.requestID)}},
+		Body: b,
 	}}}
 }
 

@@ -260,7 +260,9 @@ func TestResponseUsageJSON(t *testing.T) {
 	req := `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`
 	st, cancel := admit(t, h, req)
 	defer cancel()
-	resp := roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", contract.HeaderBackend, "big", contract.HeaderUpstreamKey, "big-2"))
+	// "small" is asked for the alias itself: nothing to rename, the
+	// chunks pass untouched (TestAnswersNameTheAlias covers renaming).
+	resp := roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", contract.HeaderBackend, "small", contract.HeaderUpstreamKey, "small-1"))
 	if rm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !contains(rm, contract.HeaderBackend) {
 		t.Errorf("attempt tags not removed: %v", rm)
 	}
@@ -280,7 +282,7 @@ func TestResponseUsageJSON(t *testing.T) {
 		t.Errorf("top-up %v", md[contract.MetaTokensTopUp])
 	}
 	e := h.cap.waitEntry(t)
-	if e.Usage.PromptTokens != 1117 || e.Backend != "big" || e.UpstreamKeyID != "big-2" || e.Estimated || e.Tenant != "alpha" || !strings.HasPrefix(e.RequestID, "sg-") {
+	if e.Usage.PromptTokens != 1117 || e.Backend != "small" || e.UpstreamKeyID != "small-1" || e.Estimated || e.Tenant != "alpha" || !strings.HasPrefix(e.RequestID, "sg-") {
 		t.Errorf("entry %+v", e)
 	}
 	if h.cap.settled["res-"+e.RequestID] != 1163 {

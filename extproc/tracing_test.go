@@ -43,4 +43,9 @@ func TestAdmittedRequestIsTraced(t *testing.T) {
 		attrs["gen_ai.usage.output_tokens"].AsInt64() != 46 {
 		t.Errorf("attributes %v", attrs)
 	}
+	// The span keeps the name the backend was asked for; the answer names
+	// the alias (TestAnswersNameTheAlias).
+	if got := attrs["gen_ai.response.model"].AsString(); got != "vendor/chat-large" {
+		t.Errorf("gen_ai.response.model %q, want the upstream model", got)
+	}
 }

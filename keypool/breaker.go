@@ -152,16 +152,17 @@ func (b *Breaker) observe(now time.Time, o Outcome, p *breakerPolicy, jitter flo
 		}
 	case classRateLimited:
 		b.fails429++
+		hold := o.hold()
 		switch {
 		case st == HalfOpen, st == Closed && b.fails429 >= p.n429:
-			b.trip(now, o.RetryAfter, ReasonRateLimited, p, jitter)
+			b.trip(now, hold, ReasonRateLimited, p, jitter)
 			changed = true
-		case st == Closed && o.RetryAfter > 0:
+		case st == Closed && hold > 0:
 			// The provider said when this key may be used again: honour it
 			// now instead of sending N more requests into a known 429.
-			changed = b.quota(now, now.Add(o.RetryAfter))
-		case st == Open && o.RetryAfter > 0 && now.Add(o.RetryAfter).After(b.until):
-			b.until, b.changed, changed = now.Add(o.RetryAfter), now, true
+			changed = b.quota(now, now.Add(hold))
+		case st == Open && hold > 0 && now.Add(hold).After(b.until):
+			b.until, b.changed, changed = now.Add(hold), now, true
 		}
 	case classAuth:
 		// One refusal is enough: the provider says the credential is bad.

@@ -106,12 +106,9 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 		flipped = kp.refreshLocked(now) || flipped
 		settled := kp.damper.upSince.Add(edsSettle)
 		if !kp.healthy || now.Before(settled) {
-			until := kp.damper.releaseAt()
-			if t := kp.soonestLocked(now); !t.IsZero() && t.After(until) {
-				until = t
-			}
-			if kp.healthy {
-				until = settled
+			until := settled
+			if !kp.healthy {
+				until = kp.backAtLocked(now)
 			}
 			kp.mu.Unlock()
 			if ra := max(until.Sub(now), time.Millisecond); best < 0 || ra < best {

@@ -50,8 +50,8 @@ func TestFailoverLoop(t *testing.T) {
 		t.Fatal("pool with a healthy fallback reported unavailable")
 	}
 	ok, ra := p.Available([]string{"primary"})
-	if ok || ra <= 0 || ra > cooldown {
-		t.Fatalf("Available(primary) = %v, %s; want false, ≤ %s", ok, ra, cooldown)
+	if ok || ra <= edsSettle || ra > cooldown+edsSettle {
+		t.Fatalf("Available(primary) = %v, %s; want false, ≤ %s and the EDS settle", ok, ra, cooldown)
 	}
 	if _, err := p.Pick(t.Context(), "primary", PickRequest{Attempt: 1}); err == nil {
 		t.Fatal("pick on an all-open backend succeeded")
@@ -323,8 +323,8 @@ func TestAvailableFollowsTheDampedHealth(t *testing.T) {
 		}
 	}
 	clk.Advance(10 * time.Second) // the key half-opens, the backend is held
-	if ok, ra := p.Available([]string{"b"}); ok || ra != 10*time.Second {
-		t.Fatalf("held-down backend: Available = %v, %s; want false, the hold's 10s left", ok, ra)
+	if ok, ra := p.Available([]string{"b"}); ok || ra != 10*time.Second+edsSettle {
+		t.Fatalf("held-down backend: Available = %v, %s; want false, the hold's 10s left and the EDS settle", ok, ra)
 	}
 	clk.Advance(10 * time.Second)
 	// Reported healthy again now; admission waits for the EDS push.

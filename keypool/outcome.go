@@ -63,6 +63,24 @@ func (o Outcome) class() outcomeClass {
 	}
 }
 
+// hold is how long the provider says the key stays limited: its
+// Retry-After (or retry-after-ms), else, on a 429 without one, the latest
+// reset among the limits it reports exhausted (x-ratelimit-reset-* or
+// anthropic-ratelimit-*-reset with remaining 0). Zero: not stated.
+func (o Outcome) hold() time.Duration {
+	if o.RetryAfter > 0 || o.Status != http.StatusTooManyRequests {
+		return o.RetryAfter
+	}
+	var d time.Duration
+	if o.RemainingRequests == 0 {
+		d = max(d, o.ResetRequests)
+	}
+	if o.RemainingTokens == 0 {
+		d = max(d, o.ResetTokens)
+	}
+	return d
+}
+
 // Failed reports whether the attempt failed in a way that must keep the
 // same request from retrying on this key.
 func (o Outcome) Failed() bool {

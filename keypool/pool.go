@@ -207,6 +207,10 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	}
 	if k == nil {
 		ra := kp.retryAfterLocked(in, req)
+		if !kp.healthyLocked(now) {
+			// Every key is open: the backend comes back through EDS.
+			ra = max(ra, kp.backAtLocked(now).Sub(now))
+		}
 		failing := kp.failingLocked(now)
 		kp.mu.Unlock()
 		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
@@ -281,7 +285,9 @@ func (kp *KeyPool) housekeep(now time.Time, pol *policy) {
 	kp.tried.rotate(now, pol.triedTTL)
 }
 
-// retryAfterLocked is the soonest any key could serve this request.
+// retryAfterLocked is the soonest any key could serve the client's next
+// request. Keys this request already tried count: the client's retry is a
+// new request, which may use them again.
 func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Duration {
 	const unknown = time.Second
 	now := in.now
@@ -292,7 +298,7 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		}
 	}
 	for _, k := range kp.keys {
-		if k.cfg.Weight <= 0 || kp.excluded(in, req, k) {
+		if k.cfg.Weight <= 0 {
 			continue
 		}
 		switch k.br.State(now) {
@@ -394,15 +400,35 @@ func (kp *KeyPool) restingLocked(now time.Time) bool {
 	return n > 0
 }
 
-// soonestLocked is the earliest end of an open period (zero if none).
+// soonestLocked is when the backend can be reported healthy again: the
+// earliest end of an open key's period, but not before the damper's hold
+// ends (zero when no key is open and nothing is held). A hold already over
+// does not count: a backend that went down on the provider's rate limit
+// is not held (healthDamper), so its release time is its down time, in
+// the past, and starting from it made every wait negative (a Retry-After
+// of 1 while the key stayed open for the provider's 10 s).
 func (kp *KeyPool) soonestLocked(now time.Time) time.Time {
-	t := kp.damper.releaseAt() // a held-down backend comes back then
+	var t time.Time
 	for _, k := range kp.keys {
 		if k.cfg.Weight > 0 && k.br.State(now) == Open && (t.IsZero() || k.br.until.Before(t)) {
 			t = k.br.until
 		}
 	}
+	if r := kp.damper.releaseAt(); r.After(now) && r.After(t) {
+		t = r
+	}
 	return t
+}
+
+// backAtLocked is when a request for a backend that is (or is about to be
+// reported) unhealthy can be admitted again: when soonestLocked reports it
+// healthy plus the EDS push's settle time. Caller holds kp.mu.
+func (kp *KeyPool) backAtLocked(now time.Time) time.Time {
+	t := kp.soonestLocked(now)
+	if t.Before(now) {
+		t = now
+	}
+	return t.Add(edsSettle)
 }
 
 // refreshLocked updates the cached health and the state gauges after time

@@ -24,15 +24,22 @@ type RequestLog struct {
 	Tenant          string
 	VirtualKeyID    string // caller's virtual key id
 	Model           string // public model alias asked for
-	Backend         string // backend of the last attempt
-	KeyID           string // upstream API key id of the last attempt
-	Attempts        int
-	Status          int // HTTP status sent to the client; 0: none
-	Stream          bool
-	Tokens          Tokens
-	Cost            float64
-	Latency         time.Duration
-	TTFT            time.Duration // streams only
+	// UpstreamModel is the model the backend was asked for (the target's
+	// model name), which answers name only when the backend exposes it.
+	UpstreamModel string
+	// UpstreamRequestID is the provider's own id for its answer (its
+	// x-request-id or request-id), which the client does not see: the
+	// answer carries RequestID under those names.
+	UpstreamRequestID string
+	Backend           string // backend of the last attempt
+	KeyID             string // upstream API key id of the last attempt
+	Attempts          int
+	Status            int // HTTP status sent to the client; 0: none
+	Stream            bool
+	Tokens            Tokens
+	Cost              float64
+	Latency           time.Duration
+	TTFT              time.Duration // streams only
 	// Reason says why a request was refused or failed ("budget exhausted",
 	// "all keys open"); empty on success.
 	Reason string
@@ -69,6 +76,7 @@ func logRequest(logger *slog.Logger, r RequestLog, extra []slog.Attr) {
 		slog.String("tenant", r.Tenant),
 		slog.String("virtual_key_id", r.VirtualKeyID),
 		slog.String("model", r.Model),
+		slog.String("upstream_model", r.UpstreamModel),
 		slog.String("backend", r.Backend),
 		slog.String("key_id", r.KeyID),
 		slog.Int("attempts", r.Attempts),
@@ -83,6 +91,9 @@ func logRequest(logger *slog.Logger, r RequestLog, extra []slog.Attr) {
 	)
 	if r.TTFT > 0 {
 		attrs = append(attrs, slog.Float64("ttft_ms", float64(r.TTFT)/float64(time.Millisecond)))
+	}
+	if r.UpstreamRequestID != "" {
+		attrs = append(attrs, slog.String("upstream_request_id", r.UpstreamRequestID))
 	}
 	if r.Reason != "" {
 		attrs = append(attrs, slog.String("reason", r.Reason))

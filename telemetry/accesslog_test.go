@@ -14,7 +14,7 @@ import (
 
 func sampleLog() RequestLog {
 	return RequestLog{
-		RequestID: "req-1", Tenant: "alpha", VirtualKeyID: "a1", Model: "m1", Backend: "b1", KeyID: "b1-k1",
+		RequestID: "req-1", Tenant: "alpha", VirtualKeyID: "a1", Model: "m1", UpstreamModel: "vendor/m1-large", UpstreamRequestID: "req_provider_1", Backend: "b1", KeyID: "b1-k1",
 		Attempts: 2, Status: 200, Stream: true, Tokens: Tokens{Input: 100, Output: 31, CachedInput: 10},
 		Cost: 0.0125, Latency: 1500 * time.Millisecond, TTFT: 250 * time.Millisecond,
 		RequestBody:  []byte(`{"model":"m1","messages":[{"role":"user","content":"key sk-leaked-secret-42"}],"api_key":"hunter2"}`),
@@ -48,7 +48,7 @@ func TestLogRequest(t *testing.T) {
 	l := lines[0]
 	want := map[string]any{
 		"msg": AccessLogMessage, "level": "INFO", "request_id": "req-1", "tenant": "alpha", "virtual_key_id": "a1",
-		"model": "m1", "backend": "b1", "key_id": "b1-k1", "attempts": 2.0, "status": 200.0, "stream": true,
+		"model": "m1", "upstream_model": "vendor/m1-large", "upstream_request_id": "req_provider_1", "backend": "b1", "key_id": "b1-k1", "attempts": 2.0, "status": 200.0, "stream": true,
 		"input_tokens": 100.0, "output_tokens": 31.0, "cached_input_tokens": 10.0, "cost": 0.0125,
 		"latency_ms": 1500.0, "ttft_ms": 250.0,
 	}

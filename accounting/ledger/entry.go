@@ -3,20 +3,28 @@ package ledger
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"time"
 
 	"github.com/swarmgate/swarmgate/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // Entry is the accounting record of one finished (or abandoned) request.
 type Entry struct {
-	// RequestID is Envoy's x-request-id, shared by every report of the same
-	// request; it is the idempotency key.
+	// RequestID is the gateway's request id, the one every answer carries
+	// (x-request-id, or request-id in Anthropic's shape), shared by every
+	// report of the same request; it is the idempotency key.
 	RequestID string `json:"request_id"`
 	Tenant    string `json:"tenant"`
-	Model     string `json:"model"`   // public model alias
-	Backend   string `json:"backend"` // backend that served it
-	KeyID     string `json:"key_id"`  // upstream API key id (never the key)
+	Model     string `json:"model"` // public model alias
+	// UpstreamModel is the model name the backend was asked for (the
+	// target's model), when it differs from the alias.
+	UpstreamModel string `json:"upstream_model,omitempty"`
+	Backend       string `json:"backend"` // backend that served it
+	KeyID         string `json:"key_id"`  // upstream API key id (never the key)
+	// Status is the HTTP status the client got (0: none, a cut stream).
+	Status int `json:"status,omitempty"`
 	// Usage is what the provider reported (or, on a disconnect without a
 	// usage report, what the billing policy derived).
 	Usage pricing.Usage `json:"usage"`
@@ -27,6 +35,55 @@ type Entry struct {
 	// Partial marks a stream that ended by a client disconnect or an
 	// upstream reset.
 	Partial bool `json:"partial,omitempty"`
+}
+
+// detail is the entry as stored under its request id (Lookup): JSON that
+// decodes into Entry, written by hand and kept small because Redis holds
+// one per request for the dedupe period. The request id and tenant are the
+// key's; zero counts and empty names are left out; the time is to the
+// second.
+func (e *Entry) detail() string {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"model":`...)
+	b = jsonstr.Append(b, e.Model)
+	if e.UpstreamModel != "" {
+		b = append(b, `,"upstream_model":`...)
+		b = jsonstr.Append(b, e.UpstreamModel)
+	}
+	b = append(b, `,"backend":`...)
+	b = jsonstr.Append(b, e.Backend)
+	b = append(b, `,"key_id":`...)
+	b = jsonstr.Append(b, e.KeyID)
+	if e.Status != 0 {
+		b = strconv.AppendInt(append(b, `,"status":`...), int64(e.Status), 10)
+	}
+	b = append(b, `,"usage":{`...)
+	n := len(b)
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"prompt_tokens", e.Usage.PromptTokens}, {"completion_tokens", e.Usage.CompletionTokens}, {"total_tokens", e.Usage.TotalTokens},
+		{"cached_tokens", e.Usage.CachedTokens}, {"reasoning_tokens", e.Usage.ReasoningTokens}, {"cache_write_tokens", e.Usage.CacheWriteTokens}} {
+		if f.v == 0 {
+			continue
+		}
+		if len(b) > n {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(append(append(append(b, '"'), f.name...), `":`...), f.v, 10)
+	}
+	b = append(b, `},"cost":"`...)
+	b = append(b, e.Cost.String()...)
+	b = append(b, `","time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339)
+	b = append(b, '"')
+	if e.Streamed {
+		b = append(b, `,"streamed":true`...)
+	}
+	if e.Partial {
+		b = append(b, `,"partial":true`...)
+	}
+	return string(append(b, '}'))
 }
 
 // Counter field names inside the day and month hashes. A field is

@@ -11,7 +11,9 @@ import (
 
 // Handler serves GET /usage?tenant=T&month=YYYY-MM (month defaults to the
 // current UTC month) as a JSON Report, for the admin port; without tenant it
-// answers a Summary of every configured tenant's month totals. cfg returns the
+// answers a Summary of every configured tenant's month totals. With
+// request_id=ID (tenant optional) it answers that request's Entry, found
+// by the id its answer carried. cfg returns the
 // config in force at each request, so a tenant added by a reload is known
 // at once and a removed one answers 404.
 func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
@@ -32,6 +34,10 @@ func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
 		}
 		if _, err := time.Parse("2006-01", month); err != nil {
 			writeError(w, http.StatusBadRequest, "month must be YYYY-MM")
+			return
+		}
+		if id := q.Get("request_id"); id != "" {
+			l.serveEntry(w, r, cfg, tenant, id)
 			return
 		}
 		if tenant == "" {
@@ -79,6 +85,31 @@ func (l *Ledger) serveSummary(w http.ResponseWriter, r *http.Request, cfg *confi
 		sum.Tenants = append(sum.Tenants, TenantCounter{Tenant: t.Name, Total: rep.Total})
 	}
 	writeJSON(w, sum)
+}
+
+// serveEntry answers one request's entry; without a tenant it looks under
+// every configured tenant.
+func (l *Ledger) serveEntry(w http.ResponseWriter, r *http.Request, cfg *config.Config, tenant, id string) {
+	tenants := []string{tenant}
+	if tenant == "" {
+		tenants = tenants[:0]
+		for _, t := range cfg.Tenants {
+			tenants = append(tenants, t.Name)
+		}
+	} else if _, ok := cfg.Tenant(tenant); !ok {
+		writeError(w, http.StatusNotFound, "unknown tenant")
+		return
+	}
+	e, found, err := l.Lookup(r.Context(), tenants, id)
+	switch {
+	case err != nil:
+		l.log.Error("ledger lookup failed", "request_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "usage store unavailable")
+	case !found:
+		writeError(w, http.StatusNotFound, "no ledger entry for this request id (refused requests have none; entries are kept for the dedupe period)")
+	default:
+		writeJSON(w, e)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -31,7 +31,7 @@ accounting: {currency: EUR}
 func TestHandler(t *testing.T) {
 	l, _, _ := newTestLedger(t, Options{})
 	cfg := handlerConfig(t)
-	e := Entry{RequestID: "r1", Tenant: "acme", Model: "m", Backend: "b", KeyID: "k1", Time: testTime,
+	e := Entry{RequestID: "sg-r1", Tenant: "acme", Model: "m", UpstreamModel: "m-up", Backend: "b", KeyID: "k1", Status: 200, Time: testTime,
 		Usage: pricing.Usage{PromptTokens: 10, CompletionTokens: 5}, Cost: pricing.FromFloat(0.25)}
 	if err := l.Record(t.Context(), e); err != nil {
 		t.Fatal(err)
@@ -50,6 +50,9 @@ func TestHandler(t *testing.T) {
 		{"?month=2026-13", 400, "YYYY-MM"},
 		{"?tenant=nobody", 404, "unknown tenant"},
 		{"?tenant=acme&month=12-2026", 400, "YYYY-MM"},
+		{"?request_id=sg-r1", 200, `"request_id":"sg-r1","tenant":"acme","model":"m","upstream_model":"m-up","backend":"b","key_id":"k1","status":200`},
+		{"?request_id=sg-nope", 404, "no ledger entry"},
+		{"?tenant=nobody&request_id=sg-r1", 404, "unknown tenant"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {

@@ -212,7 +212,7 @@ func scriptArgs(e *Entry, o Options) ([]string, []any) {
 	args := []any{
 		int64(o.DedupeTTL / time.Second), int64(o.Retention / time.Second), dims(e),
 		"1", u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens,
-		int64(e.Cost), b2i(e.Streamed), b2i(e.Partial),
+		int64(e.Cost), b2i(e.Streamed), b2i(e.Partial), e.detail(),
 	}
 	// The script compares against '0' strings; go-redis sends ints as
 	// decimal text, so 0 arrives as "0".

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -58,5 +59,70 @@ func TestRecordAndQuery(t *testing.T) {
 	}
 	if _, err := l.Query(ctx, "acme", "2026-13"); err == nil {
 		t.Fatal("bad month accepted")
+	}
+}
+
+// An operator finds a request's entry by the id its client quotes, under
+// its tenant or by trying every tenant; a duplicate report does not replace
+// it.
+func TestLookupByRequestID(t *testing.T) {
+	l, _, rdb := newTestLedger(t, Options{})
+	ctx := t.Context()
+	e := Entry{RequestID: "sg-1", Tenant: "acme", Model: "gpt", UpstreamModel: "relay-gpt", Backend: "relay", KeyID: "k1",
+		Status: 200, Time: testTime, Usage: pricing.Usage{PromptTokens: 10, CompletionTokens: 2}, Cost: 12, Streamed: true}
+	if err := l.Record(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	dup := e
+	dup.Usage.PromptTokens, dup.Backend = 999, "other"
+	if err := l.Record(ctx, dup); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenants := range [][]string{{"acme"}, {"other", "acme"}} {
+		got, found, err := l.Lookup(ctx, tenants, "sg-1")
+		if err != nil || !found {
+			t.Fatalf("Lookup(%v) = %v, %v", tenants, found, err)
+		}
+		if !got.Time.Equal(e.Time) {
+			t.Errorf("time %s, want %s", got.Time, e.Time)
+		}
+		got.Time = e.Time
+		if got != e {
+			t.Errorf("Lookup(%v) = %+v, want %+v", tenants, got, e)
+		}
+	}
+	if _, found, err := l.Lookup(ctx, []string{"other"}, "sg-1"); err != nil || found {
+		t.Errorf("under another tenant: found %v, %v", found, err)
+	}
+	// An entry recorded before entries were kept: its id and tenant.
+	if err := rdb.Set(ctx, seenKey("sg:", "acme", "sg-old"), "1", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := l.Lookup(ctx, []string{"acme"}, "sg-old"); err != nil || !found || got.RequestID != "sg-old" || got.Tenant != "acme" {
+		t.Errorf("old entry: %+v %v %v", got, found, err)
+	}
+}
+
+// The stored detail decodes into the entry it was written from (request
+// id and tenant come from the key; the time is kept to the second).
+func TestDetailRoundTrip(t *testing.T) {
+	for _, e := range []Entry{
+		{Model: "m", Backend: "b", KeyID: "k", Time: testTime},
+		{Model: `odd "model" \ name`, UpstreamModel: "vendor/m-2024\u00e9", Backend: "relay", KeyID: "k-1", Status: 200,
+			Usage: pricing.Usage{PromptTokens: 1 << 40, CompletionTokens: 7, TotalTokens: 9, CachedTokens: 3, ReasoningTokens: 2, CacheWriteTokens: 1},
+			Cost:  pricing.FromFloat(1.25), Time: testTime.Add(1500 * time.Millisecond), Streamed: true, Partial: true},
+	} {
+		var got Entry
+		if err := json.Unmarshal([]byte(e.detail()), &got); err != nil {
+			t.Fatalf("%s: %v", e.detail(), err)
+		}
+		e.Time = e.Time.Truncate(time.Second)
+		if !got.Time.Equal(e.Time) {
+			t.Errorf("time %s, want %s", got.Time, e.Time)
+		}
+		got.Time = e.Time
+		if got != e {
+			t.Errorf("decoded %+v\nwant    %+v\nfrom %s", got, e, e.detail())
+		}
 	}
 }

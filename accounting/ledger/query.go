@@ -3,6 +3,8 @@ package ledger
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -169,4 +171,29 @@ func splitField(f string) (dims, name string, ok bool) {
 		return "", "", false
 	}
 	return f[:i], f[i+1:], true
+}
+
+// Lookup finds the entry of one request by the id its answer carried, while
+// the ledger still remembers it (Options.DedupeTTL), under the first of
+// tenants that holds it (entries live in their tenant's hash slot). found
+// is false when none does; an entry written before entries were kept has
+// only its id and tenant.
+func (l *Ledger) Lookup(ctx context.Context, tenants []string, requestID string) (e Entry, found bool, err error) {
+	for _, t := range tenants {
+		v, err := l.rdb.Get(ctx, seenKey(l.opts.KeyPrefix, t, requestID)).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return Entry{}, false, fmt.Errorf("ledger: lookup %s: %w", requestID, err)
+		}
+		if v != "1" {
+			if err := json.Unmarshal([]byte(v), &e); err != nil {
+				return Entry{}, false, fmt.Errorf("ledger: entry %s: %w", requestID, err)
+			}
+		}
+		e.RequestID, e.Tenant = requestID, t // the key's, not stored again
+		return e, true, nil
+	}
+	return Entry{}, false, nil
 }

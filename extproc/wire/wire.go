@@ -130,8 +130,12 @@ type recorder struct {
 
 func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
 	u := usageOf(e)
-	return r.l.Record(ctx, ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
-		Usage: u, Cost: costOf(r.cfg(), e, u), Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected})
+	le := ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
+		Status: e.Status, Usage: u, Cost: costOf(r.cfg(), e, u), Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected}
+	if e.UpstreamModel != e.Model {
+		le.UpstreamModel = e.UpstreamModel
+	}
+	return r.l.Record(ctx, le)
 }
 
 // Refusals adapts the admin status page's *admin.RefusalLog.
