@@ -6,41 +6,53 @@ import (
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
-// modelKey is the JSON key whose string value names the model in every
-// family's answer: chat completions and their chunks, Responses objects and
-// events, Anthropic messages and message_start.
-var modelKey = []byte(`"model"`)
-
-// namerState is where a modelNamer is in `"model" : "value"`.
+// namerState is where a modelNamer is in a rename: `"model" : "value"`.
 type namerState uint8
 
 const (
-	namerScan   namerState = iota // looking for the key
-	namerKey                      // after the key: spaces, then ':'
+	namerScan   namerState = iota // following the JSON's structure
+	namerKey                      // after an answer's "model" key: spaces, then ':'
 	namerColon                    // after ':': spaces, then the value's '"'
 	namerValue                    // inside the old value: dropped up to its closing '"'
 	namerEscape                   // after a '\' inside the old value
 )
 
-// modelNamer rewrites the value of every "model" string in an answer to
-// the alias the client asked for, chunk by chunk, without parsing the JSON:
-// a quote inside a JSON string is escaped, so `"model"` followed by a colon
-// and a string is a key wherever it appears raw. It holds nothing back
-// across chunks: the key and the colon pass as they are, the new value is
-// written where the old one opens and the old one's bytes are dropped up to
-// its closing quote, in whichever chunk that comes. A chunk without a
-// match passes untouched (no copy, no body mutation). It is reused across
-// the pooled stream's requests (reset).
+// keyBufLen holds the longest key the namer looks at ("response").
+const keyBufLen = 8
+
+// modelNamer rewrites the model an answer names to the alias the client
+// asked for, chunk by chunk, following the JSON's nesting without building
+// it. Only the answer's own "model" is renamed: a key of the top-level
+// object (chat completions and their chunks, Anthropic messages, Responses
+// objects) or of the object under a top-level "response" or "message" key
+// (Responses events, Anthropic message_start). A "model" deeper down is
+// data — a tool call's input, a Responses object's metadata — and passes
+// untouched. Each SSE event's data is its own top-level document; SSE
+// framing between documents is skipped. It holds nothing back across
+// chunks: the new value is written where the old one opens and the old
+// one's bytes are dropped up to its closing quote, in whichever chunk that
+// comes. A chunk without a rename passes untouched (no copy). It is reused
+// across the pooled stream's requests (reset).
 type modelNamer struct {
-	alias   []byte // the alias as a JSON string, quotes included
-	state   namerState
-	keyPart int    // bytes of modelKey matched at the last chunk's end
-	out     []byte // the last changed Write's result
+	alias []byte // the alias as a JSON string, quotes included
+	out   []byte // the last changed Write's result
+	state namerState
+
+	depth    int     // open objects and arrays; 0 between documents
+	kind     [3]byte // '{' or '[' at depths 1 and 2
+	answer   [3]bool // the object at that depth is the answer's own
+	inStr    bool
+	esc      bool
+	isKey    bool // the open string is a key of an object at depth ≤ 2
+	wantKey  bool // the next string at this depth (≤ 2) is a key
+	keyLen   int  // bytes of the open key so far
+	keyBuf   [keyBufLen]byte
+	underAns bool // the last top-level key was "response" or "message"
 }
 
 func (m *modelNamer) reset(alias string) {
 	m.alias = jsonstr.Append(m.alias[:0], alias)
-	m.state, m.keyPart = namerScan, 0
+	m.state, m.depth, m.inStr, m.esc, m.isKey, m.wantKey, m.keyLen, m.underAns = namerScan, 0, false, false, false, false, 0, false
 }
 
 // Write returns the chunk with the model renamed, and whether it differs
@@ -56,28 +68,7 @@ func (m *modelNamer) Write(chunk []byte) (out []byte, changed bool) {
 	for i < len(chunk) {
 		switch m.state {
 		case namerScan:
-			if m.keyPart > 0 {
-				// The key was cut by the last chunk's end: does it go on?
-				rest := modelKey[m.keyPart:]
-				n := min(len(rest), len(chunk)-i)
-				if !bytes.Equal(chunk[i:i+n], rest[:n]) {
-					m.keyPart = 0 // not the key; scan these bytes afresh
-					continue
-				}
-				i += n
-				if m.keyPart += n; m.keyPart == len(modelKey) {
-					m.keyPart, m.state = 0, namerKey
-				}
-				continue
-			}
-			k := bytes.Index(chunk[i:], modelKey)
-			if k < 0 {
-				m.keyPart = keyPrefixAtEnd(chunk[i:])
-				i = len(chunk)
-				continue
-			}
-			i += k + len(modelKey)
-			m.state = namerKey
+			i = m.scan(chunk, i)
 		case namerKey, namerColon:
 			switch c := chunk[i]; {
 			case c == ' ' || c == '\t' || c == '\n' || c == '\r':
@@ -92,7 +83,8 @@ func (m *modelNamer) Write(chunk []byte) (out []byte, changed bool) {
 				i++
 				last, m.state = i, namerValue
 			default:
-				m.state = namerScan // not a string value: leave it
+				// Not a string value: follow it as any other.
+				m.state, m.wantKey = namerScan, false
 			}
 		case namerValue:
 			k := bytes.IndexAny(chunk[i:], `"\`)
@@ -102,7 +94,7 @@ func (m *modelNamer) Write(chunk []byte) (out []byte, changed bool) {
 			}
 			i += k + 1
 			if chunk[i-1] == '"' {
-				m.state = namerScan
+				m.state, m.wantKey = namerScan, false
 			} else {
 				m.state = namerEscape
 			}
@@ -122,13 +114,94 @@ func (m *modelNamer) Write(chunk []byte) (out []byte, changed bool) {
 	return out, true
 }
 
-// keyPrefixAtEnd is the length of the longest end of data that is a proper
-// start of `"model"` (0: none).
-func keyPrefixAtEnd(data []byte) int {
-	for n := min(len(modelKey)-1, len(data)); n > 0; n-- {
-		if bytes.Equal(data[len(data)-n:], modelKey[:n]) {
-			return n
+// scan follows the JSON structure from chunk[i] until the chunk ends or an
+// answer's "model" key has closed (state namerKey), and returns where it
+// stopped.
+func (m *modelNamer) scan(chunk []byte, i int) int {
+	for i < len(chunk) {
+		if m.inStr {
+			if m.esc {
+				m.esc = false
+				m.keyLen = keyBufLen + 1 // an escaped key is none we look for
+				i++
+				continue
+			}
+			k := bytes.IndexAny(chunk[i:], `"\`)
+			if k < 0 {
+				m.keepKey(chunk[i:])
+				return len(chunk)
+			}
+			m.keepKey(chunk[i : i+k])
+			i += k + 1
+			if chunk[i-1] == '\\' {
+				m.esc = true
+				continue
+			}
+			m.inStr = false
+			if m.isKey && m.closeKey() {
+				m.state = namerKey
+				return i
+			}
+			continue
+		}
+		if m.depth == 0 {
+			// Between documents (SSE framing): only a document's start
+			// matters.
+			k := bytes.IndexAny(chunk[i:], "{[")
+			if k < 0 {
+				return len(chunk)
+			}
+			i += k
+		}
+		c := chunk[i]
+		i++
+		switch c {
+		case '"':
+			m.inStr = true
+			m.isKey = m.wantKey && m.depth <= 2
+			m.wantKey, m.keyLen = false, 0
+		case '{', '[':
+			m.depth++
+			if m.depth <= 2 {
+				m.kind[m.depth] = c
+				m.answer[m.depth] = c == '{' && (m.depth == 1 || (m.underAns && m.kind[1] == '{'))
+				m.wantKey = c == '{'
+			}
+		case '}', ']':
+			if m.depth > 0 {
+				m.depth--
+			}
+			m.wantKey = false
+		case ',':
+			m.wantKey = m.depth >= 1 && m.depth <= 2 && m.kind[m.depth] == '{'
 		}
 	}
-	return 0
+	return i
+}
+
+// keepKey keeps the start of an open key.
+func (m *modelNamer) keepKey(b []byte) {
+	if !m.isKey || m.keyLen > keyBufLen {
+		return
+	}
+	n := copy(m.keyBuf[m.keyLen:], b)
+	if n < len(b) {
+		m.keyLen = keyBufLen + 1
+		return
+	}
+	m.keyLen += n
+}
+
+// closeKey notes a key that has just closed and reports whether it is an
+// answer's "model".
+func (m *modelNamer) closeKey() bool {
+	m.isKey = false
+	key := m.keyBuf[:min(m.keyLen, keyBufLen)]
+	if m.keyLen > keyBufLen {
+		key = nil
+	}
+	if m.depth == 1 {
+		m.underAns = string(key) == "response" || string(key) == "message"
+	}
+	return string(key) == "model" && m.answer[m.depth]
 }

@@ -24,6 +24,15 @@ func TestModelNamer(t *testing.T) {
 		{"key at the very end", `{"a":"model"`, `{"a":"model"`},
 		{"a value that looks like the key", `{"a":"model","b":"model" ,"model" : "x"}`, `{"a":"model","b":"model" ,"model" : "gpt-relay"}`},
 		{"prefix of the key then the key", `{"a":"mo","model":"x"}`, `{"a":"mo","model":"gpt-relay"}`},
+		{"a tool's input keeps its model", `{"model":"m","content":[{"type":"tool_use","input":{"model":"keep","n":[{"model":"keep"}]}}]}`,
+			`{"model":"gpt-relay","content":[{"type":"tool_use","input":{"model":"keep","n":[{"model":"keep"}]}}]}`},
+		{"metadata keeps its model", `{"id":"r","metadata":{"model":"keep"},"model":"m"}`, `{"id":"r","metadata":{"model":"keep"},"model":"gpt-relay"}`},
+		{"Responses event", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"m\",\"metadata\":{\"model\":\"keep\"}}}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"gpt-relay\",\"metadata\":{\"model\":\"keep\"}}}\n\n"},
+		{"an object under another key keeps its model", `{"usage":{"model":"keep"},"message":"text","x":{"model":"keep"}}`, `{"usage":{"model":"keep"},"message":"text","x":{"model":"keep"}}`},
+		{"an escaped key is not the key", `{"mod\u0065l":"keep","model":"m"}`, `{"mod\u0065l":"keep","model":"gpt-relay"}`},
+		{"a string with braces", `{"content":"{\"model\":\"x\"} [","model":"m"}`, `{"content":"{\"model\":\"x\"} [","model":"gpt-relay"}`},
+		{"a top-level array is no answer", `[{"model":"keep"}]`, `[{"model":"keep"}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m modelNamer
