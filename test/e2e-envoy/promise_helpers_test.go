@@ -451,3 +451,36 @@ func anthropicStatus(err error) int {
 	}
 	return 0
 }
+
+// metric sums the samples of one metric on swarmgate's admin /metrics
+// whose labels include every pair of want.
+func (s *pstack) metric(ctx context.Context, name string, want map[string]string) (float64, error) {
+	status, body, err := get(ctx, s.adminURL+"/metrics", "")
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: %d", status)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(body, "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		labels := line[len(name):sp]
+		ok := true
+		for k, v := range want {
+			ok = ok && strings.Contains(labels, k+`="`+v+`"`)
+		}
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("/metrics line %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
