@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -483,4 +484,16 @@ func (s *pstack) metric(ctx context.Context, name string, want map[string]string
 		sum += v
 	}
 	return sum, nil
+}
+
+// envoyStats returns Envoy's admin /stats lines whose names match re.
+func (s *pstack) envoyStats(ctx context.Context, re string) (string, error) {
+	status, body, err := get(ctx, s.envoyAdmin+"/stats?filter="+url.QueryEscape(re), "")
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusOK {
+		return "", fmt.Errorf("/stats: %d %s", status, body)
+	}
+	return strings.TrimSpace(body), nil
 }
