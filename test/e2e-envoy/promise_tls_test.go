@@ -175,4 +175,3 @@ func tlsProbe(ctx context.Context, addr, caFile string, leaf *trusttest.Leaf) er
 	_, err = conn.Read(buf) // the server's SETTINGS frame, or the alert
 	return err
 }
-
