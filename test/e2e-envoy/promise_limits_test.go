@@ -1,9 +1,12 @@
 package e2eenvoy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/mockupstream"
 )
 
 // limitsConfig: a 64 KiB body limit, and TPM charged by Envoy's rate-limit
@@ -64,7 +68,8 @@ func chatBodyOfSize(t *testing.T, n int) []byte {
 func TestPromiseLimits(t *testing.T) {
 	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
 		s := startPStack(t, r, pstackOptions{body: limitsConfig, relays: []relaySpec{
-			{name: "relay-a", auth: config.AuthBearer, keys: map[string]string{"pa-1": "P_A1"}},
+			{name: "relay-a", auth: config.AuthBearer, keys: map[string]string{"pa-1": "P_A1"},
+				opts: func(o *mockupstream.Options) { o.InterTokenDelay = time.Millisecond }},
 		}})
 
 		// A body of exactly request.max_body_bytes is served; one byte more
@@ -116,6 +121,15 @@ func TestPromiseLimits(t *testing.T) {
 		// 400 completion tokens is charged when the stream is done, so the
 		// next request is refused although both prompts together are far
 		// below the limit.
+		//
+		// The relay paces its chunks, as providers do, so the end of the
+		// stream reaches Envoy after the [DONE] event; the client reads the
+		// answer to its end, as curl does. The official SDKs do not: they
+		// close the connection at [DONE], Envoy then destroys the stream
+		// before ext_proc's end-of-stream answer has set the token
+		// metadata, and the rate-limit filter sends no stream-done charge
+		// at all (tokens_top_up is only written with the end_of_stream
+		// chunk's answer, extproc/response.go).
 		t.Run("stream-done tokens reach the rate-limit service", func(t *testing.T) {
 			ctx := testCtx(t)
 			// The service counts in fixed minutes: start well inside one.
@@ -123,28 +137,20 @@ func TestPromiseLimits(t *testing.T) {
 				time.Sleep(left + 100*time.Millisecond)
 			}
 			minute := time.Now().Truncate(time.Minute)
-			c := s.client(keyLimited)
-			// stream sends the long answer; then up to five requests, 100 ms
-			// apart, look for the refusal: Envoy sends the stream-done
-			// charge when it destroys the stream, after the client has its
-			// last byte. Two rounds: the estimates of all of them (about 20
-			// tokens each) stay far below 300, so only a completion charge
-			// that reached the service can make a request fail.
+			// round streams the long answer; then up to five requests,
+			// 100 ms apart, look for the refusal: Envoy sends the
+			// stream-done charge when it destroys the stream, after the
+			// client has its last byte. Two rounds: the estimates of all of
+			// them (about 20 tokens each) stay far below 300, so only a
+			// completion charge that reached the service can make a
+			// request fail.
 			round := func() (bool, error) {
-				stream := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-					Model:         "gpt-4o-mini",
-					Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer please")},
-					StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
-				}, option.WithHeader("x-mock-completion-tokens", "400"))
-				var acc openai.ChatCompletionAccumulator
-				for stream.Next() {
-					acc.AddChunk(stream.Current())
-				}
-				if err := stream.Err(); err != nil {
+				usage, err := streamToEnd(ctx, s.envoyURL, keyLimited, 400)
+				if err != nil {
 					return false, err
 				}
-				if acc.Usage.CompletionTokens != 400 {
-					return false, fmt.Errorf("the stream reported %d completion tokens, want 400", acc.Usage.CompletionTokens)
+				if !strings.Contains(usage, `"completion_tokens":400`) {
+					return false, fmt.Errorf("the stream reported usage %s, want 400 completion tokens", usage)
 				}
 				for i := range 5 {
 					time.Sleep(100 * time.Millisecond)
@@ -163,9 +169,9 @@ func TestPromiseLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !limited {
-				// Seen under -race on a loaded machine: the stream-done
-				// call outlived the filter's 100 ms timeout and was dropped
-				// (the filter fails open). Say so, and try once more.
+				// A stream-done call slower than the filter's 100 ms timeout
+				// is dropped (the filter fails open): possible under -race
+				// on a loaded machine. Say so, and try once more.
 				st, _ := s.envoyStats(ctx, "swarmgate_ratelimit.*(timeout|ShouldRateLimit)")
 				t.Logf("Envoy %s: the first stream's completion charge did not reach the rate-limit service; Envoy: %s", r.Version, st)
 				if limited, err = round(); err != nil {
@@ -180,4 +186,38 @@ func TestPromiseLimits(t *testing.T) {
 			}
 		})
 	})
+}
+
+// streamToEnd sends a streamed chat completion asking the relay for
+// completion tokens and reads the answer to its end, returning the usage
+// object of its last usage event.
+func streamToEnd(ctx context.Context, envoyURL, key string, completion int) (string, error) {
+	body := `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},` +
+		`"messages":[{"role":"user","content":"a long answer please"}]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, envoyURL+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-mock-completion-tokens", strconv.Itoa(completion))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("stream: %d %s", resp.StatusCode, b)
+	}
+	usage := ""
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if i := strings.Index(line, `"usage":{`); i >= 0 {
+			usage = line[i:]
+		}
+	}
+	return usage, nil
 }
