@@ -100,10 +100,7 @@ func TestPromiseLimits(t *testing.T) {
 			}
 
 			// Anthropic Messages (translated to the chat relay) within the
-			// limit. Over it, the 413 reaches an Anthropic client in
-			// OpenAI's shape: the HCM's local_reply_config rewrites every
-			// 413 (xds/translator/listener.go, localReplies), ext_proc's
-			// Anthropic-shaped one included.
+			// limit.
 			ac := s.anthropicClient(keyTeam)
 			msg, err := ac.Messages.New(ctx, anthropic.MessageNewParams{
 				Model: "gpt-4o-mini", MaxTokens: 16,
