@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/base64"
 	"strings"
 	"time"
@@ -90,7 +91,7 @@ var (
 // must be UTF-8; the message is length-prefixed binary).
 var tokenEncoding = base64.RawURLEncoding
 
-func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
+func (m *requestMeta) fill(sg *keyRing, a admitted) *structpb.Struct {
 	if m.inner.Fields == nil {
 		m.inner.Fields = make(map[string]*structpb.Value, len(requestMetaStrings)+len(requestMetaNumbers))
 		for i, k := range requestMetaStrings {
@@ -112,7 +113,7 @@ func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
 	m.scratch = a.appendSigned(m.scratch[:0])
 	m.tok = tokenEncoding.AppendEncode(m.tok[:0], m.scratch)
 	m.tok = append(m.tok, '.')
-	m.tok = sg.Sign(m.tok, m.scratch)
+	m.tok = sg.cur.signer.Sign(m.tok, m.scratch)
 	m.tokenKind.StringValue = string(m.tok)
 	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.reservation} {
 		m.strKinds[i].StringValue = v
@@ -126,16 +127,16 @@ func (m *requestMeta) fill(sg *identity.Signer, a admitted) *structpb.Struct {
 // readAdmitted reads and verifies the admission token Envoy forwarded to an
 // upstream attempt (metadata_context, metadata_options.forwarding_namespaces).
 // buf is scratch space (returned grown, for reuse). ok is false when the
-// token is missing, altered, signed with another key or too old: the
-// attempt did not come through admission.
-func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time, buf []byte) (a admitted, _ []byte, ok bool) {
+// token is missing, altered, signed with a key the ring does not hold or too
+// old: the attempt did not come through admission.
+func readAdmitted(md *structpb.Struct, sg *keyRing, now time.Time, buf []byte) (a admitted, _ []byte, ok bool) {
 	tok := md.GetFields()[contract.MetaAdmission].GetStringValue()
 	dot := strings.LastIndexByte(tok, '.')
 	if dot < 0 {
 		return a, buf, false
 	}
 	msg, err := tokenEncoding.AppendDecode(buf[:0], []byte(tok[:dot]))
-	if err != nil || !sg.Verify(tok[dot+1:], msg) {
+	if err != nil || !sg.verify(tok[dot+1:], msg, now) {
 		return a, msg, false
 	}
 	// The fields in appendSigned's order; only what an attempt uses is
@@ -160,20 +161,99 @@ func readAdmitted(md *structpb.Struct, sg *identity.Signer, now time.Time, buf [
 	return a, msg, len(rest) == 0 && a.requestID != "" && a.path != "" && age > -time.Minute && age < maxIdentityAge
 }
 
-// signerFor is the identity.Signer of a config snapshot; its key is
-// derived once per snapshot and cached lock-free.
+// signerFor is the key ring of a config snapshot; it is built once per
+// snapshot and cached lock-free.
 type signerFor struct {
-	cfg    *config.Config
-	signer *identity.Signer
+	cfg  *config.Config
+	ring *keyRing
 }
 
-func (s *Server) signer(c *config.Config) *identity.Signer {
-	if cur := s.signerCache.Load(); cur != nil && cur.cfg == c {
-		return cur.signer
+// keyRing signs admissions with the identity key of the config in force and
+// verifies them with it or with a key it replaced less than the grace
+// period ago. A reload that changes the key (identity.signing_key, or the
+// provider keys it is derived from: adding or removing a relay) would
+// otherwise refuse every attempt of a request admitted just before it: the
+// router-level stream signed with the old config, the attempt verifies with
+// the new one.
+type keyRing struct {
+	cur  ringKey
+	prev []ringKey // replaced keys still accepted, newest first
+}
+
+type ringKey struct {
+	key    []byte
+	signer *identity.Signer
+	until  time.Time // accepted until (replaced keys only)
+}
+
+// maxPrevKeys bounds the replaced keys a ring keeps (reloads in quick
+// succession).
+const maxPrevKeys = 4
+
+func (k *keyRing) verify(sig string, msg []byte, now time.Time) bool {
+	if k.cur.signer.Verify(sig, msg) {
+		return true
 	}
-	sf := &signerFor{cfg: c, signer: identity.NewSigner(c.IdentityKey())}
-	s.signerCache.Store(sf)
-	return sf.signer
+	for _, p := range k.prev {
+		if now.Before(p.until) && p.signer.Verify(sig, msg) {
+			return true
+		}
+	}
+	return false
+}
+
+// identityGrace is how long a replaced key stays accepted: as long as a
+// request admitted before the change may still start attempts (its route
+// timeout), never beyond a token's own age limit.
+func identityGrace(c *config.Config) time.Duration {
+	d := max(c.Request.Timeout.D(), c.Request.LongTimeout.D())
+	for _, m := range c.Models {
+		d = max(d, m.Timeout.D())
+	}
+	return min(d, maxIdentityAge)
+}
+
+func (s *Server) signer(c *config.Config) *keyRing {
+	last := s.signerCache.Load()
+	if last != nil && last.cfg == c {
+		return last.ring
+	}
+	var prev *keyRing
+	if last != nil {
+		prev = last.ring
+	}
+	ring := nextRing(prev, c.IdentityKey(), identityGrace(c), s.opts.Now())
+	s.signerCache.Store(&signerFor{cfg: c, ring: ring})
+	return ring
+}
+
+// nextRing is the ring for a snapshot whose identity key is key, following
+// prev (nil for the first). The same key keeps the ring; a new one demotes
+// the current key to accepted-until now+grace. Snapshots from both sides of
+// a change alternate while requests admitted before it finish (each stream
+// keeps the config it started with), so a key coming back is taken from
+// the replaced ones, not derived again.
+func nextRing(prev *keyRing, key []byte, grace time.Duration, now time.Time) *keyRing {
+	if prev == nil {
+		return &keyRing{cur: ringKey{key: key, signer: identity.NewSigner(key)}}
+	}
+	if bytes.Equal(prev.cur.key, key) {
+		return prev
+	}
+	r := &keyRing{}
+	replaced := ringKey{key: prev.cur.key, signer: prev.cur.signer, until: now.Add(grace)}
+	for _, k := range append([]ringKey{replaced}, prev.prev...) {
+		switch {
+		case bytes.Equal(k.key, key):
+			r.cur = ringKey{key: key, signer: k.signer}
+		case now.Before(k.until) && len(r.prev) < maxPrevKeys:
+			r.prev = append(r.prev, k)
+		}
+	}
+	if r.cur.signer == nil {
+		r.cur = ringKey{key: key, signer: identity.NewSigner(key)}
+	}
+	return r
 }
 
 // otherBackends appends to dst the backends of the request other than the

@@ -1,0 +1,92 @@
+package e2eenvoy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/mockupstream"
+)
+
+// admissionConfig: one key that takes one request at a time, a relay that
+// answers after 800 ms, and a queue of up to 5 s. message_timeout is 300 ms:
+// a waiting request outlives it only because ext_proc extends the timer
+// with override_message_timeout (up to the generated max_message_timeout).
+const admissionConfig = `
+request:
+  message_timeout: 300ms
+admission:
+  max_wait: 5s
+backends:
+  - name: relay-a
+    base_url: http://{relay-a}/v1
+    keys:
+      - {id: pa-1, secret: env:P_A1, max_in_flight: 1}
+models:
+  - name: gpt-4o-mini
+    targets:
+      - {backend: relay-a}
+tenants:
+  - name: team
+    models: ["*"]
+    keys:
+      - {id: team-1, hash: {keyTeam}}
+`
+
+// TestPromiseAdmissionQueue: a request whose only obstacle is a busy key
+// waits in the router-level ext_proc (Envoy keeps the stream open past
+// message_timeout) and goes on when the key frees, instead of a 429.
+func TestPromiseAdmissionQueue(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		const latency = 800 * time.Millisecond
+		s := startPStack(t, r, pstackOptions{body: admissionConfig, relays: []relaySpec{
+			{name: "relay-a", auth: config.AuthBearer, keys: map[string]string{"pa-1": "P_A1"},
+				opts: func(o *mockupstream.Options) { o.Default = mockupstream.Behavior{Latency: latency} }},
+		}})
+		ctx := testCtx(t)
+		type result struct {
+			err  error
+			done time.Time
+		}
+		first := make(chan result, 1)
+		go func() {
+			_, err := s.chat(ctx, keyTeam, "gpt-4o-mini", "holds the key")
+			first <- result{err, time.Now()}
+		}()
+		// The second request once the first holds the key.
+		eventually(ctx, t, "the first request at the relay", func() (bool, string) {
+			n := len(s.relays["relay-a"].seenRequests())
+			return n == 1, fmt.Sprintf("%d requests at the relay", n)
+		})
+		start := time.Now()
+		_, err := s.chat(ctx, keyTeam, "gpt-4o-mini", "waits for the key")
+		secondDone := time.Now()
+		if err != nil {
+			t.Fatalf("the queued request: %v", err)
+		}
+		f := <-first
+		if f.err != nil {
+			t.Fatalf("the first request: %v", f.err)
+		}
+		waited := secondDone.Sub(start)
+		t.Logf("Envoy %s: the second request took %v (the relay answers in %v)", r.Version, waited, latency)
+		// It was held, not refused and not sent alongside: it reached the
+		// relay only after the first answer, so it took longer than its
+		// own answer and ended after the first.
+		if waited < latency+200*time.Millisecond || !secondDone.After(f.done) {
+			t.Errorf("the second request took %v and ended %v after the first: not queued behind it", waited, secondDone.Sub(f.done))
+		}
+		recs := s.relays["relay-a"].Requests()
+		if len(recs) != 2 {
+			t.Fatalf("relay records %+v", recs)
+		}
+		if gap := recs[1].Time.Sub(recs[0].Time); gap < latency {
+			t.Errorf("the relay got the second request %v after the first, while the first was still in flight", gap)
+		}
+		if c := s.relays["relay-a"].Total(); c.OK != 2 {
+			t.Errorf("relay counts %+v", c)
+		}
+	})
+}
