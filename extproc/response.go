@@ -193,6 +193,9 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 		case bodySSE:
 			if r.parser != nil {
 				r.parser.Write(plain)
+				if md := r.streamMetadata(); md != nil {
+					resp.DynamicMetadata = md
+				}
 			}
 			if r.filter != nil {
 				out := r.filter.Write(chunk)
@@ -274,6 +277,35 @@ func (r *routerStream) closeDecoder() {
 		_, _ = r.decoder.Close()
 		r.decoder = nil
 	}
+}
+
+// streamMetadata is the token metadata of a 2xx stream whose usage has
+// changed with this chunk (a chat stream's usage chunk, Anthropic's
+// message_start and message_delta, Responses' response.completed). SDKs
+// close the connection at the last event ([DONE]); when the provider's end
+// of stream comes later, Envoy destroys the stream before the
+// end-of-stream answer, so metadata sent only then never reached the
+// rate-limit filter's stream-done charge. The end-of-stream answer still
+// sends the final figures.
+func (r *routerStream) streamMetadata() *structpb.Struct {
+	if r.status < 200 || r.status >= 300 || !r.spec.Billed {
+		return nil
+	}
+	u, ok := r.parser.Usage()
+	if !ok {
+		return nil
+	}
+	if u.TotalTokens == 0 {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	if u == r.sentUsage {
+		return nil
+	}
+	r.sentUsage = u
+	if r.meta == nil {
+		r.meta = &tokenMeta{}
+	}
+	return r.meta.fill(u, r.estTokens)
 }
 
 // accounted holds the figures finish computed, for the dynamic metadata.

@@ -503,3 +503,32 @@ func TestSSEStateDoesNotCarryOver(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamUsageReachesEnvoyBeforeTheEnd: the chunk that carries a
+// stream's usage sends the token metadata at once. SDKs close at [DONE];
+// when the provider's end of stream comes after it, Envoy destroys the
+// stream before the end-of-stream answer, and the rate-limit filter's
+// stream-done charge reads only what was sent before.
+func TestStreamUsageReachesEnvoyBeforeTheEnd(t *testing.T) {
+	sse := fixture(t, "openai_chat_include_usage.sse")
+	h := newHarness(t, testConfig(t))
+	st, cancel := admit(t, h, `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+	defer cancel()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+	sent := 0
+	for i := 0; i < len(sse); i += 97 {
+		r := roundTrip(t, st, respBody(sse[i:min(i+97, len(sse))], false))
+		md := r.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
+		if md == nil {
+			continue
+		}
+		sent++
+		if md[contract.MetaPromptTokens].GetNumberValue() != 19 || md[contract.MetaCompletionTokens].GetNumberValue() != 10 ||
+			md[contract.MetaTokensTopUp].GetNumberValue() == 0 {
+			t.Errorf("metadata before the end: %v", md)
+		}
+	}
+	if sent != 1 {
+		t.Fatalf("token metadata sent with %d chunks before the end, want exactly the usage chunk's", sent)
+	}
+}
