@@ -34,6 +34,9 @@ type Config struct {
 	// v1.38.0). Without it a client's x-request-id is kept.
 	UseRemoteAddress          bool
 	PreserveExternalRequestID bool
+	// EnvoyVersion is the Envoy release the sim models where releases
+	// differ ("1.40.0"); empty means the minimum, 1.38.
+	EnvoyVersion string
 	// RateLimit is the HCM's envoy.filters.http.ratelimit filter, between
 	// the router-level ext_proc and the router; nil means none.
 	RateLimit *rlsim.Filter

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ type exchange struct {
 	// clearRoute is set when the router filter's answer cleared the route
 	// cache (processor_state.cc DecodingProcessorState::clearRouteCache).
 	clearRoute bool
+	// routeTimeout is the chosen route's timeout.
+	routeTimeout time.Duration
 	// rl is the rate-limit filter's state for this request.
 	rl rateLimitState
 }
@@ -58,7 +61,7 @@ func textReply(status int, msg string) *localReply {
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{s: s, w: w, req: fromHTTP(r), md: &dynMetadata{}}
 	x.rec.ClientRequestID = x.req.get("x-request-id")
-	x.requestID()
+	x.requestID(r.RemoteAddr)
 	x.rec.RequestID = x.req.get("x-request-id")
 	defer x.destroy(r.Context())
 
@@ -116,11 +119,27 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.respondUpstream(ctx, res)
 }
 
-// requestID: an edge request gets a new x-request-id, any request without
-// one gets one (conn_manager_utility.cc ConnectionManagerUtility::mutateRequestHeaders
-// and request_id/uuid/config.cc UUIDRequestIDExtension::set, v1.38.0).
-func (x *exchange) requestID() {
+// requestID is the HCM's ConnectionManagerUtility::mutateRequestHeaders
+// (conn_manager_utility.cc, v1.38.0): with use_remote_address the peer's
+// address is appended to x-forwarded-for, x-forwarded-proto is overwritten
+// from the connection and x-envoy-external-address set (every request is
+// external); without it x-forwarded-proto is only added when absent; an
+// edge request gets a new x-request-id, any request without one gets one
+// (request_id/uuid/config.cc UUIDRequestIDExtension::set).
+func (x *exchange) requestID(remote string) {
 	edge := x.s.cfg.UseRemoteAddress
+	if edge {
+		ip, _, _ := net.SplitHostPort(remote)
+		if xff := x.req.get("x-forwarded-for"); xff != "" {
+			x.req.set("x-forwarded-for", xff+","+ip)
+		} else {
+			x.req.add("x-forwarded-for", ip)
+		}
+		x.req.set("x-forwarded-proto", "http")
+		defer x.req.set(x.s.cfg.EnvoyHeaderPrefix+"-external-address", ip)
+	} else if !x.req.has("x-forwarded-proto") {
+		x.req.add("x-forwarded-proto", "http")
+	}
 	if x.req.get("x-request-id") == "" || (edge && !x.s.cfg.PreserveExternalRequestID) {
 		x.req.set("x-request-id", newUUID())
 	}

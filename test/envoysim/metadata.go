@@ -37,8 +37,14 @@ func (d *dynMetadata) merge(ns string, s *structpb.Struct) {
 // namespaces listed in forwarding_namespaces.untyped, copied
 // (ext_proc.cc Filter::addDynamicMetadata, v1.38.0).
 func (d *dynMetadata) forward(nss []string) *corev3.Metadata {
-	m := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+	m := &corev3.Metadata{}
+	if d == nil {
+		return m
+	}
 	for _, ns := range nss {
+		if m.FilterMetadata == nil && d.ns[ns] != nil {
+			m.FilterMetadata = map[string]*structpb.Struct{}
+		}
 		if s := d.ns[ns]; s != nil {
 			m.FilterMetadata[ns] = proto.Clone(s).(*structpb.Struct)
 		}

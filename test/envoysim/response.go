@@ -60,7 +60,10 @@ func (r *singleChunkReader) Read(p []byte) (int, error) {
 	n := copy(p, r.b)
 	r.b = r.b[n:]
 	if len(r.b) == 0 {
+		// The end comes with the last bytes: a local reply's body is one
+		// data frame with end_stream (one ext_proc message).
 		r.done = true
+		return n, io.EOF
 	}
 	return n, nil
 }
@@ -139,6 +142,7 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 		h.del("content-length")
 	}
 	x.rec.Status = status
+	serverHeader(&h)
 	wh := x.w.Header()
 	for _, e := range h {
 		if !strings.HasPrefix(e.key, ":") {
@@ -147,6 +151,11 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	}
 	x.w.WriteHeader(status)
 	flusher, _ := x.w.(http.Flusher)
+	if !h.has("content-length") && !noBody && flusher != nil {
+		// Without a content-length Envoy frames the body chunked; flushing
+		// now keeps Go's server from adding one for a short body.
+		flusher.Flush()
+	}
 
 	switch bodyMode {
 	case extprocfilter.ProcessingMode_BUFFERED:
@@ -177,8 +186,17 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			out, ok := x.bodyChunk(run, buf[:n], false)
+			// Bytes that arrive with the end of the response go in one
+			// message with end_of_stream (the HTTP/1 codec dispatches the
+			// body buffered in a read with end_stream at message complete).
+			eos := errors.Is(err, io.EOF)
+			out, ok := x.bodyChunk(run, buf[:n], eos)
 			if !ok {
+				return
+			}
+			if eos {
+				_, _ = x.w.Write(out)
+				run.close(false)
 				return
 			}
 			if _, werr := x.w.Write(out); werr != nil || ctx.Err() != nil {
@@ -242,6 +260,7 @@ func (x *exchange) abort(run *filterRun) {
 
 func (x *exchange) writeAll(status int, h headers, body []byte) {
 	x.rec.Status = status
+	serverHeader(&h)
 	for _, e := range h {
 		if !strings.HasPrefix(e.key, ":") {
 			x.w.Header().Add(e.key, e.value)
@@ -250,6 +269,11 @@ func (x *exchange) writeAll(status int, h headers, body []byte) {
 	x.w.WriteHeader(status)
 	_, _ = x.w.Write(body)
 }
+
+// serverHeader is the HCM's last word on every response
+// (ConnectionManagerUtility::mutateResponseHeaders, server_header_transformation
+// OVERWRITE by default): after every filter, so no ext_proc sees it.
+func serverHeader(h *headers) { h.set("server", "envoy") }
 
 type flushWriter struct {
 	w http.ResponseWriter

@@ -164,6 +164,13 @@ func (r *scriptRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitReque
 
 func startRLS(t *testing.T, r *scriptRLS) rlspb.RateLimitServiceClient {
 	t.Helper()
+	c, _ := startRLSAddr(t, r)
+	return c
+}
+
+// startRLSAddr serves r and returns a client and the address.
+func startRLSAddr(t *testing.T, r *scriptRLS) (rlspb.RateLimitServiceClient, string) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -177,5 +184,5 @@ func startRLS(t *testing.T, r *scriptRLS) rlspb.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return rlspb.NewRateLimitServiceClient(cc)
+	return rlspb.NewRateLimitServiceClient(cc), lis.Addr().String()
 }

@@ -1,0 +1,440 @@
+package envoysim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/test/rlsim"
+)
+
+// The differential suite: every case runs the same script — scripted
+// ext_proc and rate-limit servers, the same upstreams, the same request —
+// once through the sim and once through a real Envoy given the equivalent
+// configuration (ToXDS), and fails when what the outside world observes
+// differs: the client's status, headers and body; each request the
+// upstreams received (headers, path, body, how many); every ext_proc
+// message in order with its content; every rate-limit call's descriptors.
+// Each case also checks the behaviour itself, so two equally wrong sides
+// still fail.
+
+// diffCase is one script.
+type diffCase struct {
+	name string
+	// script answers ext_proc messages; nil passes every phase.
+	script script
+	// upstreams are the upstream servers' handlers; nil is a plain 200.
+	upstreams []upstreamHandler
+	// rls answers rate-limit calls; rateLimit is the HCM's rate-limit
+	// filter (nil: none).
+	rls       func(*rlspb.RateLimitRequest) *rlspb.RateLimitResponse
+	rateLimit *ratelimitv3.RateLimit
+	config    func(e diffEnv) Config
+	req       diffRequest
+	// check asserts the behaviour on the observation of either side.
+	check func(t *testing.T, o *observation)
+}
+
+// diffEnv are the addresses of one run's servers.
+type diffEnv struct {
+	proc string
+	up   []string
+}
+
+type diffRequest struct {
+	method string
+	path   string
+	header map[string]string
+	body   string
+}
+
+// upstreamHandler answers the n-th request (from 1) an upstream received.
+type upstreamHandler func(n int, w http.ResponseWriter, r *http.Request)
+
+func answer(code int) upstreamHandler {
+	return func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("content-type", "text/plain")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, "hello")
+	}
+}
+
+// recorder is an upstream that records what it received.
+type recorder struct {
+	mu   sync.Mutex
+	seen []seenRequest
+	lis  net.Listener
+}
+
+type seenRequest struct {
+	upstream int
+	method   string
+	uri      string
+	host     string
+	header   http.Header
+	length   int64
+	te       []string
+	body     string
+}
+
+// observation is what one side did, seen from outside.
+type observation struct {
+	status   int
+	header   http.Header
+	body     string
+	err      string
+	upstream []seenRequest
+	extproc  []seenMsg
+	rls      []*rlspb.RateLimitRequest
+	// replace normalises run-specific addresses.
+	replace *strings.Replacer
+}
+
+func (o *observation) attempts() int { return len(o.upstream) }
+
+// messages returns the ext_proc messages of a role and phase.
+func (o *observation) messages(role, phase string) []seenMsg {
+	var out []seenMsg
+	for _, m := range o.extproc {
+		if m.role == role && (phase == "" || phaseOfReq(m.req) == phase) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// runSide runs c once: front builds the listener (sim or Envoy) and
+// returns its address.
+func runSide(t *testing.T, c diffCase, front func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, rlsClient rlspb.RateLimitServiceClient) string) *observation {
+	t.Helper()
+	sc := c.script
+	if sc == nil {
+		sc = func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+			return one(pass(req))
+		}
+	}
+	p, procAddr := startScript(t, sc)
+	rec := &recorder{}
+	env := diffEnv{proc: procAddr}
+	hs := c.upstreams
+	if len(hs) == 0 {
+		hs = []upstreamHandler{nil}
+	}
+	var pairs []string
+	for i, h := range hs {
+		if h == nil {
+			h = answer(200)
+		}
+		addr := rec.serve(t, i, h)
+		env.up = append(env.up, addr)
+		pairs = append(pairs, addr, fmt.Sprintf("UP%d", i))
+	}
+	var rls *scriptRLS
+	var rlsAddr string
+	var client rlspb.RateLimitServiceClient
+	if c.rateLimit != nil {
+		rls = &scriptRLS{answer: c.rls}
+		client, rlsAddr = startRLSAddr(t, rls)
+	}
+	cfg := c.config(env)
+	addr := front(cfg, c.rateLimit, rlsAddr, client)
+	pairs = append(pairs, addr, "FRONT")
+
+	o := &observation{replace: strings.NewReplacer(pairs...)}
+	r := c.req
+	if r.method == "" {
+		r.method = http.MethodPost
+	}
+	if r.path == "" {
+		r.path = "/v1/x"
+	}
+	req, _ := http.NewRequest(r.method, "http://"+addr+r.path, strings.NewReader(r.body))
+	for k, v := range r.header {
+		req.Header.Set(k, v)
+	}
+	cl := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}
+	resp, err := cl.Do(req)
+	if err != nil {
+		o.err = err.Error()
+	} else {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		o.status, o.header, o.body = resp.StatusCode, resp.Header, string(b)
+		if err != nil {
+			o.err = "body: " + err.Error()
+		}
+	}
+	// What follows the response (the last ext_proc messages, the
+	// stream-done rate-limit call) may arrive after it: wait until nothing
+	// new came for a while.
+	count := func() int {
+		p.mu.Lock()
+		n := len(p.got)
+		p.mu.Unlock()
+		rec.mu.Lock()
+		n += len(rec.seen)
+		rec.mu.Unlock()
+		if rls != nil {
+			rls.mu.Lock()
+			n += len(rls.got)
+			rls.mu.Unlock()
+		}
+		return n
+	}
+	last, stable := count(), time.Now()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && time.Since(stable) < 200*time.Millisecond; {
+		time.Sleep(20 * time.Millisecond)
+		if n := count(); n != last {
+			last, stable = n, time.Now()
+		}
+	}
+	p.mu.Lock()
+	o.extproc = append([]seenMsg(nil), p.got...)
+	p.mu.Unlock()
+	rec.mu.Lock()
+	o.upstream = append([]seenRequest(nil), rec.seen...)
+	rec.mu.Unlock()
+	if rls != nil {
+		rls.mu.Lock()
+		o.rls = append([]*rlspb.RateLimitRequest(nil), rls.got...)
+		rls.mu.Unlock()
+	}
+	return o
+}
+
+func (rec *recorder) serve(t *testing.T, i int, h upstreamHandler) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var mu sync.Mutex
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		rec.mu.Lock()
+		rec.seen = append(rec.seen, seenRequest{upstream: i, method: r.Method, uri: r.RequestURI, host: r.Host, header: r.Header.Clone(),
+			length: r.ContentLength, te: r.TransferEncoding, body: string(b)})
+		rec.mu.Unlock()
+		mu.Lock()
+		n++
+		k := n
+		mu.Unlock()
+		h(k, w, r)
+	})}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return lis.Addr().String()
+}
+
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// volatile headers: their values differ run to run.
+var volatile = map[string]bool{"date": true, "x-envoy-upstream-service-time": true}
+
+// headerValue normalises a header's value for comparison: volatile ones
+// are hidden, the expected timeout is rounded to 100 ms (it is what is left
+// of the route timeout when the attempt starts).
+func (o *observation) headerValue(k, v string) string {
+	switch {
+	case volatile[k]:
+		return "<volatile>"
+	case k == "x-envoy-expected-rq-timeout-ms":
+		if n, err := strconv.Atoi(v); err == nil {
+			return "~" + strconv.Itoa((n+50)/100*100)
+		}
+	}
+	return o.norm(v)
+}
+
+func (o *observation) norm(s string) string {
+	return uuidRE.ReplaceAllString(o.replace.Replace(s), "<uuid>")
+}
+
+func (o *observation) headerLines(prefix string, h http.Header) []string {
+	var out []string
+	for k, vs := range h {
+		k = strings.ToLower(k)
+		for _, v := range vs {
+			out = append(out, fmt.Sprintf("%s %s: %s", prefix, k, o.headerValue(k, v)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lines renders the observation canonically, one fact a line.
+func (o *observation) lines() []string {
+	out := []string{fmt.Sprintf("client status %d err %q", o.status, o.err)}
+	out = append(out, o.headerLines("client header", o.header)...)
+	out = append(out, fmt.Sprintf("client body %q", o.norm(o.body)))
+	for i, u := range o.upstream {
+		p := fmt.Sprintf("upstream#%d UP%d", i+1, u.upstream)
+		out = append(out, fmt.Sprintf("%s %s %s host=%s length=%d te=%v", p, u.method, o.norm(u.uri), o.norm(u.host), u.length, u.te))
+		out = append(out, o.headerLines(p+" header", u.header)...)
+		out = append(out, fmt.Sprintf("%s body %q", p, u.body))
+	}
+	for i, m := range o.extproc {
+		p := fmt.Sprintf("extproc#%d %s/%d %s", i+1, m.role, m.stream, phaseOfReq(m.req))
+		var hs []string
+		var eos bool
+		var body []byte
+		switch {
+		case m.req.GetRequestHeaders() != nil || m.req.GetResponseHeaders() != nil:
+			hh := m.req.GetRequestHeaders()
+			if hh == nil {
+				hh = m.req.GetResponseHeaders()
+			}
+			eos = hh.GetEndOfStream()
+			for _, h := range hh.GetHeaders().GetHeaders() {
+				v := o.headerValue(h.GetKey(), string(h.GetRawValue()))
+				hs = append(hs, fmt.Sprintf("%s header %s: %s value=%q", p, h.GetKey(), v, h.GetValue()))
+			}
+			sort.Strings(hs)
+		case m.req.GetRequestBody() != nil:
+			eos, body = m.req.GetRequestBody().GetEndOfStream(), m.req.GetRequestBody().GetBody()
+		case m.req.GetResponseBody() != nil:
+			eos, body = m.req.GetResponseBody().GetEndOfStream(), m.req.GetResponseBody().GetBody()
+		}
+		out = append(out, fmt.Sprintf("%s eos=%v body=%q", p, eos, body))
+		out = append(out, hs...)
+		rest := proto.Clone(m.req).(*extprocv3.ProcessingRequest)
+		rest.Request = nil
+		if j := stableJSON(rest); j != "{}" {
+			out = append(out, p+" fields "+o.norm(j))
+		}
+	}
+	for i, r := range o.rls {
+		out = append(out, fmt.Sprintf("ratelimit#%d domain=%s descriptors=%s", i+1, r.GetDomain(), d(r.GetDescriptors())))
+	}
+	return out
+}
+
+// stableJSON renders a message with sorted keys (protojson's spacing is
+// deliberately unstable).
+func stableJSON(m proto.Message) string {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return err.Error()
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err.Error()
+	}
+	b, _ = json.Marshal(v)
+	return string(b)
+}
+
+// compare fails t with a line diff when the observations differ.
+func compare(t *testing.T, sim, real *observation) {
+	t.Helper()
+	a, b := sim.lines(), real.lines()
+	if strings.Join(a, "\n") == strings.Join(b, "\n") {
+		return
+	}
+	inA, inB := map[string]int{}, map[string]int{}
+	for _, l := range a {
+		inA[l]++
+	}
+	for _, l := range b {
+		inB[l]++
+	}
+	var diff []string
+	for _, l := range a {
+		if inB[l] > 0 {
+			inB[l]--
+			continue
+		}
+		diff = append(diff, "- sim:   "+l)
+	}
+	for _, l := range a {
+		inA[l]--
+	}
+	inA = map[string]int{}
+	for _, l := range a {
+		inA[l]++
+	}
+	for _, l := range b {
+		if inA[l] > 0 {
+			inA[l]--
+			continue
+		}
+		diff = append(diff, "+ envoy: "+l)
+	}
+	if len(diff) == 0 {
+		diff = append(diff, "(same lines, another order)")
+		diff = append(diff, "sim:\n  "+strings.Join(a, "\n  "), "envoy:\n  "+strings.Join(b, "\n  "))
+	}
+	t.Errorf("the sim and Envoy disagree:\n%s", strings.Join(diff, "\n"))
+}
+
+// simFront starts the sim for a case, modelling release version.
+func simFront(t *testing.T, version string) func(Config, *ratelimitv3.RateLimit, string, rlspb.RateLimitServiceClient) string {
+	return func(cfg Config, rl *ratelimitv3.RateLimit, _ string, client rlspb.RateLimitServiceClient) string {
+		cfg.EnvoyVersion = version
+		if rl != nil {
+			f, err := rlsim.New(rl, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.RateLimit = f
+		}
+		s := startSim(t, cfg)
+		return strings.TrimPrefix(s.URL(), "http://")
+	}
+}
+
+// envoyFront pushes the case's config to the shared Envoy.
+func envoyFront(t *testing.T, e *realEnvoy, n int) func(Config, *ratelimitv3.RateLimit, string, rlspb.RateLimitServiceClient) string {
+	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, _ rlspb.RateLimitServiceClient) string {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := splitAddr(lis.Addr().String())
+		_ = lis.Close()
+		x, err := ToXDS(cfg, XDSTarget{ListenerName: fmt.Sprintf("case%d", n), Port: port, RateLimit: rl, RateLimitAddr: rlsAddr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.apply(t, x)
+		return lis.Addr().String()
+	}
+}
+
+// TestModelAgainstEnvoy runs every differential case on the sim and on
+// each pinned Envoy release (one Envoy process per release, reconfigured
+// over ADS between cases).
+func TestModelAgainstEnvoy(t *testing.T) {
+	cases := diffCases()
+	envoytest.Each(t, func(t *testing.T, rel envoytest.Release) {
+		e := startRealEnvoy(t, rel)
+		for i, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				sim := runSide(t, c, simFront(t, rel.Version))
+				real := runSide(t, c, envoyFront(t, e, i))
+				compare(t, sim, real)
+				if c.check != nil {
+					t.Run("sim", func(t *testing.T) { c.check(t, sim) })
+					t.Run("envoy", func(t *testing.T) { c.check(t, real) })
+				}
+			})
+		}
+	})
+}
