@@ -21,6 +21,14 @@ type Config struct {
 	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/processing_mode.proto).
 	// Zero means 1 MiB, Envoy's per_connection_buffer_limit_bytes default.
 	BufferLimit int
+	// RouteBufferLimit is the virtual host's request_body_buffer_limit
+	// (else per_request_buffer_limit_bytes). It raises the stream's limit
+	// only when the route matched on the request headers forwards
+	// somewhere: ActiveStream::refreshBufferLimit (conn_manager_impl.cc,
+	// v1.38.0) does nothing while the cached route is a direct response, so
+	// a body buffered on a catch-all direct-response route (an ext_proc
+	// clears the route later) is held to BufferLimit. Zero: none.
+	RouteBufferLimit int
 	// Seed makes weighted endpoint choice deterministic.
 	Seed uint64
 	// EnvoyHeaderPrefix is the prefix of Envoy-internal headers; "x-envoy".
@@ -34,9 +42,6 @@ type Config struct {
 	// v1.38.0). Without it a client's x-request-id is kept.
 	UseRemoteAddress          bool
 	PreserveExternalRequestID bool
-	// EnvoyVersion is the Envoy release the sim models where releases
-	// differ ("1.40.0"); empty means the minimum, 1.38.
-	EnvoyVersion string
 	// RateLimit is the HCM's envoy.filters.http.ratelimit filter, between
 	// the router-level ext_proc and the router; nil means none.
 	RateLimit *rlsim.Filter

@@ -1,21 +1,31 @@
 package envoysim
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // diffCases are the conformance scripts run on the sim and the binary.
 func diffCases() []diffCase {
 	var cs []diffCase
 	cs = append(cs, basicCases()...)
+	cs = append(cs, localReplyCases()...)
+	cs = append(cs, strictnessCases()...)
+	cs = append(cs, retryCases()...)
+	cs = append(cs, suspectCases()...)
 	return cs
 }
 
@@ -91,8 +101,421 @@ func basicCases() []diffCase {
 	}
 }
 
-var (
-	_ = strings.Repeat
-	_ = time.Second
-	_ = typev3.StatusCode_OK
-)
+// failFirst answers 503 once, then 200.
+func failFirst(n int, w http.ResponseWriter, r *http.Request) {
+	answer(map[bool]int{true: 503, false: 200}[n == 1])(n, w, r)
+}
+
+func immediateOn(role, phase string, code typev3.StatusCode, body string) script {
+	return func(r string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+		if r == role && phaseOfReq(req) == phase {
+			return one(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+				Status: &typev3.HttpStatus{Code: code}, Body: []byte(body)}}})
+		}
+		return one(pass(req))
+	}
+}
+
+// Behaviour 4 and suspect 8 (a local reply's body reaches the router-level
+// ext_proc as one message with end_of_stream).
+func localReplyCases() []diffCase {
+	withUpstreamFilter := func(e diffEnv) Config {
+		return oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE), retry429)
+	}
+	return []diffCase{
+		{name: "upstream ImmediateResponse on request headers", script: immediateOn("upstream", "request_headers", typev3.StatusCode_ServiceUnavailable, "no key"),
+			upstreams: []upstreamHandler{answer(429)}, config: withUpstreamFilter, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 503 || o.body != "no key" || o.attempts() != 0 {
+					t.Errorf("status %d body %q attempts %d", o.status, o.body, o.attempts())
+				}
+				bs := o.messages("router", "response_body")
+				if len(bs) != 1 || !bs[0].req.GetResponseBody().GetEndOfStream() || string(bs[0].req.GetResponseBody().GetBody()) != "no key" {
+					t.Errorf("router-level ext_proc got the local reply's body as %v", bs)
+				}
+			}},
+		{name: "upstream ImmediateResponse on response headers", script: immediateOn("upstream", "response_headers", typev3.StatusCode_TooManyRequests, ""),
+			upstreams: []upstreamHandler{answer(429)}, config: withUpstreamFilter, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 429 || o.attempts() != 1 {
+					t.Errorf("status %d attempts %d", o.status, o.attempts())
+				}
+			}},
+		{name: "upstream spurious answer: status_on_error, not retried",
+			script: func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if role == "upstream" && req.GetRequestHeaders() != nil {
+					return one(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}})
+				}
+				return one(pass(req))
+			},
+			upstreams: []upstreamHandler{answer(429)}, config: withUpstreamFilter, req: diffRequest{body: "b"}, check: wantStatus(500)},
+		{name: "router ImmediateResponse skips its own encode path", script: immediateOn("router", "request_body", typev3.StatusCode_Forbidden, `{"denied":true}`),
+			config: withUpstreamFilter, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 403 || o.body != `{"denied":true}` || len(o.messages("router", "response_headers")) != 0 {
+					t.Errorf("status %d body %q", o.status, o.body)
+				}
+			}},
+		{name: "no healthy upstream passes the router-level ext_proc",
+			config: func(e diffEnv) Config {
+				cfg := oneCluster(e, routerFilter(e.proc), nil, nil)
+				cfg.Clusters[0].HealthyPanicThreshold = pct(0)
+				cfg.Clusters[0].Endpoints[0].Unhealthy = true
+				return cfg
+			}, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 503 || o.body != "no healthy upstream" || o.attempts() != 0 {
+					t.Errorf("status %d body %q attempts %d", o.status, o.body, o.attempts())
+				}
+				if bs := o.messages("router", "response_body"); len(bs) != 1 || !bs[0].req.GetResponseBody().GetEndOfStream() {
+					t.Errorf("local reply body messages %v", bs)
+				}
+			}},
+		{name: "direct response route",
+			config: func(e diffEnv) Config {
+				cfg := oneCluster(e, routerFilter(e.proc), nil, nil)
+				cfg.Routes = []Route{{Name: "d", DirectStatus: 404, DirectBody: "nothing here", ResponseHeaders: map[string]string{"x-direct": "1"}}}
+				return cfg
+			}, req: diffRequest{body: "b"}, check: wantStatus(404)},
+	}
+}
+
+// Behaviour 5.
+func strictnessCases() []diffCase {
+	headersOnly := func(cr *extprocv3.CommonResponse) script {
+		return func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+			if req.GetRequestHeaders() != nil {
+				return one(answerWith(req, cr))
+			}
+			return one(pass(req))
+		}
+	}
+	modeOnly := func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			return one(&extprocv3.ProcessingResponse{ModeOverride: &extprocfilter.ProcessingMode{}})
+		}
+		return one(pass(req))
+	}
+	router := func(mod func(*Config)) func(e diffEnv) Config {
+		return func(e diffEnv) Config {
+			cfg := oneCluster(e, routerFilter(e.proc), nil, nil)
+			if mod != nil {
+				mod(&cfg)
+			}
+			return cfg
+		}
+	}
+	failOpen := func(c *Config) { c.RouterFilter.FailureModeAllow = true }
+	return []diffCase{
+		{name: "standalone mode_override is spurious", script: modeOnly, config: router(nil), req: diffRequest{body: "b"}, check: wantStatus(500)},
+		{name: "spurious with failure_mode_allow fails open", script: modeOnly, config: router(failOpen), req: diffRequest{body: "b"}, check: wantStatus(200)},
+		{name: "value ignored, raw_value wins, append adds, append_action ignored",
+			script: headersOnly(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				{Header: &corev3.HeaderValue{Key: "x-value-only", Value: "v"}},
+				{Header: &corev3.HeaderValue{Key: "x-both", Value: "v", RawValue: []byte("raw")}},
+				{Header: &corev3.HeaderValue{Key: "x-multi", RawValue: []byte("2")}, Append: wrapperspb.Bool(true)},
+				{Header: &corev3.HeaderValue{Key: "x-over", RawValue: []byte("new")}, AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD},
+			}}}),
+			config: router(nil), req: diffRequest{header: map[string]string{"x-multi": "1", "x-over": "old"}, body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.attempts() != 1 {
+					t.Fatalf("attempts %d", o.attempts())
+				}
+				h := o.upstream[0].header
+				if h.Get("x-both") != "raw" || strings.Join(h.Values("x-multi"), ",") != "1,2" {
+					t.Errorf("upstream headers %v", h)
+				}
+			}},
+		{name: "invalid header value fails the request even with failure_mode_allow",
+			script: headersOnly(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw("x-bad", "a\nb")}}}),
+			config: router(failOpen), req: diffRequest{body: "b"}, check: wantStatus(500)},
+		{name: "clear_route_cache without a header mutation is ignored", script: headersOnly(&extprocv3.CommonResponse{ClearRouteCache: true}),
+			config: router(func(c *Config) { c.Routes[0].Headers = map[string]string{"x-never": "1"} }), req: diffRequest{body: "b"}, check: wantStatus(404)},
+		{name: "clear_route_cache with a header mutation re-routes",
+			script: headersOnly(&extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw("x-pool", "a")}}}),
+			config: router(func(c *Config) { c.Routes[0].Headers = map[string]string{"x-pool": "a"} }), req: diffRequest{body: "b"}, check: wantStatus(200)},
+		{name: "edge request: new x-request-id, x-forwarded-for, external address", config: router(func(c *Config) { c.UseRemoteAddress = true }),
+			req: diffRequest{header: map[string]string{"x-request-id": "client", "x-forwarded-proto": "https"}, body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.attempts() != 1 || o.upstream[0].header.Get("x-request-id") == "client" {
+					t.Errorf("upstream %+v", o.upstream)
+				}
+			}},
+		{name: "BUFFERED mutated body with matching content-length",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestBody() != nil {
+					return one(bodyMutation("abc", "3")())
+				}
+				return one(pass(req))
+			}, config: router(nil), req: diffRequest{body: "original"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 200 || o.attempts() != 1 || o.upstream[0].body != "abc" {
+					t.Errorf("status %d upstream %+v", o.status, o.upstream)
+				}
+			}},
+		{name: "BUFFERED mutated body with stale content-length",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestBody() != nil {
+					return one(bodyMutation("abcdef", "")())
+				}
+				return one(pass(req))
+			}, config: router(nil), req: diffRequest{body: "original"}, check: wantStatus(500)},
+		{name: "BUFFERED body above the listener limit is 413", config: router(func(c *Config) { c.BufferLimit = 1024 }),
+			req: diffRequest{body: strings.Repeat("x", 4096)}, check: wantStatus(413)},
+		{name: "unbuffered body above the limit is streamed without retries",
+			upstreams: []upstreamHandler{failFirst},
+			config: router(func(c *Config) {
+				c.BufferLimit = 1024
+				c.RouterFilter.Mode.RequestBodyMode = extprocfilter.ProcessingMode_NONE
+				c.Routes[0].Retry = &RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 1, BackoffBase: time.Millisecond}
+			}), req: diffRequest{body: strings.Repeat("x", 4096)},
+			check: func(t *testing.T, o *observation) {
+				if o.attempts() != 1 || o.status != 503 {
+					t.Errorf("status %d attempts %d", o.status, o.attempts())
+				}
+			}},
+		{name: "dynamic metadata and attributes",
+			script: func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				resp := pass(req)
+				switch {
+				case role == "router" && req.GetRequestHeaders() != nil:
+					resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"tenant": "t1", "est": 10}, "other": map[string]any{"x": 1}})
+				case role == "router" && req.GetRequestBody() != nil:
+					resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"est": 20}})
+				case role == "upstream" && req.GetResponseHeaders() != nil:
+					resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"key": "k1"}})
+				}
+				return one(resp)
+			},
+			config: func(e diffEnv) Config {
+				rf := routerFilter(e.proc)
+				rf.ReceivingNamespaces, rf.ForwardingNamespaces = []string{"swarmgate"}, []string{"swarmgate"}
+				uf := upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE)
+				uf.ForwardingNamespaces, uf.ReceivingNamespaces = []string{"swarmgate"}, []string{"swarmgate"}
+				uf.RequestAttributes = []string{"xds.upstream_host_metadata", "upstream.request_attempt_count"}
+				cfg := oneCluster(e, rf, uf, nil)
+				cfg.Clusters[0].Endpoints[0].Metadata = map[string]map[string]string{"swarmgate": {"backend": "b1"}}
+				return cfg
+			}, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				uh := o.messages("upstream", "request_headers")
+				if len(uh) != 1 {
+					t.Fatalf("upstream request_headers %d", len(uh))
+				}
+				fwd := uh[0].req.GetMetadataContext().GetFilterMetadata()["swarmgate"].AsMap()
+				if fwd["tenant"] != "t1" || fwd["est"] != 20.0 {
+					t.Errorf("metadata_context %v", fwd)
+				}
+				attrs := uh[0].req.GetAttributes()["envoy.filters.http.ext_proc"].GetFields()
+				if attrs["upstream.request_attempt_count"].GetNumberValue() != 1 || !strings.Contains(attrs["xds.upstream_host_metadata"].GetStringValue(), "b1") {
+					t.Errorf("attributes %v", attrs)
+				}
+				// The router's response messages forward what the upstream
+				// filter merged into the stream.
+				rb := o.messages("router", "response_headers")
+				if len(rb) != 1 || rb[0].req.GetMetadataContext().GetFilterMetadata()["swarmgate"].AsMap()["key"] != "k1" {
+					t.Errorf("router response metadata_context %v", rb)
+				}
+			}},
+		{name: "message timeout without failure_mode_allow is 504",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestBody() != nil {
+					time.Sleep(400 * time.Millisecond)
+				}
+				return one(pass(req))
+			},
+			config: router(func(c *Config) { c.RouterFilter.MessageTimeout = 100 * time.Millisecond }), req: diffRequest{body: "b"}, check: wantStatus(504)},
+		{name: "override_message_timeout within the max extends the timer",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestBody() != nil {
+					time.Sleep(50 * time.Millisecond)
+					return []*extprocv3.ProcessingResponse{{OverrideMessageTimeout: durationpb.New(3 * time.Second)}, delayed(300*time.Millisecond, pass(req))}
+				}
+				return one(pass(req))
+			},
+			config: router(func(c *Config) {
+				c.RouterFilter.MessageTimeout, c.RouterFilter.MaxMessageTimeout = 150*time.Millisecond, 5*time.Second
+			}), req: diffRequest{body: "b"}, check: wantStatus(200)},
+	}
+}
+
+// Behaviours 2, 3 and 7.
+func retryCases() []diffCase {
+	plain := func(rp RetryPolicy, mod func(*Config)) func(e diffEnv) Config {
+		return func(e diffEnv) Config {
+			rp.BackoffBase = time.Millisecond
+			cfg := oneCluster(e, nil, nil, &rp)
+			if mod != nil {
+				mod(&cfg)
+			}
+			return cfg
+		}
+	}
+	withHeaders := func(code int, hs map[string]string) upstreamHandler {
+		return func(_ int, w http.ResponseWriter, _ *http.Request) {
+			for k, v := range hs {
+				w.Header().Set(k, v)
+			}
+			w.WriteHeader(code)
+		}
+	}
+	attempts := func(status, n int) func(t *testing.T, o *observation) {
+		return func(t *testing.T, o *observation) {
+			if o.status != status || o.attempts() != n {
+				t.Errorf("status %d attempts %d, want %d %d", o.status, o.attempts(), status, n)
+			}
+		}
+	}
+	zero := 0
+	return []diffCase{
+		{name: "retriable status code", upstreams: []upstreamHandler{answer(401)},
+			config: plain(RetryPolicy{RetryOn: []string{"retriable-status-codes"}, RetriableStatusCodes: []int{401, 403}, NumRetries: 2}, nil), check: attempts(401, 3)},
+		{name: "x-envoy-ratelimited is not retried without envoy-ratelimited", upstreams: []upstreamHandler{withHeaders(429, map[string]string{"x-envoy-ratelimited": "true"})},
+			config: plain(RetryPolicy{RetryOn: []string{"retriable-status-codes"}, RetriableStatusCodes: []int{429}, NumRetries: 2}, nil), check: attempts(429, 1)},
+		{name: "envoy-ratelimited retries it", upstreams: []upstreamHandler{withHeaders(429, map[string]string{"x-envoy-ratelimited": "true"})},
+			config: plain(RetryPolicy{RetryOn: []string{"envoy-ratelimited"}, NumRetries: 1}, nil), check: attempts(429, 2)},
+		{name: "retriable-headers", upstreams: []upstreamHandler{withHeaders(200, map[string]string{"x-retry-me": "1"})},
+			config: plain(RetryPolicy{RetryOn: []string{"retriable-headers"}, RetriableHeaders: []string{"x-retry-me"}, NumRetries: 1}, nil), check: attempts(200, 2)},
+		{name: "max_retries 0: overflow, the first answer to the client", upstreams: []upstreamHandler{answer(503)},
+			config: plain(RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 3}, func(c *Config) { c.Clusters[0].MaxRetries = &zero }), check: attempts(503, 1)},
+		{name: "per-try timeout", upstreams: []upstreamHandler{func(n int, w http.ResponseWriter, r *http.Request) {
+			if n == 1 {
+				time.Sleep(600 * time.Millisecond)
+			}
+			answer(200)(n, w, r)
+		}}, config: plain(RetryPolicy{RetryOn: []string{"reset"}, NumRetries: 1, PerTryTimeout: 200 * time.Millisecond}, nil), check: attempts(200, 2)},
+		{name: "connect failure then previous_priorities", upstreams: []upstreamHandler{answer(200)},
+			config: func(e diffEnv) Config {
+				rp := &RetryPolicy{RetryOn: []string{"connect-failure"}, NumRetries: 1, BackoffBase: time.Millisecond, PreviousPriorities: true}
+				return Config{Routes: []Route{{Name: "r", Cluster: "c", Retry: rp}}, Clusters: []Cluster{{Name: "c",
+					Endpoints: []Endpoint{{Address: "127.0.0.1:1"}, {Address: e.up[0], Priority: 1}}}}}
+			}, check: attempts(200, 1)},
+		{name: "panic routes to an unhealthy host", config: func(e diffEnv) Config {
+			cfg := oneCluster(e, nil, nil, nil)
+			cfg.Clusters[0].Endpoints[0].Unhealthy = true
+			return cfg
+		}, check: attempts(200, 1)},
+		{name: "previous_priorities moves a retry to P1", upstreams: []upstreamHandler{answer(503), answer(200)},
+			config: func(e diffEnv) Config {
+				rp := &RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 1, BackoffBase: time.Millisecond, PreviousPriorities: true}
+				return Config{Routes: []Route{{Name: "r", Cluster: "c", Retry: rp}}, Clusters: []Cluster{{Name: "c",
+					Endpoints: []Endpoint{{Address: e.up[0]}, {Address: e.up[1], Priority: 1}}}}}
+			}, check: func(t *testing.T, o *observation) {
+				if o.status != 200 || o.attempts() != 2 || o.upstream[1].upstream != 1 {
+					t.Errorf("status %d upstream %+v", o.status, o.upstream)
+				}
+			}},
+		rateLimitCase(false), rateLimitCase(true),
+	}
+}
+
+// Behaviour 7: the rate-limit filter between ext_proc and the router.
+func rateLimitCase(over bool) diffCase {
+	name := map[bool]string{false: "rate limit OK: stream-done on the final map and metadata", true: "rate limit OVER_LIMIT: 429 through the ext_proc encode path"}[over]
+	return diffCase{name: name,
+		script: func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+			if role == "upstream" {
+				if req.GetRequestHeaders() != nil {
+					return one(answerWith(req, &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"x-tenant"}}}))
+				}
+				return one(pass(req))
+			}
+			resp := pass(req)
+			switch {
+			case req.GetRequestBody() != nil:
+				resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"tenant": "t1"}})
+			case req.GetResponseBody().GetEndOfStream():
+				resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"completion_tokens": 42}})
+			}
+			return one(resp)
+		},
+		rls: func(*rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
+			if over {
+				return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}
+			}
+			return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
+		},
+		rateLimit: &ratelimitv3.RateLimit{Domain: "d", RateLimits: []*routev3.RateLimit{
+			{Actions: []*routev3.RateLimit_Action{metaAction("tenant")}},
+			{Actions: []*routev3.RateLimit_Action{metaAction("tenant")}, ApplyOnStreamDone: true,
+				HitsAddend: &routev3.RateLimit_HitsAddend{Format: "%DYNAMIC_METADATA(swarmgate:completion_tokens)%"}},
+			{Actions: []*routev3.RateLimit_Action{headerAction("x-tenant")}, ApplyOnStreamDone: true},
+		}},
+		config: func(e diffEnv) Config {
+			rf := routerFilter(e.proc)
+			rf.ReceivingNamespaces = []string{"swarmgate"}
+			return oneCluster(e, rf, upstreamFilter(e.proc, 0), nil)
+		},
+		req: diffRequest{header: map[string]string{"x-tenant": "t1"}, body: "b"},
+		check: func(t *testing.T, o *observation) {
+			if len(o.rls) != 2 || d(o.rls[0].GetDescriptors()) != "tenant=t1" {
+				t.Fatalf("rate-limit calls %v", o.rls)
+			}
+			want, status := "tenant=t1+42", 200
+			if over {
+				want, status = "x-tenant=t1", 429
+			}
+			if got := d(o.rls[1].GetDescriptors()); got != want || o.status != status {
+				t.Errorf("status %d stream-done descriptors %q, want %d %q", o.status, got, status, want)
+			}
+		}}
+}
+
+// The suspects of issue 24 that concern the model.
+func suspectCases() []diffCase {
+	streamed := func(e diffEnv) Config {
+		return oneCluster(e, routerFilter(e.proc), nil, nil)
+	}
+	return []diffCase{
+		// Suspect 3: from 1.39 a STREAMED response's headers wait for the
+		// first processed body chunk.
+		{name: "STREAMED response headers and a late body", timing: 800 * time.Millisecond,
+			upstreams: []upstreamHandler{func(_ int, w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(200)
+				w.(http.Flusher).Flush()
+				time.Sleep(800 * time.Millisecond)
+				_, _ = io.WriteString(w, "late")
+			}},
+			config: streamed, req: diffRequest{body: "b"}},
+		// Suspect 8: the headers Envoy adds to every attempt.
+		{name: "headers Envoy adds to each attempt", upstreams: []upstreamHandler{failFirst},
+			config: func(e diffEnv) Config {
+				rp := &RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 1, BackoffBase: time.Millisecond, PerTryTimeout: 5 * time.Second}
+				cfg := oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE), rp)
+				cfg.Routes[0].Timeout = 30 * time.Second
+				return cfg
+			}, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.attempts() != 2 {
+					t.Fatalf("attempts %d", o.attempts())
+				}
+				for _, u := range o.upstream {
+					if u.header.Get("x-envoy-expected-rq-timeout-ms") != "5000" || u.header.Get("x-forwarded-proto") != "http" || u.header.Get("x-envoy-attempt-count") != "" {
+						t.Errorf("upstream headers %v", u.header)
+					}
+				}
+			}},
+		// Suspect 8: the virtual host's buffer limit applies only once a
+		// route entry is cached.
+		{name: "virtual host buffer limit on a forwarding route", config: func(e diffEnv) Config {
+			cfg := oneCluster(e, routerFilter(e.proc), nil, nil)
+			cfg.BufferLimit, cfg.RouteBufferLimit = 1024, 8192
+			return cfg
+		}, req: diffRequest{body: strings.Repeat("x", 4096)}, check: wantStatus(200)},
+		{name: "virtual host buffer limit while a direct response is cached",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestBody() != nil {
+					return one(answerWith(req, &extprocv3.CommonResponse{ClearRouteCache: true,
+						HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw("x-pool", "a")}}}))
+				}
+				return one(pass(req))
+			},
+			config: func(e diffEnv) Config {
+				cfg := oneCluster(e, routerFilter(e.proc), nil, nil)
+				cfg.Routes[0].Headers = map[string]string{"x-pool": "a"}
+				cfg.Routes = append(cfg.Routes, Route{Name: "catch-all", DirectStatus: 404, DirectBody: "no route"})
+				cfg.BufferLimit, cfg.RouteBufferLimit = 1024, 8192
+				return cfg
+			}, req: diffRequest{body: strings.Repeat("x", 4096)}, check: wantStatus(413)},
+	}
+}

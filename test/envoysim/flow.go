@@ -29,6 +29,10 @@ type exchange struct {
 	// clearRoute is set when the router filter's answer cleared the route
 	// cache (processor_state.cc DecodingProcessorState::clearRouteCache).
 	clearRoute bool
+	// emptyLocal: the response is a local reply without a body.
+	emptyLocal bool
+	// limit is the stream's buffer limit (Config.RouteBufferLimit).
+	limit int
 	// routeTimeout is the chosen route's timeout.
 	routeTimeout time.Duration
 	// rl is the rate-limit filter's state for this request.
@@ -70,12 +74,20 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := s.match(x.req)
 
 	ctx := r.Context()
+	x.limit = s.cfg.BufferLimit
+	if route != nil && route.DirectStatus == 0 && s.cfg.RouteBufferLimit > x.limit {
+		x.limit = s.cfg.RouteBufferLimit
+	}
 	if lr := x.requestPath(ctx, r); lr != nil {
 		x.respondLocal(ctx, lr)
 		return
 	}
 	if x.clearRoute {
 		route = s.match(x.req)
+		// refreshBufferLimit again: a route entry may only raise it.
+		if route != nil && route.DirectStatus == 0 && s.cfg.RouteBufferLimit > x.limit {
+			x.limit = s.cfg.RouteBufferLimit
+		}
 	}
 	var cl *Cluster
 	cluster := ""
@@ -190,7 +202,7 @@ const maxBody = 256 << 20
 // retry_or_shadow_abandoned).
 func (x *exchange) requestPath(ctx context.Context, r *http.Request) *localReply {
 	f := x.s.cfg.RouterFilter
-	limit := x.s.cfg.BufferLimit
+	limit := x.limit
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return textReply(http.StatusBadRequest, "downstream read error")
@@ -257,7 +269,11 @@ func checkContentLength(h headers, before, after []byte, mode *extprocfilter.Pro
 		return nil
 	}
 	if h.get("content-length") != strconv.Itoa(len(after)) {
-		return textReply(http.StatusInternalServerError, "ext_proc: content-length does not match the mutated body")
+		// The filter's own error reply: empty, and (at router level) not
+		// seen by the filter's encode path (1.38.3 and 1.40.0,
+		// TestModelAgainstEnvoy "BUFFERED mutated body with stale
+		// content-length").
+		return &localReply{status: http.StatusInternalServerError, fromFilter: true}
 	}
 	return nil
 }

@@ -33,8 +33,13 @@ func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 		x.router.close(false)
 		x.router = nil
 	}
-	if !h.has("content-length") {
+	// An empty local reply carries no content-length through the filters
+	// (the codec frames it); one with a body does.
+	if !h.has("content-length") && len(lr.body) > 0 {
 		h.add("content-length", strconv.Itoa(len(lr.body)))
+	}
+	if len(lr.body) == 0 {
+		x.emptyLocal = true
 	}
 	x.respond(ctx, h, singleChunk(lr.body), nil)
 }
@@ -95,7 +100,7 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	x.addRateLimitHeaders(&h)
 	status, _ := strconv.Atoi(h.get(":status"))
 	noBody := (upstream != nil && upstream.ContentLength == 0) || x.req.get(":method") == http.MethodHead ||
-		(upstream == nil && h.get("content-length") == "0")
+		(upstream == nil && (h.get("content-length") == "0" || x.emptyLocal))
 	if run != nil && mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
 		resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}}}, "response_headers")
@@ -149,13 +154,31 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 			wh.Add(e.key, e.value)
 		}
 	}
-	x.w.WriteHeader(status)
 	flusher, _ := x.w.(http.Flusher)
-	if !h.has("content-length") && !noBody && flusher != nil {
-		// Without a content-length Envoy frames the body chunked; flushing
-		// now keeps Go's server from adding one for a short body.
-		flusher.Flush()
+	head := func() {
+		x.w.WriteHeader(status)
+		if !h.has("content-length") && !noBody && flusher != nil {
+			// Without a content-length Envoy frames the body chunked;
+			// flushing now keeps Go's server from adding one for a short
+			// body.
+			flusher.Flush()
+		}
 	}
+	// The headers go downstream at once, before any body chunk, in STREAMED
+	// mode too, on 1.38.3 and 1.40.0 alike (TestModelAgainstEnvoy "STREAMED
+	// response headers and a late body").
+	head()
+	write := func(out []byte) error {
+		_, err := x.w.Write(out)
+		return err
+	}
+	// With a content-length, bytes that arrive with the end of the
+	// response go in one message with end_of_stream: the HTTP/1 codec
+	// dispatches the body buffered in a read at message complete. A chunked
+	// body is dispatched at the last chunk's header, before the message
+	// completes, so the end comes as an empty message (codec_impl.cc
+	// ConnectionImpl::onChunkHeader, v1.38.0). A local reply is one frame.
+	mergeEnd := upstream == nil || upstream.ContentLength >= 0
 
 	switch bodyMode {
 	case extprocfilter.ProcessingMode_BUFFERED:
@@ -186,20 +209,17 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			// Bytes that arrive with the end of the response go in one
-			// message with end_of_stream (the HTTP/1 codec dispatches the
-			// body buffered in a read with end_stream at message complete).
-			eos := errors.Is(err, io.EOF)
+			eos := mergeEnd && errors.Is(err, io.EOF)
 			out, ok := x.bodyChunk(run, buf[:n], eos)
 			if !ok {
 				return
 			}
 			if eos {
-				_, _ = x.w.Write(out)
+				_ = write(out)
 				run.close(false)
 				return
 			}
-			if _, werr := x.w.Write(out); werr != nil || ctx.Err() != nil {
+			if werr := write(out); werr != nil || ctx.Err() != nil {
 				// Downstream gone: Envoy resets the ext_proc stream without
 				// end_of_stream.
 				x.rec.Aborted = true
@@ -222,7 +242,7 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	if !ok {
 		return
 	}
-	_, _ = x.w.Write(out)
+	_ = write(out)
 	run.close(false)
 }
 

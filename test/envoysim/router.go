@@ -43,7 +43,7 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 	defer res.active.Add(-1)
 	rs := newRetryState(s, rp, cl, res)
 	defer rs.release()
-	if rs.enabled() && len(x.body) > s.cfg.BufferLimit {
+	if rs.enabled() && len(x.body) > x.limit {
 		// router.cc Filter::decodeData: the body does not fit the retry
 		// buffer, so retries are given up (retry_or_shadow_abandoned) and
 		// the request is streamed once.
@@ -207,6 +207,10 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 			rh.add(strings.ToLower(k), v)
 		}
 	}
+	// Go keeps transfer-encoding out of Header; Envoy's response map has it.
+	if len(resp.TransferEncoding) > 0 {
+		rh.add("transfer-encoding", strings.Join(resp.TransferEncoding, ", "))
+	}
 	if up != nil && !up.off && up.mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
 		r, err := up.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto(), EndOfStream: resp.ContentLength == 0}}}, "response_headers")
@@ -299,6 +303,7 @@ func (s *Sim) upstreamRequest(ctx context.Context, x *exchange, f *Filter, ep *E
 			return nil, lr
 		}
 		if lr := checkContentLength(*h, *body, mutated, run.mode); lr != nil {
+			lr.fromFilter = false
 			run.close(true)
 			return nil, lr
 		}

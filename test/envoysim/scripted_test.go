@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -60,11 +61,31 @@ func (p *scriptProc) Process(st extprocv3.ExternalProcessor_ProcessServer) error
 		p.got = append(p.got, seenMsg{role, n, proto.Clone(req).(*extprocv3.ProcessingRequest)})
 		p.mu.Unlock()
 		for _, resp := range p.answer(role, n, req) {
+			if d, ok := delays.Load(resp); ok {
+				time.Sleep(d.(time.Duration))
+			}
 			if err := st.Send(resp); err != nil {
 				return nil
 			}
 		}
 	}
+}
+
+// delays holds the answers a script wants sent late (delayed).
+var delays sync.Map
+
+// delayed marks resp to be sent d after the answers before it.
+func delayed(d time.Duration, resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	delays.Store(resp, d)
+	return resp
+}
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // seen returns the messages of one role and phase, oldest first.

@@ -106,6 +106,9 @@ func ToXDS(cfg Config, tg XDSTarget) (*XDS, error) {
 	filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}})
 
 	vh := &routev3.VirtualHost{Name: "all", Domains: []string{"*"}}
+	if cfg.RouteBufferLimit > 0 {
+		vh.RequestBodyBufferLimit = wrapperspb.UInt64(uint64(cfg.RouteBufferLimit))
+	}
 	for _, r := range cfg.Routes {
 		rt, err := routeToXDS(r)
 		if err != nil {

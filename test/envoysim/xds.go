@@ -130,8 +130,8 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 			} else if l := vh.GetPerRequestBufferLimitBytes(); l != nil { //nolint:staticcheck // the legacy field, as Envoy falls back to it
 				limit = uint64(l.GetValue())
 			}
-			if limit > 0 && limit < 1<<31 && int(limit) > cfg.BufferLimit {
-				cfg.BufferLimit = int(limit)
+			if limit > 0 && limit < 1<<31 && int(limit) > cfg.RouteBufferLimit {
+				cfg.RouteBufferLimit = int(limit)
 			}
 			for _, r := range vh.GetRoutes() {
 				rt, err := routeFromXDS(r)
