@@ -186,6 +186,7 @@ func runSide(t *testing.T, c diffCase, front func(cfg Config, rl *ratelimitv3.Ra
 		if c.timing > 0 {
 			o.headersEarly = new(bool)
 			*o.headersEarly = time.Since(start)-headersAt > c.timing/2
+			t.Logf("time to headers %v, to the body's end %v", headersAt.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		}
 		resp.Body.Close()
 		o.status, o.header, o.body = resp.StatusCode, resp.Header, string(b)
