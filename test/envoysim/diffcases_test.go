@@ -26,6 +26,7 @@ func diffCases() []diffCase {
 	cs = append(cs, strictnessCases()...)
 	cs = append(cs, retryCases()...)
 	cs = append(cs, suspectCases()...)
+	cs = append(cs, moreCases()...)
 	return cs
 }
 
@@ -523,5 +524,158 @@ func suspectCases() []diffCase {
 				cfg.BufferLimit, cfg.RouteBufferLimit = 1024, 8192
 				return cfg
 			}, req: diffRequest{body: strings.Repeat("x", 4096)}, check: wantStatus(413)},
+	}
+}
+
+// overrideScript answers a request body after sending overrides, late.
+func overrideScript(overrides ...time.Duration) script {
+	return func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+		if req.GetRequestBody() == nil {
+			return one(pass(req))
+		}
+		var out []*extprocv3.ProcessingResponse
+		for _, d := range overrides {
+			out = append(out, &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)})
+		}
+		return append(out, delayed(300*time.Millisecond, pass(req)))
+	}
+}
+
+// The remaining conformance scripts (rules_test.go, override_test.go,
+// retry_test.go, sim_test.go).
+func moreCases() []diffCase {
+	router := func(mod func(*Config)) func(e diffEnv) Config {
+		return func(e diffEnv) Config {
+			cfg := oneCluster(e, routerFilter(e.proc), nil, nil)
+			if mod != nil {
+				mod(&cfg)
+			}
+			return cfg
+		}
+	}
+	timeouts := func(msg, maxT time.Duration) func(e diffEnv) Config {
+		return router(func(c *Config) { c.RouterFilter.MessageTimeout, c.RouterFilter.MaxMessageTimeout = msg, maxT })
+	}
+	longer := func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+		b := req.GetResponseBody()
+		if b == nil {
+			return one(pass(req))
+		}
+		out := append([]byte("<<"), b.GetBody()...)
+		if b.GetEndOfStream() {
+			out = append(out, ">> and more"...)
+		}
+		return one(answerWith(req, &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}}))
+	}
+	respMode := func(m extprocfilter.ProcessingMode_BodySendMode) func(e diffEnv) Config {
+		return router(func(c *Config) { c.RouterFilter.Mode.ResponseBodyMode = m })
+	}
+	return []diffCase{
+		{name: "override above max_message_timeout is ignored", script: overrideScript(3 * time.Second),
+			config: timeouts(150*time.Millisecond, time.Second), req: diffRequest{body: "b"}, check: wantStatus(504)},
+		{name: "max_message_timeout unset disables overrides", script: overrideScript(3 * time.Second),
+			config: timeouts(150*time.Millisecond, 0), req: diffRequest{body: "b"}, check: wantStatus(504)},
+		{name: "only the first override per message counts", script: overrideScript(150*time.Millisecond, 3*time.Second),
+			config: timeouts(150*time.Millisecond, 5*time.Second), req: diffRequest{body: "b"}, check: wantStatus(504)},
+		{name: "message timeout with failure_mode_allow fails open",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestBody() != nil {
+					return one(delayed(400*time.Millisecond, pass(req)))
+				}
+				return one(pass(req))
+			},
+			config: router(func(c *Config) {
+				c.RouterFilter.MessageTimeout, c.RouterFilter.FailureModeAllow = 100*time.Millisecond, true
+			}), req: diffRequest{body: "b"}, check: wantStatus(200)},
+		{name: "STREAMED response: content-length dropped, longer body whole", script: longer,
+			config: respMode(extprocfilter.ProcessingMode_STREAMED), req: diffRequest{body: "x"},
+			check: func(t *testing.T, o *observation) {
+				if o.body != "<<hello>> and more" || o.header.Get("content-length") != "" {
+					t.Errorf("body %q content-length %q", o.body, o.header.Get("content-length"))
+				}
+			}},
+		{name: "BUFFERED response with headers sent keeps content-length", script: longer,
+			config: respMode(extprocfilter.ProcessingMode_BUFFERED), req: diffRequest{body: "x"},
+			check: func(t *testing.T, o *observation) {
+				if o.body == "<<hello>> and more" {
+					t.Errorf("the longer body reached the client whole under the upstream's content-length")
+				}
+			}},
+		{name: "response body mode_override to NONE",
+			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				resp := pass(req)
+				if req.GetRequestHeaders() != nil {
+					resp.ModeOverride = &extprocfilter.ProcessingMode{RequestBodyMode: extprocfilter.ProcessingMode_BUFFERED, ResponseBodyMode: extprocfilter.ProcessingMode_NONE}
+				}
+				return one(resp)
+			},
+			config: router(func(c *Config) { c.RouterFilter.AllowModeOverride = true }), req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 200 || len(o.messages("router", "response_body")) != 0 {
+					t.Errorf("status %d, response body messages %d", o.status, len(o.messages("router", "response_body")))
+				}
+			}},
+		{name: "mutation rules: routing and x-envoy headers need allow rules",
+			script: func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if req.GetRequestHeaders() == nil {
+					return one(pass(req))
+				}
+				if role == "upstream" {
+					return one(answerWith(req, &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+						SetHeaders: []*corev3.HeaderValueOption{setRaw(":path", "/rewritten")}, RemoveHeaders: []string{"host", ":path-not"}}}))
+				}
+				return one(answerWith(req, &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+					SetHeaders:    []*corev3.HeaderValueOption{setRaw(":authority", "evil"), setRaw("x-envoy-foo", "1"), setRaw("x-added", "a")},
+					RemoveHeaders: []string{"x-remove", "host", ":path-not"}}}))
+			},
+			config: func(e diffEnv) Config {
+				return oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE), nil)
+			},
+			req: diffRequest{header: map[string]string{"x-remove": "1"}, body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.attempts() != 1 {
+					t.Fatalf("attempts %d", o.attempts())
+				}
+				u := o.upstream[0]
+				if u.uri != "/rewritten" || u.header.Get("x-envoy-foo") != "" || u.header.Get("x-added") != "a" || u.header.Get("x-remove") != "" ||
+					strings.Contains(u.host, "evil") {
+					t.Errorf("upstream %+v", u)
+				}
+			}},
+		{name: "retry budget exhausted: overflow", upstreams: []upstreamHandler{answer(503)},
+			config: func(e diffEnv) Config {
+				zero := 0
+				cfg := oneCluster(e, nil, nil, &RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 3, BackoffBase: time.Millisecond})
+				cfg.Clusters[0].RetryBudget = &RetryBudget{BudgetPercent: 1, MinRetryConcurrency: &zero}
+				return cfg
+			}, check: func(t *testing.T, o *observation) {
+				if o.status != 503 || o.attempts() != 1 {
+					t.Errorf("status %d attempts %d", o.status, o.attempts())
+				}
+			}},
+		{name: "reset header above max_interval: regular back-off",
+			upstreams: []upstreamHandler{func(_ int, w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("retry-after", "3600")
+				w.WriteHeader(429)
+			}},
+			config: func(e diffEnv) Config {
+				return oneCluster(e, nil, nil, &RetryPolicy{RetryOn: []string{"retriable-status-codes"}, RetriableStatusCodes: []int{429}, NumRetries: 1,
+					BackoffBase: time.Millisecond, ResetHeaders: []ResetHeader{{Name: "retry-after", Format: "SECONDS"}}, RateLimitedMax: time.Second})
+			}, check: func(t *testing.T, o *observation) {
+				if o.status != 429 || o.attempts() != 2 {
+					t.Errorf("status %d attempts %d", o.status, o.attempts())
+				}
+			}},
+		{name: "previous hosts and priorities down a ladder", upstreams: []upstreamHandler{answer(429), answer(503), answer(200)},
+			config: func(e diffEnv) Config {
+				rp := &RetryPolicy{RetryOn: []string{"5xx", "reset", "connect-failure", "retriable-status-codes"}, RetriableStatusCodes: []int{429},
+					NumRetries: 3, PreviousHosts: true, PreviousPriorities: true, BackoffBase: time.Millisecond}
+				return Config{Routes: []Route{{Name: "r", Cluster: "c", Retry: rp}}, Clusters: []Cluster{{Name: "c", Endpoints: []Endpoint{
+					{Address: e.up[0]}, {Address: e.up[1], Priority: 1}, {Address: e.up[2], Priority: 2}}}}}
+			}, check: func(t *testing.T, o *observation) {
+				if o.status != 200 || o.attempts() != 3 || o.upstream[2].upstream != 2 {
+					t.Errorf("status %d upstream %+v", o.status, o.upstream)
+				}
+			}},
 	}
 }

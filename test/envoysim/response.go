@@ -139,12 +139,14 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	// headers not sent (ProcessorState::shouldRemoveContentLength,
 	// source/extensions/filters/http/ext_proc/processor_state.h; applied in
 	// Filter::encodeHeaders, ext_proc.cc; v1.38.0). BUFFERED with headers
-	// sent keeps it: the processor must keep it right, and a body of another
-	// length under it fails downstream here (Envoy would have let the
-	// processor fix it in the body phase: stricter, not kinder).
+	// sent keeps it: the processor must keep it right (see bufferedResponse).
 	if bodyMode == extprocfilter.ProcessingMode_STREAMED ||
 		(bodyMode == extprocfilter.ProcessingMode_BUFFERED && mode.GetResponseHeaderMode() == extprocfilter.ProcessingMode_SKIP) {
 		h.del("content-length")
+	}
+	if bodyMode == extprocfilter.ProcessingMode_BUFFERED {
+		x.bufferedResponse(run, h, status, body)
+		return
 	}
 	x.rec.Status = status
 	serverHeader(&h)
@@ -181,19 +183,6 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	mergeEnd := upstream == nil || upstream.ContentLength >= 0
 
 	switch bodyMode {
-	case extprocfilter.ProcessingMode_BUFFERED:
-		all, err := io.ReadAll(body)
-		if err != nil {
-			x.abort(run)
-			return
-		}
-		out, ok := x.bodyChunk(run, all, true)
-		if !ok {
-			return
-		}
-		_, _ = x.w.Write(out)
-		run.close(false)
-		return
 	case extprocfilter.ProcessingMode_STREAMED:
 	default:
 		_, err := io.Copy(flushWriter{x.w, flusher}, body)
@@ -244,6 +233,58 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	}
 	_ = write(out)
 	run.close(false)
+}
+
+// bufferedResponse is a BUFFERED response body: the headers wait for the
+// body's answer, which may still change them (ext_proc.cc Filter::encodeData
+// holds the headers, v1.38.0). A content-length that no longer matches the
+// body, an error without failure_mode_allow or an ImmediateResponse answer
+// the client instead: the filter's own replies, so the encode path does not
+// run again (1.38.3 and 1.40.0 answer a stale content-length with an empty
+// 500: TestModelAgainstEnvoy "BUFFERED response with headers sent keeps
+// content-length").
+func (x *exchange) bufferedResponse(run *filterRun, h headers, status int, body io.Reader) {
+	all, err := io.ReadAll(body)
+	if err != nil {
+		x.abort(run)
+		return
+	}
+	reply := func(lr *localReply) {
+		x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
+	}
+	resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: all, EndOfStream: true}}}, "response_body")
+	out := all
+	switch {
+	case err != nil:
+		if lr := x.filterFailed(err); lr != nil {
+			reply(&localReply{status: lr.status})
+			return
+		}
+	case resp.GetImmediateResponse() != nil:
+		run.close(false)
+		reply(immediate(resp.GetImmediateResponse()))
+		return
+	default:
+		cr := common(resp)
+		n, merr := run.f.applyMutation(&h, cr.GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix)
+		x.s.stats.rejectedMutations.Add(int64(n))
+		if merr != nil {
+			reply(&localReply{status: x.filterFailed(merr).status})
+			return
+		}
+		applyBody(&out, cr.GetBodyMutation())
+		if cl := h.get("content-length"); h.has("content-length") && cl != strconv.Itoa(len(out)) {
+			run.close(false)
+			reply(&localReply{status: http.StatusInternalServerError})
+			return
+		}
+		if s, err := strconv.Atoi(h.get(":status")); err == nil {
+			status = s
+		}
+		run.close(false)
+	}
+	x.writeAll(status, h, out)
 }
 
 // bodyChunk sends one response body message and returns the (possibly
