@@ -1,6 +1,7 @@
 package envoysim
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,7 +22,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/swarmgate/swarmgate/internal/envoytest"
-	"github.com/swarmgate/swarmgate/test/rlsim"
 )
 
 // The differential suite: every case runs the same script — scripted
@@ -405,17 +405,23 @@ func compare(t *testing.T, sim, real *observation) {
 	t.Errorf("the sim and Envoy disagree:\n%s", strings.Join(diff, "\n"))
 }
 
-// simFront starts the sim for a case.
+// simFront starts the sim for a case from the very resources Envoy gets
+// (ToXDS, then FromXDS), so the suite checks both translations too.
 func simFront(t *testing.T) func(Config, *ratelimitv3.RateLimit, string, rlspb.RateLimitServiceClient) string {
-	return func(cfg Config, rl *ratelimitv3.RateLimit, _ string, client rlspb.RateLimitServiceClient) string {
-		if rl != nil {
-			f, err := rlsim.New(rl, client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.RateLimit = f
+	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, client rlspb.RateLimitServiceClient) string {
+		x, err := ToXDS(cfg, XDSTarget{ListenerName: "sim", Port: 1, RateLimit: rl, RateLimitAddr: rlsAddr})
+		if err != nil {
+			t.Fatal(err)
 		}
-		s := startSim(t, cfg)
+		s, err := FromXDS(x.Listener, nil, x.Clusters, nil, XDSOptions{RoleHeader: "role", RateLimitClient: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		if err := s.Start(ctx, "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 		return strings.TrimPrefix(s.URL(), "http://")
 	}
 }
@@ -431,6 +437,9 @@ func envoyFront(t *testing.T, e *realEnvoy, n int) func(Config, *ratelimitv3.Rat
 		_ = lis.Close()
 		x, err := ToXDS(cfg, XDSTarget{ListenerName: fmt.Sprintf("case%d", n), Port: port, RateLimit: rl, RateLimitAddr: rlsAddr})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Validate(); err != nil {
 			t.Fatal(err)
 		}
 		e.apply(t, x)

@@ -26,6 +26,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -39,6 +40,77 @@ import (
 type XDS struct {
 	Listener *listenerv3.Listener
 	Clusters []*clusterv3.Cluster
+}
+
+// Validate runs each resource's generated validation, the typed configs
+// inside them included (ValidateAll does not descend into Any).
+func (x *XDS) Validate() error {
+	msgs := []proto.Message{x.Listener}
+	for _, c := range x.Clusters {
+		msgs = append(msgs, c)
+	}
+	for _, m := range msgs {
+		if err := validateDeep(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type validator interface{ ValidateAll() error }
+
+// validateDeep validates m and every Any inside it.
+func validateDeep(m proto.Message) error {
+	if v, ok := m.(validator); ok {
+		if err := v.ValidateAll(); err != nil {
+			return fmt.Errorf("envoysim: %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+		}
+	}
+	var err error
+	var walk func(protoreflect.Message)
+	walk = func(pm protoreflect.Message) {
+		pm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if err != nil {
+				return false
+			}
+			switch {
+			case fd.Message() == nil:
+			case fd.IsMap():
+				if fd.MapValue().Message() != nil {
+					v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+						visit(mv.Message(), walk, &err)
+						return err == nil
+					})
+				}
+			case fd.IsList():
+				for i := 0; i < v.List().Len(); i++ {
+					visit(v.List().Get(i).Message(), walk, &err)
+				}
+			default:
+				visit(v.Message(), walk, &err)
+			}
+			return err == nil
+		})
+	}
+	walk(m.ProtoReflect())
+	return err
+}
+
+// visit unpacks an Any and validates it, or walks into any other message.
+func visit(pm protoreflect.Message, walk func(protoreflect.Message), err *error) {
+	a, ok := pm.Interface().(*anypb.Any)
+	if !ok {
+		walk(pm)
+		return
+	}
+	inner, uerr := a.UnmarshalNew()
+	if uerr != nil {
+		*err = fmt.Errorf("envoysim: %s: %w", a.GetTypeUrl(), uerr)
+		return
+	}
+	if verr := validateDeep(inner); verr != nil {
+		*err = verr
+	}
 }
 
 // XDSTarget says where the generated listener lives and which rate-limit

@@ -112,6 +112,10 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 		return nil, err
 	}
 	rdsName := hcm.GetRds().GetRouteConfigName()
+	if rc := hcm.GetRouteConfig(); rc != nil {
+		// An inline route configuration is the only one.
+		routes, rdsName = []*routev3.RouteConfiguration{rc}, rc.GetName()
+	}
 	for _, rc := range routes {
 		if rc.GetName() != rdsName && rdsName != "" {
 			continue
