@@ -106,6 +106,8 @@ type observation struct {
 	upstream []seenRequest
 	extproc  []seenMsg
 	rls      []*rlspb.RateLimitRequest
+	// stats are the counters (statNames) the case moved.
+	stats map[string]int64
 	// headersEarly: the client had the response headers well before the
 	// body (diffCase.timing).
 	headersEarly *bool
@@ -128,7 +130,7 @@ func (o *observation) messages(role, phase string) []seenMsg {
 
 // runSide runs c once: front builds the listener (sim or Envoy) and
 // returns its address.
-func runSide(t *testing.T, c diffCase, front func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, rlsClient rlspb.RateLimitServiceClient) string) *observation {
+func runSide(t *testing.T, c diffCase, front frontFunc) *observation {
 	t.Helper()
 	sc := c.script
 	if sc == nil {
@@ -160,7 +162,8 @@ func runSide(t *testing.T, c diffCase, front func(cfg Config, rl *ratelimitv3.Ra
 		client, rlsAddr = startRLSAddr(t, rls)
 	}
 	cfg := c.config(env)
-	addr := front(cfg, c.rateLimit, rlsAddr, client)
+	addr, counters := front(cfg, c.rateLimit, rlsAddr, client)
+	before := counters()
 	pairs = append(pairs, addr, "FRONT")
 
 	o := &observation{replace: strings.NewReplacer(pairs...)}
@@ -229,7 +232,81 @@ func runSide(t *testing.T, c diffCase, front func(cfg Config, rl *ratelimitv3.Ra
 		o.rls = append([]*rlspb.RateLimitRequest(nil), rls.got...)
 		rls.mu.Unlock()
 	}
+	o.stats = map[string]int64{}
+	after := counters()
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			o.stats[k] = d
+		}
+	}
 	return o
+}
+
+// frontFunc builds the listener (sim or Envoy) for a case and returns its
+// address and a reader of its counters (statNames).
+type frontFunc func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, rlsClient rlspb.RateLimitServiceClient) (string, func() map[string]int64)
+
+// statNames map the sim's counters to Envoy's stats, by the name's end
+// (summed over the router-level scope http.envoysim.* and every cluster's).
+var statNames = []struct {
+	envoy string
+	sim   func(Stats) int64
+}{
+	{"ext_proc.streams_started", func(s Stats) int64 { return s.Streams }},
+	{"ext_proc.spurious_msgs_received", func(s Stats) int64 { return s.SpuriousMessages }},
+	{"ext_proc.rejected_header_mutations", func(s Stats) int64 { return s.RejectedHeaderMutations }},
+	{"ext_proc.clear_route_cache_ignored", func(s Stats) int64 { return s.ClearRouteCacheIgnored }},
+	{"ext_proc.message_timeouts", func(s Stats) int64 { return s.MessageTimeouts }},
+	{"ext_proc.failure_mode_allowed", func(s Stats) int64 { return s.FailureModeAllowed }},
+	{"upstream_rq_retry", func(s Stats) int64 { return s.Retries }},
+	{"upstream_rq_retry_overflow", func(s Stats) int64 { return s.RetryOverflow }},
+	{"upstream_rq_retry_limit_exceeded", func(s Stats) int64 { return s.RetryLimitExceeded }},
+	{"upstream_rq_retry_backoff_ratelimited", func(s Stats) int64 { return s.RetryBackoffRateLimited }},
+	{"retry_or_shadow_abandoned", func(s Stats) int64 { return s.RetryOrShadowAbandoned }},
+	{"upstream_cx_none_healthy", func(s Stats) int64 { return s.NoHealthyUpstream }},
+	{"ratelimit.over_limit", func(s Stats) int64 { return s.RateLimitOverLimit }},
+	{"ratelimit.error", func(s Stats) int64 { return s.RateLimitError }},
+}
+
+func simCounters(s *Sim) func() map[string]int64 {
+	return func() map[string]int64 {
+		st := s.Stats()
+		out := map[string]int64{}
+		for _, n := range statNames {
+			out[n.envoy] = n.sim(st)
+		}
+		return out
+	}
+}
+
+// envoyCounters sums Envoy's counters by statNames.
+func envoyCounters(t *testing.T, e *realEnvoy) func() map[string]int64 {
+	return func() map[string]int64 {
+		dump, err := e.adminGet("/stats?usedonly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, l := range strings.Split(dump, "\n") {
+			k, v, ok := strings.Cut(l, ": ")
+			if !ok || !(strings.HasPrefix(k, "http.envoysim.") || strings.HasPrefix(k, "cluster.")) {
+				continue
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				continue
+			}
+			for _, sn := range statNames {
+				// 1.38.3 names the upstream ext_proc's stats
+				// cluster.<c>.cluster.<c>ext_proc.* (no dot), 1.40.0
+				// cluster.<c>.ext_proc.*.
+				if strings.HasSuffix(k, "."+sn.envoy) || (strings.HasPrefix(sn.envoy, "ext_proc.") && strings.HasSuffix(k, sn.envoy)) {
+					out[sn.envoy] += n
+				}
+			}
+		}
+		return out
+	}
 }
 
 func (rec *recorder) serve(t *testing.T, i int, h upstreamHandler) string {
@@ -344,6 +421,11 @@ func (o *observation) lines() []string {
 	for i, r := range o.rls {
 		out = append(out, fmt.Sprintf("ratelimit#%d domain=%s descriptors=%s", i+1, r.GetDomain(), d(r.GetDescriptors())))
 	}
+	for _, n := range statNames {
+		if v := o.stats[n.envoy]; v != 0 {
+			out = append(out, fmt.Sprintf("stat %s +%d", n.envoy, v))
+		}
+	}
 	return out
 }
 
@@ -407,8 +489,8 @@ func compare(t *testing.T, sim, real *observation) {
 
 // simFront starts the sim for a case from the very resources Envoy gets
 // (ToXDS, then FromXDS), so the suite checks both translations too.
-func simFront(t *testing.T) func(Config, *ratelimitv3.RateLimit, string, rlspb.RateLimitServiceClient) string {
-	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, client rlspb.RateLimitServiceClient) string {
+func simFront(t *testing.T) frontFunc {
+	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, client rlspb.RateLimitServiceClient) (string, func() map[string]int64) {
 		x, err := ToXDS(cfg, XDSTarget{ListenerName: "sim", Port: 1, RateLimit: rl, RateLimitAddr: rlsAddr})
 		if err != nil {
 			t.Fatal(err)
@@ -422,13 +504,13 @@ func simFront(t *testing.T) func(Config, *ratelimitv3.RateLimit, string, rlspb.R
 		if err := s.Start(ctx, "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
-		return strings.TrimPrefix(s.URL(), "http://")
+		return strings.TrimPrefix(s.URL(), "http://"), simCounters(s)
 	}
 }
 
 // envoyFront pushes the case's config to the shared Envoy.
-func envoyFront(t *testing.T, e *realEnvoy, n int) func(Config, *ratelimitv3.RateLimit, string, rlspb.RateLimitServiceClient) string {
-	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, _ rlspb.RateLimitServiceClient) string {
+func envoyFront(t *testing.T, e *realEnvoy, n int) frontFunc {
+	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, _ rlspb.RateLimitServiceClient) (string, func() map[string]int64) {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -443,7 +525,12 @@ func envoyFront(t *testing.T, e *realEnvoy, n int) func(Config, *ratelimitv3.Rat
 			t.Fatal(err)
 		}
 		e.apply(t, x)
-		return lis.Addr().String()
+		// A cluster replaced by the new config gets new counters under the
+		// same name: start every case from zero.
+		if _, err := e.adminPost("/reset_counters"); err != nil {
+			t.Fatal(err)
+		}
+		return lis.Addr().String(), envoyCounters(t, e)
 	}
 }
 

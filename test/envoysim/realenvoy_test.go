@@ -194,6 +194,16 @@ func (e *realEnvoy) adminGet(path string) (string, error) {
 	return string(b), err
 }
 
+func (e *realEnvoy) adminPost(path string) (string, error) {
+	resp, err := http.Post(e.admin+path, "text/plain", nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
 // stat reads one counter from the admin /stats (0 when absent).
 func (e *realEnvoy) stat(t *testing.T, name string) int {
 	t.Helper()
