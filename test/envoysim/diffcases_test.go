@@ -666,6 +666,22 @@ func moreCases() []diffCase {
 					t.Errorf("status %d attempts %d", o.status, o.attempts())
 				}
 			}},
+		{name: "client gone before the response",
+			upstreams: []upstreamHandler{func(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }},
+			config: func(e diffEnv) Config {
+				return oneCluster(e, routerFilter(e.proc), nil, &RetryPolicy{NumRetries: 2, RetryOn: []string{"5xx", "reset"}, BackoffBase: time.Millisecond})
+			},
+			req: diffRequest{body: "payload", goneOnUpstream: true},
+			check: func(t *testing.T, o *observation) {
+				if o.err == "" || o.attempts() != 1 {
+					t.Errorf("err %q attempts %d", o.err, o.attempts())
+				}
+				for _, m := range o.messages("router", "") {
+					if p := phaseOfReq(m.req); strings.HasPrefix(p, "response") {
+						t.Errorf("the router-level filter saw %s of a request whose client was gone", p)
+					}
+				}
+			}},
 		{name: "previous hosts and priorities down a ladder", upstreams: []upstreamHandler{answer(429), answer(503), answer(200)},
 			config: func(e diffEnv) Config {
 				rp := &RetryPolicy{RetryOn: []string{"5xx", "reset", "connect-failure", "retriable-status-codes"}, RetriableStatusCodes: []int{429},

@@ -66,6 +66,9 @@ type diffRequest struct {
 	path   string
 	header map[string]string
 	body   string
+	// goneOnUpstream: the client goes away once an upstream has the
+	// request.
+	goneOnUpstream bool
 }
 
 // upstreamHandler answers the n-th request (from 1) an upstream received.
@@ -81,9 +84,9 @@ func answer(code int) upstreamHandler {
 
 // recorder is an upstream that records what it received.
 type recorder struct {
-	mu   sync.Mutex
-	seen []seenRequest
-	lis  net.Listener
+	mu      sync.Mutex
+	seen    []seenRequest
+	arrived chan struct{} // a request reached an upstream
 }
 
 type seenRequest struct {
@@ -139,7 +142,7 @@ func runSide(t *testing.T, c diffCase, front frontFunc) *observation {
 		}
 	}
 	p, procAddr := startScript(t, sc)
-	rec := &recorder{}
+	rec := &recorder{arrived: make(chan struct{}, 1)}
 	env := diffEnv{proc: procAddr}
 	hs := c.upstreams
 	if len(hs) == 0 {
@@ -174,7 +177,18 @@ func runSide(t *testing.T, c diffCase, front frontFunc) *observation {
 	if r.path == "" {
 		r.path = "/v1/x"
 	}
-	req, _ := http.NewRequest(r.method, "http://"+addr+r.path, strings.NewReader(r.body))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if r.goneOnUpstream {
+		go func() {
+			select {
+			case <-rec.arrived:
+			case <-time.After(5 * time.Second):
+			}
+			cancel()
+		}()
+	}
+	req, _ := http.NewRequestWithContext(ctx, r.method, "http://"+addr+r.path, strings.NewReader(r.body))
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
@@ -323,6 +337,10 @@ func (rec *recorder) serve(t *testing.T, i int, h upstreamHandler) string {
 		rec.seen = append(rec.seen, seenRequest{upstream: i, method: r.Method, uri: r.RequestURI, host: r.Host, header: r.Header.Clone(),
 			length: r.ContentLength, te: r.TransferEncoding, body: string(b)})
 		rec.mu.Unlock()
+		select {
+		case rec.arrived <- struct{}{}:
+		default:
+		}
 		mu.Lock()
 		n++
 		k := n
@@ -376,7 +394,7 @@ func (o *observation) headerLines(prefix string, h http.Header) []string {
 
 // lines renders the observation canonically, one fact a line.
 func (o *observation) lines() []string {
-	out := []string{fmt.Sprintf("client status %d err %q", o.status, o.err)}
+	out := []string{fmt.Sprintf("client status %d err %q", o.status, o.norm(o.err))}
 	out = append(out, o.headerLines("client header", o.header)...)
 	out = append(out, fmt.Sprintf("client body %q", o.norm(o.body)))
 	if o.headersEarly != nil {
