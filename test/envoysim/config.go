@@ -42,6 +42,10 @@ type Config struct {
 	// v1.38.0). Without it a client's x-request-id is kept.
 	UseRemoteAddress          bool
 	PreserveExternalRequestID bool
+	// SuppressEnvoyHeaders is the router's suppress_envoy_headers: no
+	// x-envoy-expected-rq-timeout-ms, x-envoy-upstream-service-time or
+	// x-envoy-original-host (router.cc, upstream_request.cc, v1.38.0).
+	SuppressEnvoyHeaders bool
 	// RateLimit is the HCM's envoy.filters.http.ratelimit filter, between
 	// the router-level ext_proc and the router; nil means none.
 	RateLimit *rlsim.Filter
@@ -64,6 +68,19 @@ type Route struct {
 	// AutoHostRewrite sets Host to the chosen endpoint's hostname (its
 	// address when it has none).
 	AutoHostRewrite bool
+	// MetadataPresent are dynamic_metadata matchers of the route match
+	// that need a key to be present: namespace → key.
+	MetadataPresent map[string]string
+	// RequestHeadersToRemove are the route configuration's, virtual host's
+	// and route's request_headers_to_remove, removed from the request
+	// header map once by the router before the first attempt
+	// (RouteEntryImplBase::finalizeRequestHeaders from router.cc
+	// Filter::decodeHeaders, after x-envoy-expected-rq-timeout-ms is set;
+	// a retry sets that header again, v1.38.0).
+	RequestHeadersToRemove []string
+	// ClusterNotFoundStatus is cluster_not_found_response_code as a status
+	// (0: 503).
+	ClusterNotFoundStatus int
 	// DirectStatus, when set, answers locally (DirectResponseAction) with
 	// DirectBody and ResponseHeaders.
 	DirectStatus    int

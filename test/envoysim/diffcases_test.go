@@ -27,6 +27,7 @@ func diffCases() []diffCase {
 	cs = append(cs, retryCases()...)
 	cs = append(cs, suspectCases()...)
 	cs = append(cs, moreCases()...)
+	cs = append(cs, generatedShapeCases()...)
 	return cs
 }
 
@@ -691,6 +692,93 @@ func moreCases() []diffCase {
 			}, check: func(t *testing.T, o *observation) {
 				if o.status != 200 || o.attempts() != 3 || o.upstream[2].upstream != 2 {
 					t.Errorf("status %d upstream %+v", o.status, o.upstream)
+				}
+			}},
+	}
+}
+
+// The shapes the generated configuration uses (xds/translator): the
+// router's suppress_envoy_headers, request_headers_to_remove on the
+// virtual host, a catch-all route entry whose cluster is never found
+// (cluster_not_found_response_code NOT_FOUND) and pool routes that need
+// ext_proc's dynamic metadata.
+func generatedShapeCases() []diffCase {
+	hidden := []string{"x-forwarded-for", "x-forwarded-proto", "x-envoy-external-address", "x-envoy-original-host", "x-envoy-expected-rq-timeout-ms"}
+	edge := func(suppress bool) func(e diffEnv) Config {
+		return func(e diffEnv) Config {
+			rp := &RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 1, BackoffBase: time.Millisecond}
+			cfg := oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE), rp)
+			cfg.UseRemoteAddress, cfg.SuppressEnvoyHeaders = true, suppress
+			cfg.Routes[0].AutoHostRewrite = true
+			cfg.Routes[0].RequestHeadersToRemove = hidden
+			cfg.Clusters[0].Endpoints[0].Hostname = "api.example"
+			return cfg
+		}
+	}
+	admit := func(withMetadata bool) script {
+		return func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+			if role != "router" || req.GetRequestBody() == nil {
+				return one(pass(req))
+			}
+			resp := answerWith(req, &extprocv3.CommonResponse{ClearRouteCache: true,
+				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setRaw("x-pool", "a")}}})
+			if withMetadata {
+				resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"tenant": "t1"}})
+			}
+			return one(resp)
+		}
+	}
+	pools := func(e diffEnv) Config {
+		rf := routerFilter(e.proc)
+		rf.ReceivingNamespaces = []string{"swarmgate"}
+		cfg := oneCluster(e, rf, nil, nil)
+		cfg.Routes = []Route{
+			{Name: "pool-a", Headers: map[string]string{"x-pool": "a"}, MetadataPresent: map[string]string{"swarmgate": "tenant"}, Cluster: "c"},
+			{Name: "no-pool", ClusterHeader: ":path", ClusterNotFoundStatus: 404},
+		}
+		cfg.BufferLimit, cfg.RouteBufferLimit = 1024, 8192
+		return cfg
+	}
+	return []diffCase{
+		{name: "suppress_envoy_headers and request_headers_to_remove", upstreams: []upstreamHandler{failFirst}, config: edge(true),
+			req: diffRequest{header: map[string]string{"x-forwarded-for": "203.0.113.9"}, body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 200 || o.attempts() != 2 {
+					t.Fatalf("status %d attempts %d", o.status, o.attempts())
+				}
+				for _, u := range o.upstream {
+					for _, k := range hidden {
+						if u.header.Get(k) != "" {
+							t.Errorf("the upstream saw %s: %s", k, u.header.Get(k))
+						}
+					}
+				}
+				if o.header.Get("x-envoy-upstream-service-time") != "" {
+					t.Error("x-envoy-upstream-service-time reached the client")
+				}
+				if h := o.messages("router", "request_headers"); len(h) != 1 {
+					t.Fatalf("router request_headers %d", len(h))
+				} else if v, _ := reqHeader(h[0].req, "x-forwarded-for"); v == "" {
+					t.Error("the router-level ext_proc did not see x-forwarded-for")
+				}
+			}},
+		{name: "request_headers_to_remove without suppress_envoy_headers", upstreams: []upstreamHandler{failFirst}, config: edge(false),
+			req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				// The router sets x-envoy-expected-rq-timeout-ms again for a
+				// retry, after the removals ran (router.cc doRetry).
+				if o.attempts() != 2 || o.upstream[0].header.Get("x-forwarded-for") != "" ||
+					o.upstream[0].header.Get("x-envoy-expected-rq-timeout-ms") != "" || o.upstream[1].header.Get("x-envoy-expected-rq-timeout-ms") == "" {
+					t.Errorf("upstream %+v", o.upstream)
+				}
+			}},
+		{name: "admitted request takes the pool route", script: admit(true), config: pools,
+			req: diffRequest{body: strings.Repeat("x", 4096)}, check: wantStatus(200)},
+		{name: "a request without ext_proc's metadata meets the catch-all 404", script: admit(false), config: pools,
+			req: diffRequest{body: strings.Repeat("x", 4096)},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 404 || o.attempts() != 0 {
+					t.Errorf("status %d attempts %d", o.status, o.attempts())
 				}
 			}},
 	}

@@ -71,7 +71,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// The route is chosen from the request headers before any filter runs;
 	// only a cleared route cache makes the router pick it again.
-	route := s.match(x.req)
+	route := s.match(x.req, x.md)
 
 	ctx := r.Context()
 	x.limit = s.cfg.BufferLimit
@@ -83,7 +83,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if x.clearRoute {
-		route = s.match(x.req)
+		route = s.match(x.req, x.md)
 		// refreshBufferLimit again: a route entry may only raise it.
 		if route != nil && route.DirectStatus == 0 && s.cfg.RouteBufferLimit > x.limit {
 			x.limit = s.cfg.RouteBufferLimit
@@ -119,8 +119,14 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.rec.Cluster = cluster
 	if cl == nil {
-		// cluster_not_found: 503 (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter).
-		x.respondLocal(ctx, textReply(http.StatusServiceUnavailable, "cluster not found"))
+		// cluster_not_found: cluster_not_found_response_code, 503 by
+		// default, without a body (router.cc Filter::decodeHeaders,
+		// v1.38.0; TestModelAgainstEnvoy "cluster not found").
+		code := route.ClusterNotFoundStatus
+		if code == 0 {
+			code = http.StatusServiceUnavailable
+		}
+		x.respondLocal(ctx, &localReply{status: code})
 		return
 	}
 	res := s.route(ctx, x, route, cl)
@@ -166,14 +172,14 @@ func (x *exchange) destroy(ctx context.Context) {
 	x.s.record(x.rec)
 }
 
-func (s *Sim) match(h headers) *Route {
+func (s *Sim) match(h headers, md *dynMetadata) *Route {
 	path := h.get(":path")
 	for i := range s.cfg.Routes {
 		r := &s.cfg.Routes[i]
 		if r.PathPrefix != "" && !strings.HasPrefix(path, r.PathPrefix) {
 			continue
 		}
-		ok := true
+		ok := md.has(r.MetadataPresent)
 		for k, v := range r.Headers {
 			if !h.has(k) || h.get(k) != v {
 				ok = false

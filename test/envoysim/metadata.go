@@ -33,6 +33,16 @@ func (d *dynMetadata) merge(ns string, s *structpb.Struct) {
 	}
 }
 
+// has reports whether every namespace → key of want is present.
+func (d *dynMetadata) has(want map[string]string) bool {
+	for ns, k := range want {
+		if d == nil || d.ns[ns] == nil || d.ns[ns].GetFields()[k] == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // forward is the metadata_context of an ext_proc request: the stream's
 // namespaces listed in forwarding_namespaces.untyped, copied
 // (ext_proc.cc Filter::addDynamicMetadata, v1.38.0).

@@ -134,16 +134,21 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 		if !route.AutoHostRewrite || ep.Hostname == "" {
 			return
 		}
-		if old := x.req.get(":authority"); old != "" {
+		if old := x.req.get(":authority"); old != "" && !s.cfg.SuppressEnvoyHeaders {
 			x.req.set(s.cfg.EnvoyHeaderPrefix+"-original-host", old)
 		}
 		x.req.set(":authority", ep.Hostname)
+	}
+	x.expectedTimeout(ctx, attempt, rs)
+	if attempt == 1 {
+		for _, k := range route.RequestHeadersToRemove {
+			x.req.del(k)
+		}
 	}
 	warm := s.takeIdle(ep.Address)
 	if warm {
 		rewrite()
 	}
-	x.expectedTimeout(ctx, attempt, rs)
 	var up *filterRun
 	if f := cl.UpstreamFilter; f != nil {
 		var lr *localReply
@@ -249,7 +254,9 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 	up.close(false)
 	// router.cc Filter::onUpstreamHeaders: the time the attempt took, after
 	// the upstream filters ran on the response headers.
-	rh.set(s.cfg.EnvoyHeaderPrefix+"-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	if !s.cfg.SuppressEnvoyHeaders {
+		rh.set(s.cfg.EnvoyHeaderPrefix+"-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	}
 	return routeResult{resp: resp, header: rh, cancel: tcancel}, rs.fromHeaders(rh)
 }
 
@@ -339,7 +346,7 @@ func (s *Sim) applyUpstream(run *filterRun, resp *extprocv3.ProcessingResponse, 
 // timeout, or the per-try timeout when that is shorter.
 func (x *exchange) expectedTimeout(ctx context.Context, attempt int, rs *retryState) {
 	dl, ok := ctx.Deadline()
-	if !ok {
+	if !ok || x.s.cfg.SuppressEnvoyHeaders {
 		return
 	}
 	left := time.Until(dl)

@@ -174,7 +174,7 @@ func ToXDS(cfg Config, tg XDSTarget) (*XDS, error) {
 		}
 		filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.ratelimit", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: a}})
 	}
-	router, _ := anypb.New(&routerv3.Router{})
+	router, _ := anypb.New(&routerv3.Router{SuppressEnvoyHeaders: cfg.SuppressEnvoyHeaders})
 	filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}})
 
 	vh := &routev3.VirtualHost{Name: "all", Domains: []string{"*"}}
@@ -336,7 +336,18 @@ func routeToXDS(r Route) (*routev3.Route, error) {
 	if prefix == "" {
 		prefix = "/"
 	}
-	out := &routev3.Route{Name: r.Name, Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}}}
+	out := &routev3.Route{Name: r.Name, Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}},
+		RequestHeadersToRemove: r.RequestHeadersToRemove}
+	nss := make([]string, 0, len(r.MetadataPresent))
+	for ns := range r.MetadataPresent {
+		nss = append(nss, ns)
+	}
+	sort.Strings(nss)
+	for _, ns := range nss {
+		out.Match.DynamicMetadata = append(out.Match.DynamicMetadata, &matcherv3.MetadataMatcher{Filter: ns,
+			Path:  []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: r.MetadataPresent[ns]}}},
+			Value: &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_PresentMatch{PresentMatch: true}}})
+	}
 	keys := make([]string, 0, len(r.Headers))
 	for k := range r.Headers {
 		keys = append(keys, k)
@@ -364,6 +375,12 @@ func routeToXDS(r Route) (*routev3.Route, error) {
 	}
 	if r.Timeout > 0 {
 		ra.Timeout = durationpb.New(r.Timeout)
+	}
+	switch r.ClusterNotFoundStatus {
+	case 404:
+		ra.ClusterNotFoundResponseCode = routev3.RouteAction_NOT_FOUND
+	case 500:
+		ra.ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
 	}
 	if r.AutoHostRewrite {
 		ra.HostRewriteSpecifier = &routev3.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)}
