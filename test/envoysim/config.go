@@ -4,6 +4,7 @@ import (
 	"time"
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	"github.com/swarmgate/swarmgate/test/rlsim"
 )
@@ -46,6 +47,10 @@ type Config struct {
 	// x-envoy-expected-rq-timeout-ms, x-envoy-upstream-service-time or
 	// x-envoy-original-host (router.cc, upstream_request.cc, v1.38.0).
 	SuppressEnvoyHeaders bool
+	// LocalReply is the HCM's local_reply_config: mappers that rewrite
+	// local replies by response flag, status, request header and dynamic
+	// metadata (localreply.go; New rejects what is not modelled).
+	LocalReply *hcmv3.LocalReplyConfig
 	// RateLimit is the HCM's envoy.filters.http.ratelimit filter, between
 	// the router-level ext_proc and the router; nil means none.
 	RateLimit *rlsim.Filter

@@ -7,13 +7,17 @@ import (
 	"testing"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -28,6 +32,7 @@ func diffCases() []diffCase {
 	cs = append(cs, suspectCases()...)
 	cs = append(cs, moreCases()...)
 	cs = append(cs, generatedShapeCases()...)
+	cs = append(cs, localReplyMapperCases()...)
 	return cs
 }
 
@@ -781,5 +786,126 @@ func generatedShapeCases() []diffCase {
 					t.Errorf("status %d attempts %d", o.status, o.attempts())
 				}
 			}},
+	}
+}
+
+// local_reply_config: mappers by response flag, status, path and ext_proc's
+// metadata, as the generated configuration uses them (suspect 1).
+func localReplyMapperCases() []diffCase {
+	flags := func(fl ...string) *accesslogv3.AccessLogFilter {
+		return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ResponseFlagFilter{
+			ResponseFlagFilter: &accesslogv3.ResponseFlagFilter{Flags: fl}}}
+	}
+	notAdmitted := &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_MetadataFilter{MetadataFilter: &accesslogv3.MetadataFilter{
+		Matcher: &matcherv3.MetadataMatcher{Filter: "swarmgate", Path: []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: "tenant"}}},
+			Value: &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_NullMatch_{NullMatch: &matcherv3.ValueMatcher_NullMatch{}}}},
+		MatchIfKeyNotFound: wrapperspb.Bool(true)}}}
+	and := func(fs ...*accesslogv3.AccessLogFilter) *accesslogv3.AccessLogFilter {
+		return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_AndFilter{AndFilter: &accesslogv3.AndFilter{Filters: fs}}}
+	}
+	status := func(code uint32) *accesslogv3.AccessLogFilter {
+		return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogv3.StatusCodeFilter{
+			Comparison: &accesslogv3.ComparisonFilter{Op: accesslogv3.ComparisonFilter_EQ, Value: &corev3.RuntimeUInt32{DefaultValue: code, RuntimeKey: "sim.lr"}}}}}
+	}
+	path := &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogv3.HeaderFilter{Header: &routev3.HeaderMatcher{
+		Name: ":path", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "/v1/messages"}}}}}}}
+	body := func(code string) *corev3.SubstitutionFormatString {
+		return &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: mustStruct(map[string]any{
+			"error": map[string]any{"code": code, "message": "mapped: %LOCAL_REPLY_BODY%", "status": "%RESPONSE_CODE%"}})}}
+	}
+	mappers := &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
+		{Filter: and(notAdmitted, path, flags("UH", "UF", "URX")), StatusCode: wrapperspb.UInt32(529), BodyFormatOverride: body("anthropic_overloaded")},
+		{Filter: and(notAdmitted, flags("UH", "UF", "UC", "URX")), BodyFormatOverride: body("upstream_unavailable")},
+		{Filter: flags("NC"), BodyFormatOverride: body("model_not_found")},
+		{Filter: flags("RL"), BodyFormatOverride: body("rate_limited")},
+		{Filter: status(413), BodyFormatOverride: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormat{TextFormat: "too large (%RESPONSE_CODE%)"}}},
+	}}
+	withMappers := func(mod func(e diffEnv, c *Config)) func(e diffEnv) Config {
+		return func(e diffEnv) Config {
+			rf := routerFilter(e.proc)
+			rf.ReceivingNamespaces = []string{"swarmgate"}
+			cfg := oneCluster(e, rf, nil, nil)
+			cfg.LocalReply = mappers
+			if mod != nil {
+				mod(e, &cfg)
+			}
+			return cfg
+		}
+	}
+	noHealthy := func(_ diffEnv, c *Config) {
+		c.Clusters[0].HealthyPanicThreshold = pct(0)
+		c.Clusters[0].Endpoints[0].Unhealthy = true
+	}
+	admitted := func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+		resp := pass(req)
+		if role == "router" && req.GetRequestBody() != nil {
+			resp.DynamicMetadata = mustStruct(map[string]any{"swarmgate": map[string]any{"tenant": "t1"}})
+		}
+		return one(resp)
+	}
+	isMapped := func(code string, st int) func(t *testing.T, o *observation) {
+		return func(t *testing.T, o *observation) {
+			if o.status != st || !strings.Contains(o.body, `"code":"`+code+`"`) {
+				t.Errorf("status %d body %q, want %d %s", o.status, o.body, st, code)
+			}
+		}
+	}
+	return []diffCase{
+		{name: "mapper: no healthy upstream, not admitted", config: withMappers(noHealthy), req: diffRequest{body: "b"}, check: isMapped("upstream_unavailable", 503)},
+		{name: "mapper: status override by path", config: withMappers(noHealthy), req: diffRequest{path: "/v1/messages", body: "b"}, check: isMapped("anthropic_overloaded", 529)},
+		{name: "mapper: an admitted request's local reply is left alone", script: admitted, config: withMappers(noHealthy), req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 503 || o.body != "no healthy upstream" {
+					t.Errorf("status %d body %q", o.status, o.body)
+				}
+			}},
+		{name: "mapper: connect failure", config: withMappers(func(_ diffEnv, c *Config) { c.Clusters[0].Endpoints[0].Address = "127.0.0.1:1" }),
+			req: diffRequest{body: "b"}, check: isMapped("upstream_unavailable", 503)},
+		{name: "mapper: cluster not found", config: withMappers(func(_ diffEnv, c *Config) {
+			c.Routes[0].Cluster, c.Routes[0].ClusterHeader, c.Routes[0].ClusterNotFoundStatus = "", ":path", 404
+		}), req: diffRequest{body: "b"}, check: isMapped("model_not_found", 404)},
+		{name: "mapper: 413 by status", config: withMappers(func(_ diffEnv, c *Config) { c.BufferLimit = 1024 }),
+			req: diffRequest{body: strings.Repeat("x", 4096)}, check: func(t *testing.T, o *observation) {
+				if o.status != 413 || o.body != "too large (413)" {
+					t.Errorf("status %d body %q", o.status, o.body)
+				}
+			}},
+		{name: "mapper: rate limited, headers_to_add from the reply's headers",
+			rls: func(*rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
+				return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT, Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{
+					Code: rlspb.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 10, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE},
+					DurationUntilReset: durationpb.New(30 * time.Second)}}}
+			},
+			rateLimit: &ratelimitv3.RateLimit{Domain: "d", EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
+				RateLimits: []*routev3.RateLimit{{Actions: []*routev3.RateLimit_Action{headerAction("x-tenant")}}}},
+			config: withMappers(func(_ diffEnv, c *Config) {
+				lr := proto.Clone(mappers).(*hcmv3.LocalReplyConfig)
+				lr.Mappers[3].HeadersToAdd = []*corev3.HeaderValueOption{
+					{Header: &corev3.HeaderValue{Key: "retry-after", Value: "%RESP(x-ratelimit-reset)%"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+					{Header: &corev3.HeaderValue{Key: "x-missing", Value: "%RESP(x-none)%"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+				}
+				c.LocalReply = lr
+			}), req: diffRequest{header: map[string]string{"x-tenant": "t1"}, body: "b"},
+			check: func(t *testing.T, o *observation) {
+				isMapped("rate_limited", 429)(t, o)
+				if o.header.Get("retry-after") != "30" {
+					t.Errorf("retry-after %q", o.header.Get("retry-after"))
+				}
+			}},
+		// Suspect 1: the stream keeps URX after an upstream answer used up
+		// the retries; the router-level ext_proc replaces that answer with
+		// an ImmediateResponse, and the mappers run on it again.
+		{name: "mapper: the router-level ext_proc's answer after retries ran out",
+			script: func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				if role == "router" && req.GetResponseHeaders() != nil {
+					return one(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+						Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}, Body: []byte(`{"ours":true}`)}}})
+				}
+				return one(pass(req))
+			},
+			upstreams: []upstreamHandler{answer(503)},
+			config: withMappers(func(_ diffEnv, c *Config) {
+				c.Routes[0].Retry = &RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 1, BackoffBase: time.Millisecond}
+			}), req: diffRequest{body: "b"}, check: isMapped("upstream_unavailable", 503)},
 	}
 }

@@ -29,6 +29,8 @@ type exchange struct {
 	// clearRoute is set when the router filter's answer cleared the route
 	// cache (processor_state.cc DecodingProcessorState::clearRouteCache).
 	clearRoute bool
+	// flags are the stream's response flags (localreply.go).
+	flags map[string]bool
 	// emptyLocal: the response is a local reply without a body.
 	emptyLocal bool
 	// limit is the stream's buffer limit (Config.RouteBufferLimit).
@@ -126,6 +128,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if code == 0 {
 			code = http.StatusServiceUnavailable
 		}
+		x.setFlag(flagNoCluster)
 		x.respondLocal(ctx, &localReply{status: code})
 		return
 	}
@@ -161,6 +164,13 @@ func (x *exchange) requestID(remote string) {
 	if x.req.get("x-request-id") == "" || (edge && !x.s.cfg.PreserveExternalRequestID) {
 		x.req.set("x-request-id", newUUID())
 	}
+}
+
+func (x *exchange) setFlag(f string) {
+	if x.flags == nil {
+		x.flags = map[string]bool{}
+	}
+	x.flags[f] = true
 }
 
 // destroy is the end of the stream: the rate-limit filter's onDestroy call,

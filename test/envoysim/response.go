@@ -25,6 +25,7 @@ import (
 // Not modelled: the HCM local_reply_config mappers that rewrite the body.
 func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 	x.rec.LocalReply = true
+	x.s.localReply.rewrite(x, lr)
 	h := append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...)
 	if !h.has("content-type") && len(lr.body) > 0 {
 		h.add("content-type", "text/plain")
@@ -113,6 +114,7 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 			run = nil
 		case resp.GetImmediateResponse() != nil:
 			lr := immediate(resp.GetImmediateResponse())
+			x.s.localReply.rewrite(x, lr)
 			x.router.close(false)
 			x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
 			return
@@ -250,6 +252,7 @@ func (x *exchange) bufferedResponse(run *filterRun, h headers, status int, body 
 		return
 	}
 	reply := func(lr *localReply) {
+		x.s.localReply.rewrite(x, lr)
 		x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
 	}
 	resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{

@@ -67,6 +67,7 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 		if ep == nil {
 			// router.cc Filter::sendNoHealthyUpstreamResponse (flag UH).
 			s.stats.noHealthy.Add(1)
+			x.setFlag(flagNoHealthyUpstream)
 			if last.cancel != nil {
 				last.cancel()
 			}
@@ -86,6 +87,12 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 			return finish(r)
 		}
 		status, wait := rs.shouldRetry(decision, r.header)
+		switch status {
+		case retryLimitExceeded:
+			x.setFlag(flagRetryLimit)
+		case retryOverflow:
+			x.setFlag(flagOverflow)
+		}
 		if status != retryYes {
 			// The response (or local reply) of the last attempt goes to
 			// the client.
@@ -98,6 +105,7 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 		}
 		if err := sleepCtx(ctx, wait); err != nil {
 			cancel()
+			x.setFlag(flagUpstreamTimeout)
 			return routeResult{local: textReply(http.StatusGatewayTimeout, "upstream request timeout")}
 		}
 	}
@@ -188,7 +196,8 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 		tcancel()
 		up.close(true)
 		connect := isConnectFailure(err)
-		reason := map[bool]string{true: "connection failure", false: "connection termination"}[connect]
+		reason := map[bool]string{true: "remote connection failure", false: "connection termination"}[connect]
+		x.setFlag(map[bool]string{true: flagConnectFailure, false: flagConnTermination}[connect])
 		at.Err = map[bool]string{true: "connect-failure", false: "reset"}[connect] + ": " + err.Error()
 		lr := textReply(http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: "+reason)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -198,8 +207,11 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 			at.Err = "per-try timeout"
 			lr = textReply(http.StatusGatewayTimeout, "upstream request timeout")
 			connect = false
+			delete(x.flags, flagConnTermination)
+			x.setFlag(flagUpstreamTimeout)
 		}
 		if ctx.Err() != nil {
+			x.setFlag(flagUpstreamTimeout)
 			return routeResult{local: textReply(http.StatusGatewayTimeout, "upstream request timeout")}, noRetry
 		}
 		return routeResult{local: lr}, rs.fromReset(connect)

@@ -25,12 +25,13 @@ type Sim struct {
 	srv       *http.Server
 	lis       net.Listener
 
-	mu        sync.Mutex
-	conns     map[string]*grpc.ClientConn
-	rng       *rand.Rand
-	records   []Record
-	recorded  chan struct{} // closed and replaced on every new record
-	resources map[string]*clusterResources
+	mu         sync.Mutex
+	conns      map[string]*grpc.ClientConn
+	rng        *rand.Rand
+	records    []Record
+	recorded   chan struct{} // closed and replaced on every new record
+	resources  map[string]*clusterResources
+	localReply *localReplyConfig
 	// idle counts the kept-alive upstream connections per endpoint, which
 	// decide when auto_host_rewrite happens (Sim.try).
 	idle map[string]int
@@ -165,6 +166,11 @@ func New(cfg Config) (*Sim, error) {
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 		},
 	}
+	lr, err := newLocalReplyConfig(cfg.LocalReply)
+	if err != nil {
+		return nil, err
+	}
+	s.localReply = lr
 	for i := range cfg.Clusters {
 		c := &cfg.Clusters[i]
 		if _, dup := s.clusters[c.Name]; dup {

@@ -193,6 +193,7 @@ func ToXDS(cfg Config, tg XDSTarget) (*XDS, error) {
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
 			Name: "routes", VirtualHosts: []*routev3.VirtualHost{vh}}},
 		HttpFilters:               filters,
+		LocalReplyConfig:          cfg.LocalReply,
 		PreserveExternalRequestId: cfg.PreserveExternalRequestID,
 	}
 	if cfg.UseRemoteAddress {

@@ -312,6 +312,7 @@ func unmodelledExtProc(ep *extprocfilter.ExternalProcessor) error {
 // hcmFromXDS reads the HCM: request-id flags and the filter chain, which
 // must be [ext_proc] → [ratelimit] → router, the order the sim runs.
 func hcmFromXDS(hcm *hcmv3.HttpConnectionManager, cfg *Config, opts XDSOptions, target func(*corev3.GrpcService) ([]string, map[string]string)) error {
+	cfg.LocalReply = hcm.GetLocalReplyConfig()
 	cfg.UseRemoteAddress = hcm.GetUseRemoteAddress().GetValue()
 	cfg.PreserveExternalRequestID = hcm.GetPreserveExternalRequestId()
 	if g := hcm.GetGenerateRequestId(); g != nil && !g.GetValue() {
