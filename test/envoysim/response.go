@@ -22,7 +22,7 @@ import (
 // the rate-limit 429, 413) and an upstream filter's ImmediateResponse alike.
 // Only the router-level ext_proc's own ImmediateResponse or error reply
 // skips it (processing_complete_).
-// Not modelled: the HCM local_reply_config mappers that rewrite the body.
+// The HCM's local_reply_config mappers rewrite it first (localreply.go).
 func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 	x.rec.LocalReply = true
 	x.s.localReply.rewrite(x, lr)
