@@ -299,7 +299,8 @@ func strictnessCases() []diffCase {
 				rf.ReceivingNamespaces, rf.ForwardingNamespaces = []string{"swarmgate"}, []string{"swarmgate"}
 				uf := upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE)
 				uf.ForwardingNamespaces, uf.ReceivingNamespaces = []string{"swarmgate"}, []string{"swarmgate"}
-				uf.RequestAttributes = []string{"xds.upstream_host_metadata", "upstream.request_attempt_count"}
+				uf.RequestAttributes = []string{"xds.upstream_host_metadata", "upstream.request_attempt_count", "xds.cluster_name", "request.path", "request.id"}
+				rf.RequestAttributes = []string{"request.path", "request.id"}
 				cfg := oneCluster(e, rf, uf, nil)
 				cfg.Clusters[0].Endpoints[0].Metadata = map[string]map[string]string{"swarmgate": {"backend": "b1"}}
 				return cfg
@@ -686,6 +687,24 @@ func moreCases() []diffCase {
 					if p := phaseOfReq(m.req); strings.HasPrefix(p, "response") {
 						t.Errorf("the router-level filter saw %s of a request whose client was gone", p)
 					}
+				}
+			}},
+		{name: "an upstream answer without a body",
+			upstreams: []upstreamHandler{func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }},
+			config: func(e diffEnv) Config {
+				return oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE), nil)
+			}, req: diffRequest{body: "b"},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 204 || len(o.messages("router", "response_body")) != 0 {
+					t.Errorf("status %d response body messages %d", o.status, len(o.messages("router", "response_body")))
+				}
+			}},
+		{name: "a request without a body", config: func(e diffEnv) Config {
+			return oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_BUFFERED), nil)
+		}, req: diffRequest{method: http.MethodGet},
+			check: func(t *testing.T, o *observation) {
+				if o.status != 200 || len(o.messages("router", "request_body"))+len(o.messages("upstream", "request_body")) != 0 {
+					t.Errorf("status %d", o.status)
 				}
 			}},
 		{name: "previous hosts and priorities down a ladder", upstreams: []upstreamHandler{answer(429), answer(503), answer(200)},

@@ -469,40 +469,28 @@ func compare(t *testing.T, sim, real *observation) {
 	if strings.Join(a, "\n") == strings.Join(b, "\n") {
 		return
 	}
-	inA, inB := map[string]int{}, map[string]int{}
-	for _, l := range a {
-		inA[l]++
+	diff := append(missing("- sim:   ", a, b), missing("+ envoy: ", b, a)...)
+	if len(diff) == 0 {
+		diff = append(diff, "(same lines, another order)", "sim:\n  "+strings.Join(a, "\n  "), "envoy:\n  "+strings.Join(b, "\n  "))
 	}
+	t.Errorf("the sim and Envoy disagree:\n%s", strings.Join(diff, "\n"))
+}
+
+// missing returns the lines of a that b lacks (as a multiset), prefixed.
+func missing(prefix string, a, b []string) []string {
+	inB := map[string]int{}
 	for _, l := range b {
 		inB[l]++
 	}
-	var diff []string
+	var out []string
 	for _, l := range a {
 		if inB[l] > 0 {
 			inB[l]--
 			continue
 		}
-		diff = append(diff, "- sim:   "+l)
+		out = append(out, prefix+l)
 	}
-	for _, l := range a {
-		inA[l]--
-	}
-	inA = map[string]int{}
-	for _, l := range a {
-		inA[l]++
-	}
-	for _, l := range b {
-		if inA[l] > 0 {
-			inA[l]--
-			continue
-		}
-		diff = append(diff, "+ envoy: "+l)
-	}
-	if len(diff) == 0 {
-		diff = append(diff, "(same lines, another order)")
-		diff = append(diff, "sim:\n  "+strings.Join(a, "\n  "), "envoy:\n  "+strings.Join(b, "\n  "))
-	}
-	t.Errorf("the sim and Envoy disagree:\n%s", strings.Join(diff, "\n"))
+	return out
 }
 
 // simFront starts the sim for a case from the very resources Envoy gets

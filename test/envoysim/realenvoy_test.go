@@ -204,22 +204,6 @@ func (e *realEnvoy) adminPost(path string) (string, error) {
 	return string(b), err
 }
 
-// stat reads one counter from the admin /stats (0 when absent).
-func (e *realEnvoy) stat(t *testing.T, name string) int {
-	t.Helper()
-	out, err := e.adminGet("/stats?filter=^" + strings.ReplaceAll(name, ".", "\\.") + "$")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if k, v, ok := strings.Cut(l, ": "); ok && k == name {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
-}
-
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
