@@ -517,26 +517,21 @@ func simFront(t *testing.T) frontFunc {
 // envoyFront pushes the case's config to the shared Envoy.
 func envoyFront(t *testing.T, e *realEnvoy, n int) frontFunc {
 	return func(cfg Config, rl *ratelimitv3.RateLimit, rlsAddr string, _ rlspb.RateLimitServiceClient) (string, func() map[string]int64) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := splitAddr(lis.Addr().String())
-		_ = lis.Close()
-		x, err := ToXDS(cfg, XDSTarget{ListenerName: fmt.Sprintf("case%d", n), Port: port, RateLimit: rl, RateLimitAddr: rlsAddr})
+		// Port 0: Envoy binds a free port, which apply reads back.
+		x, err := ToXDS(cfg, XDSTarget{ListenerName: fmt.Sprintf("case%d", n), Port: 0, RateLimit: rl, RateLimitAddr: rlsAddr})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := x.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		e.apply(t, x)
+		addr := e.apply(t, x)
 		// A cluster replaced by the new config gets new counters under the
 		// same name: start every case from zero.
 		if _, err := e.adminPost("/reset_counters"); err != nil {
 			t.Fatal(err)
 		}
-		return lis.Addr().String(), envoyCounters(t, e)
+		return addr, envoyCounters(t, e)
 	}
 }
 

@@ -126,9 +126,9 @@ func startRealEnvoy(t *testing.T, rel envoytest.Release) *realEnvoy {
 }
 
 // apply pushes x and waits until Envoy serves it: the listener active and
-// every cluster known. A rejected config fails the test with Envoy's
-// reason.
-func (e *realEnvoy) apply(t *testing.T, x *XDS) {
+// every cluster known. It returns the listener's address. A rejected
+// config fails the test with Envoy's reason.
+func (e *realEnvoy) apply(t *testing.T, x *XDS) string {
 	t.Helper()
 	e.mu.Lock()
 	e.version++
@@ -157,8 +157,8 @@ func (e *realEnvoy) apply(t *testing.T, x *XDS) {
 		if nack != "" {
 			t.Fatalf("envoy %s rejected the config: %s", e.rel.Version, nack)
 		}
-		if e.serves(x) {
-			return
+		if addr := e.serves(x); addr != "" {
+			return addr
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("envoy %s did not apply config %s in 15s", e.rel.Version, v)
@@ -167,21 +167,32 @@ func (e *realEnvoy) apply(t *testing.T, x *XDS) {
 	}
 }
 
-func (e *realEnvoy) serves(x *XDS) bool {
+// serves returns the address of x's listener once it is active (admin
+// /listeners prints "name::address") and every cluster is known.
+func (e *realEnvoy) serves(x *XDS) string {
 	lis, err := e.adminGet("/listeners")
-	if err != nil || !strings.Contains(lis, x.Listener.GetName()+"::") {
-		return false
+	if err != nil {
+		return ""
+	}
+	addr := ""
+	for _, l := range strings.Split(lis, "\n") {
+		if a, ok := strings.CutPrefix(strings.TrimSpace(l), x.Listener.GetName()+"::"); ok {
+			addr = a
+		}
+	}
+	if addr == "" || strings.HasSuffix(addr, ":0") {
+		return ""
 	}
 	cls, err := e.adminGet("/clusters")
 	if err != nil {
-		return false
+		return ""
 	}
 	for _, c := range x.Clusters {
 		if !strings.Contains(cls, "\n"+c.GetName()+"::") && !strings.HasPrefix(cls, c.GetName()+"::") {
-			return false
+			return ""
 		}
 	}
-	return true
+	return addr
 }
 
 func (e *realEnvoy) adminGet(path string) (string, error) {
