@@ -335,14 +335,15 @@ func strictnessCases() []diffCase {
 			config: router(func(c *Config) { c.RouterFilter.MessageTimeout = 100 * time.Millisecond }), req: diffRequest{body: "b"}, check: wantStatus(504)},
 		{name: "override_message_timeout within the max extends the timer",
 			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+				// The override goes at once; the answer comes after the
+				// message timeout it replaces (margins for a loaded machine).
 				if req.GetRequestBody() != nil {
-					time.Sleep(50 * time.Millisecond)
-					return []*extprocv3.ProcessingResponse{{OverrideMessageTimeout: durationpb.New(3 * time.Second)}, delayed(300*time.Millisecond, pass(req))}
+					return []*extprocv3.ProcessingResponse{{OverrideMessageTimeout: durationpb.New(3 * time.Second)}, delayed(700*time.Millisecond, pass(req))}
 				}
 				return one(pass(req))
 			},
 			config: router(func(c *Config) {
-				c.RouterFilter.MessageTimeout, c.RouterFilter.MaxMessageTimeout = 150*time.Millisecond, 5*time.Second
+				c.RouterFilter.MessageTimeout, c.RouterFilter.MaxMessageTimeout = 300*time.Millisecond, 5*time.Second
 			}), req: diffRequest{body: "b"}, check: wantStatus(200)},
 	}
 }
@@ -388,10 +389,10 @@ func retryCases() []diffCase {
 			config: plain(RetryPolicy{RetryOn: []string{"5xx"}, NumRetries: 3}, func(c *Config) { c.Clusters[0].MaxRetries = &zero }), check: attempts(503, 1)},
 		{name: "per-try timeout", upstreams: []upstreamHandler{func(n int, w http.ResponseWriter, r *http.Request) {
 			if n == 1 {
-				time.Sleep(600 * time.Millisecond)
+				time.Sleep(time.Second)
 			}
 			answer(200)(n, w, r)
-		}}, config: plain(RetryPolicy{RetryOn: []string{"reset"}, NumRetries: 1, PerTryTimeout: 200 * time.Millisecond}, nil), check: attempts(200, 2)},
+		}}, config: plain(RetryPolicy{RetryOn: []string{"reset"}, NumRetries: 1, PerTryTimeout: 400 * time.Millisecond}, nil), check: attempts(200, 2)},
 		{name: "connect failure then previous_priorities", upstreams: []upstreamHandler{answer(200)},
 			config: func(e diffEnv) Config {
 				rp := &RetryPolicy{RetryOn: []string{"connect-failure"}, NumRetries: 1, BackoffBase: time.Millisecond, PreviousPriorities: true}
