@@ -418,6 +418,10 @@ func retryCases() []diffCase {
 	}
 }
 
+// rlsTimeout replaces the filter's 20 ms default, which a loaded machine
+// misses now and then (the filter then fails open, on either side).
+var rlsTimeout = durationpb.New(5 * time.Second)
+
 // Behaviour 7: the rate-limit filter between ext_proc and the router.
 func rateLimitCase(over bool) diffCase {
 	name := map[bool]string{false: "rate limit OK: stream-done on the final map and metadata", true: "rate limit OVER_LIMIT: 429 through the ext_proc encode path"}[over]
@@ -444,7 +448,7 @@ func rateLimitCase(over bool) diffCase {
 			}
 			return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
 		},
-		rateLimit: &ratelimitv3.RateLimit{Domain: "d", RateLimits: []*routev3.RateLimit{
+		rateLimit: &ratelimitv3.RateLimit{Domain: "d", Timeout: rlsTimeout, RateLimits: []*routev3.RateLimit{
 			{Actions: []*routev3.RateLimit_Action{metaAction("tenant")}},
 			{Actions: []*routev3.RateLimit_Action{metaAction("tenant")}, ApplyOnStreamDone: true,
 				HitsAddend: &routev3.RateLimit_HitsAddend{Format: "%DYNAMIC_METADATA(swarmgate:completion_tokens)%"}},
@@ -896,7 +900,7 @@ func localReplyMapperCases() []diffCase {
 					Code: rlspb.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 10, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE},
 					DurationUntilReset: durationpb.New(30 * time.Second)}}}
 			},
-			rateLimit: &ratelimitv3.RateLimit{Domain: "d", EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
+			rateLimit: &ratelimitv3.RateLimit{Domain: "d", Timeout: rlsTimeout, EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
 				RateLimits: []*routev3.RateLimit{{Actions: []*routev3.RateLimit_Action{headerAction("x-tenant")}}}},
 			config: withMappers(func(_ diffEnv, c *Config) {
 				lr := proto.Clone(mappers).(*hcmv3.LocalReplyConfig)

@@ -212,11 +212,16 @@ func runSide(t *testing.T, c diffCase, front frontFunc) *observation {
 		}
 	}
 	// What follows the response (the last ext_proc messages, the
-	// stream-done rate-limit call) may arrive after it: wait until nothing
-	// new came for a while.
+	// stream-done rate-limit call, made when the stream is destroyed) may
+	// arrive after it: wait until every ext_proc stream has ended and
+	// nothing new came for a while (longer with a rate-limit service).
+	quiet := 120 * time.Millisecond
+	if rls != nil {
+		quiet = 300 * time.Millisecond
+	}
 	count := func() int {
 		p.mu.Lock()
-		n := len(p.got)
+		n, open := len(p.got), p.open
 		p.mu.Unlock()
 		rec.mu.Lock()
 		n += len(rec.seen)
@@ -226,10 +231,13 @@ func runSide(t *testing.T, c diffCase, front frontFunc) *observation {
 			n += len(rls.got)
 			rls.mu.Unlock()
 		}
+		if open > 0 {
+			return -1 - n // not settled while a stream is open
+		}
 		return n
 	}
 	last, stable := count(), time.Now()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && time.Since(stable) < 120*time.Millisecond; {
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && (last < 0 || time.Since(stable) < quiet); {
 		time.Sleep(20 * time.Millisecond)
 		if n := count(); n != last {
 			last, stable = n, time.Now()

@@ -32,6 +32,7 @@ type scriptProc struct {
 	answer  script
 	mu      sync.Mutex
 	streams map[string]int
+	open    int // streams not ended yet
 	got     []seenMsg
 }
 
@@ -51,7 +52,13 @@ func (p *scriptProc) Process(st extprocv3.ExternalProcessor_ProcessServer) error
 	}
 	p.streams[role]++
 	n := p.streams[role]
+	p.open++
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.open--
+		p.mu.Unlock()
+	}()
 	for {
 		req, err := st.Recv()
 		if err != nil {
