@@ -328,7 +328,7 @@ func strictnessCases() []diffCase {
 		{name: "message timeout without failure_mode_allow is 504",
 			script: func(_ string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
 				if req.GetRequestBody() != nil {
-					time.Sleep(400 * time.Millisecond)
+					return one(delayed(400*time.Millisecond, pass(req)))
 				}
 				return one(pass(req))
 			},

@@ -69,7 +69,11 @@ func (p *scriptProc) Process(st extprocv3.ExternalProcessor_ProcessServer) error
 		p.mu.Unlock()
 		for _, resp := range p.answer(role, n, req) {
 			if d, ok := delays.Load(resp); ok {
-				time.Sleep(d.(time.Duration))
+				select {
+				case <-time.After(d.(time.Duration)):
+				case <-st.Context().Done(): // the stream was reset meanwhile
+					return nil
+				}
 			}
 			if err := st.Send(resp); err != nil {
 				return nil
