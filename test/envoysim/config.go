@@ -4,6 +4,7 @@ import (
 	"time"
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	"github.com/swarmgate/swarmgate/test/rlsim"
 )
@@ -21,6 +22,14 @@ type Config struct {
 	// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/processing_mode.proto).
 	// Zero means 1 MiB, Envoy's per_connection_buffer_limit_bytes default.
 	BufferLimit int
+	// RouteBufferLimit is the virtual host's request_body_buffer_limit
+	// (else per_request_buffer_limit_bytes). It raises the stream's limit
+	// only when the route matched on the request headers forwards
+	// somewhere: ActiveStream::refreshBufferLimit (conn_manager_impl.cc,
+	// v1.38.0) does nothing while the cached route is a direct response, so
+	// a body buffered on a catch-all direct-response route (an ext_proc
+	// clears the route later) is held to BufferLimit. Zero: none.
+	RouteBufferLimit int
 	// Seed makes weighted endpoint choice deterministic.
 	Seed uint64
 	// EnvoyHeaderPrefix is the prefix of Envoy-internal headers; "x-envoy".
@@ -34,6 +43,14 @@ type Config struct {
 	// v1.38.0). Without it a client's x-request-id is kept.
 	UseRemoteAddress          bool
 	PreserveExternalRequestID bool
+	// SuppressEnvoyHeaders is the router's suppress_envoy_headers: no
+	// x-envoy-expected-rq-timeout-ms, x-envoy-upstream-service-time or
+	// x-envoy-original-host (router.cc, upstream_request.cc, v1.38.0).
+	SuppressEnvoyHeaders bool
+	// LocalReply is the HCM's local_reply_config: mappers that rewrite
+	// local replies by response flag, status, request header and dynamic
+	// metadata (localreply.go; New rejects what is not modelled).
+	LocalReply *hcmv3.LocalReplyConfig
 	// RateLimit is the HCM's envoy.filters.http.ratelimit filter, between
 	// the router-level ext_proc and the router; nil means none.
 	RateLimit *rlsim.Filter
@@ -56,6 +73,19 @@ type Route struct {
 	// AutoHostRewrite sets Host to the chosen endpoint's hostname (its
 	// address when it has none).
 	AutoHostRewrite bool
+	// MetadataPresent are dynamic_metadata matchers of the route match
+	// that need a key to be present: namespace → key.
+	MetadataPresent map[string]string
+	// RequestHeadersToRemove are the route configuration's, virtual host's
+	// and route's request_headers_to_remove, removed from the request
+	// header map once by the router before the first attempt
+	// (RouteEntryImplBase::finalizeRequestHeaders from router.cc
+	// Filter::decodeHeaders, after x-envoy-expected-rq-timeout-ms is set;
+	// a retry sets that header again, v1.38.0).
+	RequestHeadersToRemove []string
+	// ClusterNotFoundStatus is cluster_not_found_response_code as a status
+	// (0: 503).
+	ClusterNotFoundStatus int
 	// DirectStatus, when set, answers locally (DirectResponseAction) with
 	// DirectBody and ResponseHeaders.
 	DirectStatus    int

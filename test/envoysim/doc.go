@@ -6,10 +6,12 @@
 // cluster. It speaks real gRPC to the ext_proc server and real HTTP to fake
 // upstreams, so the openai-go SDK can be pointed at it as if it were Envoy.
 //
-// No Envoy binary runs on the build machines. The model follows Envoy
-// 1.38.0's C++ source (commit f1dd21b16c), not its documentation: each
-// behaviour cites the file, function and release it follows, and
-// docs/envoy-behaviour.md lists them with their conformance tests. Where the
+// The model follows Envoy 1.38.0's C++ source (commit f1dd21b16c), not its
+// documentation: each behaviour cites the file, function and release it
+// follows, and docs/envoy-behaviour.md lists them with their conformance
+// tests. TestModelAgainstEnvoy runs the conformance scripts through the real
+// Envoy releases too (ToXDS gives Envoy the configuration equivalent to a
+// Config) and fails when the two disagree. Where the
 // model is simpler than Envoy it is stricter: FromXDS rejects settings it
 // does not model. It is not a general Envoy: only the modes swarmgate
 // configures are implemented.

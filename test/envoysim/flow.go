@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,6 +29,14 @@ type exchange struct {
 	// clearRoute is set when the router filter's answer cleared the route
 	// cache (processor_state.cc DecodingProcessorState::clearRouteCache).
 	clearRoute bool
+	// flags are the stream's response flags (localreply.go).
+	flags map[string]bool
+	// emptyLocal: the response is a local reply without a body.
+	emptyLocal bool
+	// limit is the stream's buffer limit (Config.RouteBufferLimit).
+	limit int
+	// routeTimeout is the chosen route's timeout.
+	routeTimeout time.Duration
 	// rl is the rate-limit filter's state for this request.
 	rl rateLimitState
 }
@@ -58,21 +67,29 @@ func textReply(status int, msg string) *localReply {
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{s: s, w: w, req: fromHTTP(r), md: &dynMetadata{}}
 	x.rec.ClientRequestID = x.req.get("x-request-id")
-	x.requestID()
+	x.requestID(r.RemoteAddr)
 	x.rec.RequestID = x.req.get("x-request-id")
 	defer x.destroy(r.Context())
 
 	// The route is chosen from the request headers before any filter runs;
 	// only a cleared route cache makes the router pick it again.
-	route := s.match(x.req)
+	route := s.match(x.req, x.md)
 
 	ctx := r.Context()
+	x.limit = s.cfg.BufferLimit
+	if route != nil && route.DirectStatus == 0 && s.cfg.RouteBufferLimit > x.limit {
+		x.limit = s.cfg.RouteBufferLimit
+	}
 	if lr := x.requestPath(ctx, r); lr != nil {
 		x.respondLocal(ctx, lr)
 		return
 	}
 	if x.clearRoute {
-		route = s.match(x.req)
+		route = s.match(x.req, x.md)
+		// refreshBufferLimit again: a route entry may only raise it.
+		if route != nil && route.DirectStatus == 0 && s.cfg.RouteBufferLimit > x.limit {
+			x.limit = s.cfg.RouteBufferLimit
+		}
 	}
 	var cl *Cluster
 	cluster := ""
@@ -104,8 +121,15 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.rec.Cluster = cluster
 	if cl == nil {
-		// cluster_not_found: 503 (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter).
-		x.respondLocal(ctx, textReply(http.StatusServiceUnavailable, "cluster not found"))
+		// cluster_not_found: cluster_not_found_response_code, 503 by
+		// default, without a body (router.cc Filter::decodeHeaders,
+		// v1.38.0; TestModelAgainstEnvoy "cluster not found").
+		code := route.ClusterNotFoundStatus
+		if code == 0 {
+			code = http.StatusServiceUnavailable
+		}
+		x.setFlag(flagNoCluster)
+		x.respondLocal(ctx, &localReply{status: code})
 		return
 	}
 	res := s.route(ctx, x, route, cl)
@@ -116,14 +140,37 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.respondUpstream(ctx, res)
 }
 
-// requestID: an edge request gets a new x-request-id, any request without
-// one gets one (conn_manager_utility.cc ConnectionManagerUtility::mutateRequestHeaders
-// and request_id/uuid/config.cc UUIDRequestIDExtension::set, v1.38.0).
-func (x *exchange) requestID() {
+// requestID is the HCM's ConnectionManagerUtility::mutateRequestHeaders
+// (conn_manager_utility.cc, v1.38.0): with use_remote_address the peer's
+// address is appended to x-forwarded-for, x-forwarded-proto is overwritten
+// from the connection and x-envoy-external-address set (every request is
+// external); without it x-forwarded-proto is only added when absent; an
+// edge request gets a new x-request-id, any request without one gets one
+// (request_id/uuid/config.cc UUIDRequestIDExtension::set).
+func (x *exchange) requestID(remote string) {
 	edge := x.s.cfg.UseRemoteAddress
+	if edge {
+		ip, _, _ := net.SplitHostPort(remote)
+		if xff := x.req.get("x-forwarded-for"); xff != "" {
+			x.req.set("x-forwarded-for", xff+","+ip)
+		} else {
+			x.req.add("x-forwarded-for", ip)
+		}
+		x.req.set("x-forwarded-proto", "http")
+		defer x.req.set(x.s.cfg.EnvoyHeaderPrefix+"-external-address", ip)
+	} else if !x.req.has("x-forwarded-proto") {
+		x.req.add("x-forwarded-proto", "http")
+	}
 	if x.req.get("x-request-id") == "" || (edge && !x.s.cfg.PreserveExternalRequestID) {
 		x.req.set("x-request-id", newUUID())
 	}
+}
+
+func (x *exchange) setFlag(f string) {
+	if x.flags == nil {
+		x.flags = map[string]bool{}
+	}
+	x.flags[f] = true
 }
 
 // destroy is the end of the stream: the rate-limit filter's onDestroy call,
@@ -135,14 +182,14 @@ func (x *exchange) destroy(ctx context.Context) {
 	x.s.record(x.rec)
 }
 
-func (s *Sim) match(h headers) *Route {
+func (s *Sim) match(h headers, md *dynMetadata) *Route {
 	path := h.get(":path")
 	for i := range s.cfg.Routes {
 		r := &s.cfg.Routes[i]
 		if r.PathPrefix != "" && !strings.HasPrefix(path, r.PathPrefix) {
 			continue
 		}
-		ok := true
+		ok := md.has(r.MetadataPresent)
 		for k, v := range r.Headers {
 			if !h.has(k) || h.get(k) != v {
 				ok = false
@@ -171,7 +218,7 @@ const maxBody = 256 << 20
 // retry_or_shadow_abandoned).
 func (x *exchange) requestPath(ctx context.Context, r *http.Request) *localReply {
 	f := x.s.cfg.RouterFilter
-	limit := x.s.cfg.BufferLimit
+	limit := x.limit
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return textReply(http.StatusBadRequest, "downstream read error")
@@ -238,7 +285,11 @@ func checkContentLength(h headers, before, after []byte, mode *extprocfilter.Pro
 		return nil
 	}
 	if h.get("content-length") != strconv.Itoa(len(after)) {
-		return textReply(http.StatusInternalServerError, "ext_proc: content-length does not match the mutated body")
+		// The filter's own error reply: empty, and (at router level) not
+		// seen by the filter's encode path (1.38.3 and 1.40.0,
+		// TestModelAgainstEnvoy "BUFFERED mutated body with stale
+		// content-length").
+		return &localReply{status: http.StatusInternalServerError, fromFilter: true}
 	}
 	return nil
 }

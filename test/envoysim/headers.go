@@ -89,10 +89,17 @@ func (h headers) http() http.Header {
 	return out
 }
 
+// hopByHop are the connection-level headers Envoy's HTTP/1 codec and HCM
+// keep off the request header map (no filter sees them).
+var hopByHop = map[string]bool{"connection": true, "keep-alive": true, "proxy-connection": true, "transfer-encoding": true, "upgrade": true}
+
 func fromHTTP(r *http.Request) headers {
 	h := headers{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", "http"}}
 	for k, vs := range r.Header {
 		lk := strings.ToLower(k)
+		if hopByHop[lk] {
+			continue
+		}
 		for _, v := range vs {
 			h = append(h, header{lk, v})
 		}

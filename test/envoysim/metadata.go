@@ -33,12 +33,28 @@ func (d *dynMetadata) merge(ns string, s *structpb.Struct) {
 	}
 }
 
+// has reports whether every namespace → key of want is present.
+func (d *dynMetadata) has(want map[string]string) bool {
+	for ns, k := range want {
+		if d == nil || d.ns[ns] == nil || d.ns[ns].GetFields()[k] == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // forward is the metadata_context of an ext_proc request: the stream's
 // namespaces listed in forwarding_namespaces.untyped, copied
 // (ext_proc.cc Filter::addDynamicMetadata, v1.38.0).
 func (d *dynMetadata) forward(nss []string) *corev3.Metadata {
-	m := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+	m := &corev3.Metadata{}
+	if d == nil {
+		return m
+	}
 	for _, ns := range nss {
+		if m.FilterMetadata == nil && d.ns[ns] != nil {
+			m.FilterMetadata = map[string]*structpb.Struct{}
+		}
 		if s := d.ns[ns]; s != nil {
 			m.FilterMetadata[ns] = proto.Clone(s).(*structpb.Struct)
 		}

@@ -47,11 +47,15 @@ func (x *exchange) rateLimitRequest(ctx context.Context, route *Route, cl *Clust
 	switch {
 	case res.Err != nil:
 		x.s.stats.rlError.Add(1)
+		if res.LocalReply {
+			x.setFlag(flagRateLimitError)
+		}
 		if res.FailureModeAllowed {
 			x.s.stats.rlFailOpen.Add(1)
 		}
 	case res.LocalReply:
 		x.s.stats.rlOverLimit.Add(1)
+		x.setFlag(flagRateLimited)
 	}
 	if res.LocalReply {
 		lr := &localReply{status: res.Status, body: res.Body}

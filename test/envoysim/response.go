@@ -22,9 +22,10 @@ import (
 // the rate-limit 429, 413) and an upstream filter's ImmediateResponse alike.
 // Only the router-level ext_proc's own ImmediateResponse or error reply
 // skips it (processing_complete_).
-// Not modelled: the HCM local_reply_config mappers that rewrite the body.
+// The HCM's local_reply_config mappers rewrite it first (localreply.go).
 func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 	x.rec.LocalReply = true
+	x.s.localReply.rewrite(x, lr)
 	h := append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...)
 	if !h.has("content-type") && len(lr.body) > 0 {
 		h.add("content-type", "text/plain")
@@ -33,8 +34,13 @@ func (x *exchange) respondLocal(ctx context.Context, lr *localReply) {
 		x.router.close(false)
 		x.router = nil
 	}
-	if !h.has("content-length") {
+	// An empty local reply carries no content-length through the filters
+	// (the codec frames it); one with a body does.
+	if !h.has("content-length") && len(lr.body) > 0 {
 		h.add("content-length", strconv.Itoa(len(lr.body)))
+	}
+	if len(lr.body) == 0 {
+		x.emptyLocal = true
 	}
 	x.respond(ctx, h, singleChunk(lr.body), nil)
 }
@@ -60,7 +66,10 @@ func (r *singleChunkReader) Read(p []byte) (int, error) {
 	n := copy(p, r.b)
 	r.b = r.b[n:]
 	if len(r.b) == 0 {
+		// The end comes with the last bytes: a local reply's body is one
+		// data frame with end_stream (one ext_proc message).
 		r.done = true
+		return n, io.EOF
 	}
 	return n, nil
 }
@@ -92,7 +101,7 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	x.addRateLimitHeaders(&h)
 	status, _ := strconv.Atoi(h.get(":status"))
 	noBody := (upstream != nil && upstream.ContentLength == 0) || x.req.get(":method") == http.MethodHead ||
-		(upstream == nil && h.get("content-length") == "0")
+		(upstream == nil && (h.get("content-length") == "0" || x.emptyLocal))
 	if run != nil && mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
 		resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}}}, "response_headers")
@@ -105,6 +114,7 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 			run = nil
 		case resp.GetImmediateResponse() != nil:
 			lr := immediate(resp.GetImmediateResponse())
+			x.s.localReply.rewrite(x, lr)
 			x.router.close(false)
 			x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
 			return
@@ -131,37 +141,50 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	// headers not sent (ProcessorState::shouldRemoveContentLength,
 	// source/extensions/filters/http/ext_proc/processor_state.h; applied in
 	// Filter::encodeHeaders, ext_proc.cc; v1.38.0). BUFFERED with headers
-	// sent keeps it: the processor must keep it right, and a body of another
-	// length under it fails downstream here (Envoy would have let the
-	// processor fix it in the body phase: stricter, not kinder).
+	// sent keeps it: the processor must keep it right (see bufferedResponse).
 	if bodyMode == extprocfilter.ProcessingMode_STREAMED ||
 		(bodyMode == extprocfilter.ProcessingMode_BUFFERED && mode.GetResponseHeaderMode() == extprocfilter.ProcessingMode_SKIP) {
 		h.del("content-length")
 	}
+	if bodyMode == extprocfilter.ProcessingMode_BUFFERED {
+		x.bufferedResponse(run, h, status, body)
+		return
+	}
 	x.rec.Status = status
+	serverHeader(&h)
 	wh := x.w.Header()
 	for _, e := range h {
 		if !strings.HasPrefix(e.key, ":") {
 			wh.Add(e.key, e.value)
 		}
 	}
-	x.w.WriteHeader(status)
 	flusher, _ := x.w.(http.Flusher)
+	head := func() {
+		x.w.WriteHeader(status)
+		if !h.has("content-length") && !noBody && flusher != nil {
+			// Without a content-length Envoy frames the body chunked;
+			// flushing now keeps Go's server from adding one for a short
+			// body.
+			flusher.Flush()
+		}
+	}
+	// The headers go downstream at once, before any body chunk, in STREAMED
+	// mode too, on 1.38.3 and 1.40.0 alike (TestModelAgainstEnvoy "STREAMED
+	// response headers and a late body").
+	head()
+	write := func(out []byte) error {
+		_, err := x.w.Write(out)
+		return err
+	}
+	// With a content-length, bytes that arrive with the end of the
+	// response go in one message with end_of_stream: the HTTP/1 codec
+	// dispatches the body buffered in a read at message complete. A chunked
+	// body is dispatched at the last chunk's header, before the message
+	// completes, so the end comes as an empty message (codec_impl.cc
+	// ConnectionImpl::onChunkHeader, v1.38.0). A local reply is one frame.
+	mergeEnd := upstream == nil || upstream.ContentLength >= 0
 
 	switch bodyMode {
-	case extprocfilter.ProcessingMode_BUFFERED:
-		all, err := io.ReadAll(body)
-		if err != nil {
-			x.abort(run)
-			return
-		}
-		out, ok := x.bodyChunk(run, all, true)
-		if !ok {
-			return
-		}
-		_, _ = x.w.Write(out)
-		run.close(false)
-		return
 	case extprocfilter.ProcessingMode_STREAMED:
 	default:
 		_, err := io.Copy(flushWriter{x.w, flusher}, body)
@@ -177,11 +200,17 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			out, ok := x.bodyChunk(run, buf[:n], false)
+			eos := mergeEnd && errors.Is(err, io.EOF)
+			out, ok := x.bodyChunk(run, buf[:n], eos)
 			if !ok {
 				return
 			}
-			if _, werr := x.w.Write(out); werr != nil || ctx.Err() != nil {
+			if eos {
+				_ = write(out)
+				run.close(false)
+				return
+			}
+			if werr := write(out); werr != nil || ctx.Err() != nil {
 				// Downstream gone: Envoy resets the ext_proc stream without
 				// end_of_stream.
 				x.rec.Aborted = true
@@ -204,8 +233,61 @@ func (x *exchange) respond(ctx context.Context, h headers, body io.Reader, upstr
 	if !ok {
 		return
 	}
-	_, _ = x.w.Write(out)
+	_ = write(out)
 	run.close(false)
+}
+
+// bufferedResponse is a BUFFERED response body: the headers wait for the
+// body's answer, which may still change them (ext_proc.cc Filter::encodeData
+// holds the headers, v1.38.0). A content-length that no longer matches the
+// body, an error without failure_mode_allow or an ImmediateResponse answer
+// the client instead: the filter's own replies, so the encode path does not
+// run again (1.38.3 and 1.40.0 answer a stale content-length with an empty
+// 500: TestModelAgainstEnvoy "BUFFERED response with headers sent keeps
+// content-length").
+func (x *exchange) bufferedResponse(run *filterRun, h headers, status int, body io.Reader) {
+	all, err := io.ReadAll(body)
+	if err != nil {
+		x.abort(run)
+		return
+	}
+	reply := func(lr *localReply) {
+		x.s.localReply.rewrite(x, lr)
+		x.writeAll(lr.status, append(headers{{":status", strconv.Itoa(lr.status)}}, lr.header...), lr.body)
+	}
+	resp, err := run.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: all, EndOfStream: true}}}, "response_body")
+	out := all
+	switch {
+	case err != nil:
+		if lr := x.filterFailed(err); lr != nil {
+			reply(&localReply{status: lr.status})
+			return
+		}
+	case resp.GetImmediateResponse() != nil:
+		run.close(false)
+		reply(immediate(resp.GetImmediateResponse()))
+		return
+	default:
+		cr := common(resp)
+		n, merr := run.f.applyMutation(&h, cr.GetHeaderMutation(), x.s.cfg.EnvoyHeaderPrefix)
+		x.s.stats.rejectedMutations.Add(int64(n))
+		if merr != nil {
+			reply(&localReply{status: x.filterFailed(merr).status})
+			return
+		}
+		applyBody(&out, cr.GetBodyMutation())
+		if cl := h.get("content-length"); h.has("content-length") && cl != strconv.Itoa(len(out)) {
+			run.close(false)
+			reply(&localReply{status: http.StatusInternalServerError})
+			return
+		}
+		if s, err := strconv.Atoi(h.get(":status")); err == nil {
+			status = s
+		}
+		run.close(false)
+	}
+	x.writeAll(status, h, out)
 }
 
 // bodyChunk sends one response body message and returns the (possibly
@@ -242,6 +324,7 @@ func (x *exchange) abort(run *filterRun) {
 
 func (x *exchange) writeAll(status int, h headers, body []byte) {
 	x.rec.Status = status
+	serverHeader(&h)
 	for _, e := range h {
 		if !strings.HasPrefix(e.key, ":") {
 			x.w.Header().Add(e.key, e.value)
@@ -250,6 +333,11 @@ func (x *exchange) writeAll(status int, h headers, body []byte) {
 	x.w.WriteHeader(status)
 	_, _ = x.w.Write(body)
 }
+
+// serverHeader is the HCM's last word on every response
+// (ConnectionManagerUtility::mutateResponseHeaders, server_header_transformation
+// OVERWRITE by default): after every filter, so no ext_proc sees it.
+func serverHeader(h *headers) { h.set("server", "envoy") }
 
 type flushWriter struct {
 	w http.ResponseWriter

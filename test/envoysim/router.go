@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -30,7 +32,8 @@ type routeResult struct {
 // route runs the router filter: host choice, per-attempt upstream filter,
 // retries (source/common/router/router.cc, v1.38.0).
 func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster) routeResult {
-	ctx, cancel := context.WithTimeout(ctx, deadlineFor(route))
+	x.routeTimeout = deadlineFor(route)
+	ctx, cancel := context.WithTimeout(ctx, x.routeTimeout)
 	rp := route.Retry
 	if rp == nil {
 		rp = &RetryPolicy{}
@@ -40,7 +43,7 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 	defer res.active.Add(-1)
 	rs := newRetryState(s, rp, cl, res)
 	defer rs.release()
-	if rs.enabled() && len(x.body) > s.cfg.BufferLimit {
+	if rs.enabled() && len(x.body) > x.limit {
 		// router.cc Filter::decodeData: the body does not fit the retry
 		// buffer, so retries are given up (retry_or_shadow_abandoned) and
 		// the request is streamed once.
@@ -64,6 +67,7 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 		if ep == nil {
 			// router.cc Filter::sendNoHealthyUpstreamResponse (flag UH).
 			s.stats.noHealthy.Add(1)
+			x.setFlag(flagNoHealthyUpstream)
 			if last.cancel != nil {
 				last.cancel()
 			}
@@ -83,16 +87,25 @@ func (s *Sim) route(ctx context.Context, x *exchange, route *Route, cl *Cluster)
 			return finish(r)
 		}
 		status, wait := rs.shouldRetry(decision, r.header)
+		switch status {
+		case retryLimitExceeded:
+			x.setFlag(flagRetryLimit)
+		case retryOverflow:
+			x.setFlag(flagOverflow)
+		}
 		if status != retryYes {
 			// The response (or local reply) of the last attempt goes to
 			// the client.
 			return finish(r)
 		}
 		if r.resp != nil {
+			// A complete response leaves its connection in the pool.
+			_, _ = io.CopyN(io.Discard, r.resp.Body, 64<<10)
 			r.resp.Body.Close()
 		}
 		if err := sleepCtx(ctx, wait); err != nil {
 			cancel()
+			x.setFlag(flagUpstreamTimeout)
 			return routeResult{local: textReply(http.StatusGatewayTimeout, "upstream request timeout")}
 		}
 	}
@@ -112,20 +125,37 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // try is one attempt, on the request's one header map (x.req) and a copy
 // of the buffered body.
 func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, ep *Endpoint, attempt int, rs *retryState) (routeResult, retryDecision) {
+	start := time.Now()
 	body := bytes.Clone(x.body)
 	at := Attempt{Endpoint: ep.Address, Priority: ep.Priority}
 	defer func() { x.rec.Attempts = append(x.rec.Attempts, at) }()
-	if route.AutoHostRewrite && ep.Hostname != "" {
-		// upstream_request.cc UpstreamRequest::onPoolReady (v1.38.0): only a
-		// host with a hostname rewrites, into the router's header map, and
-		// the old value goes to x-envoy-original-host (router
-		// suppress_envoy_headers is false). onPoolReady runs inside
-		// conn_pool->newStream when a connection is idle, i.e. before the
-		// upstream filters see the headers; the sim models that warm case.
-		if old := x.req.get(":authority"); old != "" {
+	// upstream_request.cc UpstreamRequest::onPoolReady (v1.38.0): only a
+	// host with a hostname rewrites, into the router's header map, and the
+	// old value goes to x-envoy-original-host (router suppress_envoy_headers
+	// is false). onPoolReady runs inside conn_pool->newStream when a
+	// connection is idle (warm), i.e. before the upstream filters see the
+	// headers; on a new connection (cold) it runs once the connection is up,
+	// after them. Both seen on 1.38.3 and 1.40.0 (TestModelAgainstEnvoy, "one
+	// header map per request": attempt 1 on a fresh upstream, attempt 2
+	// on its kept-alive connection).
+	rewrite := func() {
+		if !route.AutoHostRewrite || ep.Hostname == "" {
+			return
+		}
+		if old := x.req.get(":authority"); old != "" && !s.cfg.SuppressEnvoyHeaders {
 			x.req.set(s.cfg.EnvoyHeaderPrefix+"-original-host", old)
 		}
 		x.req.set(":authority", ep.Hostname)
+	}
+	x.expectedTimeout(ctx, attempt, rs)
+	if attempt == 1 {
+		for _, k := range route.RequestHeadersToRemove {
+			x.req.del(k)
+		}
+	}
+	warm := s.takeIdle(ep.Address)
+	if warm {
+		rewrite()
 	}
 	var up *filterRun
 	if f := cl.UpstreamFilter; f != nil {
@@ -137,6 +167,9 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 			s.stats.immediateUpstream.Add(1)
 			return routeResult{local: lr, upstreamReply: true}, noRetry
 		}
+	}
+	if !warm {
+		rewrite()
 	}
 	tctx, tcancel := context.WithCancel(ctx)
 	if rs != nil && rs.rp.PerTryTimeout > 0 {
@@ -163,7 +196,8 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 		tcancel()
 		up.close(true)
 		connect := isConnectFailure(err)
-		reason := map[bool]string{true: "connection failure", false: "connection termination"}[connect]
+		reason := map[bool]string{true: "remote connection failure", false: "connection termination"}[connect]
+		x.setFlag(map[bool]string{true: flagConnectFailure, false: flagConnTermination}[connect])
 		at.Err = map[bool]string{true: "connect-failure", false: "reset"}[connect] + ": " + err.Error()
 		lr := textReply(http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: "+reason)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -173,18 +207,26 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 			at.Err = "per-try timeout"
 			lr = textReply(http.StatusGatewayTimeout, "upstream request timeout")
 			connect = false
+			delete(x.flags, flagConnTermination)
+			x.setFlag(flagUpstreamTimeout)
 		}
 		if ctx.Err() != nil {
+			x.setFlag(flagUpstreamTimeout)
 			return routeResult{local: textReply(http.StatusGatewayTimeout, "upstream request timeout")}, noRetry
 		}
 		return routeResult{local: lr}, rs.fromReset(connect)
 	}
 	at.Status = resp.StatusCode
+	resp.Body = &idleOnEOF{ReadCloser: resp.Body, done: func() { s.putIdle(ep.Address) }}
 	rh := headers{{":status", strconv.Itoa(resp.StatusCode)}}
 	for k, vs := range resp.Header {
 		for _, v := range vs {
 			rh.add(strings.ToLower(k), v)
 		}
+	}
+	// Go keeps transfer-encoding out of Header; Envoy's response map has it.
+	if len(resp.TransferEncoding) > 0 {
+		rh.add("transfer-encoding", strings.Join(resp.TransferEncoding, ", "))
 	}
 	if up != nil && !up.off && up.mode.GetResponseHeaderMode() != extprocfilter.ProcessingMode_SKIP {
 		r, err := up.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
@@ -222,6 +264,11 @@ func (s *Sim) try(ctx context.Context, x *exchange, route *Route, cl *Cluster, e
 		}
 	}
 	up.close(false)
+	// router.cc Filter::onUpstreamHeaders: the time the attempt took, after
+	// the upstream filters ran on the response headers.
+	if !s.cfg.SuppressEnvoyHeaders {
+		rh.set(s.cfg.EnvoyHeaderPrefix+"-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	}
 	return routeResult{resp: resp, header: rh, cancel: tcancel}, rs.fromHeaders(rh)
 }
 
@@ -275,6 +322,7 @@ func (s *Sim) upstreamRequest(ctx context.Context, x *exchange, f *Filter, ep *E
 			return nil, lr
 		}
 		if lr := checkContentLength(*h, *body, mutated, run.mode); lr != nil {
+			lr.fromFilter = false
 			run.close(true)
 			return nil, lr
 		}
@@ -302,6 +350,43 @@ func (s *Sim) applyUpstream(run *filterRun, resp *extprocv3.ProcessingResponse, 
 		applyBody(body, cr.GetBodyMutation())
 	}
 	return nil, nil
+}
+
+// expectedTimeout is router.cc FilterUtility::setTimeoutHeaders (v1.38.0),
+// run for every attempt on the router's header map before the upstream
+// filters: x-envoy-expected-rq-timeout-ms is what is left of the route
+// timeout, or the per-try timeout when that is shorter.
+func (x *exchange) expectedTimeout(ctx context.Context, attempt int, rs *retryState) {
+	dl, ok := ctx.Deadline()
+	if !ok || x.s.cfg.SuppressEnvoyHeaders {
+		return
+	}
+	left := time.Until(dl)
+	if attempt == 1 {
+		left = x.routeTimeout
+	}
+	if rs != nil && rs.rp.PerTryTimeout > 0 && rs.rp.PerTryTimeout < left {
+		left = rs.rp.PerTryTimeout
+	}
+	if ms := left.Milliseconds(); ms > 0 {
+		x.req.set(x.s.cfg.EnvoyHeaderPrefix+"-expected-rq-timeout-ms", strconv.FormatInt(ms, 10))
+	}
+}
+
+// idleOnEOF marks the attempt's connection idle again once its response
+// body was read to the end.
+type idleOnEOF struct {
+	io.ReadCloser
+	done func()
+	once sync.Once
+}
+
+func (r *idleOnEOF) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		r.once.Do(r.done)
+	}
+	return n, err
 }
 
 func isConnectFailure(err error) bool {

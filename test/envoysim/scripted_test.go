@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -31,6 +32,7 @@ type scriptProc struct {
 	answer  script
 	mu      sync.Mutex
 	streams map[string]int
+	open    int // streams not ended yet
 	got     []seenMsg
 }
 
@@ -50,7 +52,13 @@ func (p *scriptProc) Process(st extprocv3.ExternalProcessor_ProcessServer) error
 	}
 	p.streams[role]++
 	n := p.streams[role]
+	p.open++
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.open--
+		p.mu.Unlock()
+	}()
 	for {
 		req, err := st.Recv()
 		if err != nil {
@@ -60,11 +68,35 @@ func (p *scriptProc) Process(st extprocv3.ExternalProcessor_ProcessServer) error
 		p.got = append(p.got, seenMsg{role, n, proto.Clone(req).(*extprocv3.ProcessingRequest)})
 		p.mu.Unlock()
 		for _, resp := range p.answer(role, n, req) {
+			if d, ok := delays.Load(resp); ok {
+				select {
+				case <-time.After(d.(time.Duration)):
+				case <-st.Context().Done(): // the stream was reset meanwhile
+					return nil
+				}
+			}
 			if err := st.Send(resp); err != nil {
 				return nil
 			}
 		}
 	}
+}
+
+// delays holds the answers a script wants sent late (delayed).
+var delays sync.Map
+
+// delayed marks resp to be sent d after the answers before it.
+func delayed(d time.Duration, resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	delays.Store(resp, d)
+	return resp
+}
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // seen returns the messages of one role and phase, oldest first.
@@ -164,6 +196,13 @@ func (r *scriptRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitReque
 
 func startRLS(t *testing.T, r *scriptRLS) rlspb.RateLimitServiceClient {
 	t.Helper()
+	c, _ := startRLSAddr(t, r)
+	return c
+}
+
+// startRLSAddr serves r and returns a client and the address.
+func startRLSAddr(t *testing.T, r *scriptRLS) (rlspb.RateLimitServiceClient, string) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -177,5 +216,5 @@ func startRLS(t *testing.T, r *scriptRLS) rlspb.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return rlspb.NewRateLimitServiceClient(cc)
+	return rlspb.NewRateLimitServiceClient(cc), lis.Addr().String()
 }

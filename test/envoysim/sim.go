@@ -25,12 +25,16 @@ type Sim struct {
 	srv       *http.Server
 	lis       net.Listener
 
-	mu        sync.Mutex
-	conns     map[string]*grpc.ClientConn
-	rng       *rand.Rand
-	records   []Record
-	recorded  chan struct{} // closed and replaced on every new record
-	resources map[string]*clusterResources
+	mu         sync.Mutex
+	conns      map[string]*grpc.ClientConn
+	rng        *rand.Rand
+	records    []Record
+	recorded   chan struct{} // closed and replaced on every new record
+	resources  map[string]*clusterResources
+	localReply *localReplyConfig
+	// idle counts the kept-alive upstream connections per endpoint, which
+	// decide when auto_host_rewrite happens (Sim.try).
+	idle map[string]int
 
 	stats stats
 }
@@ -152,6 +156,7 @@ func New(cfg Config) (*Sim, error) {
 		clusters:  map[string]*Cluster{},
 		recorded:  make(chan struct{}),
 		resources: map[string]*clusterResources{},
+		idle:      map[string]int{},
 		conns:     map[string]*grpc.ClientConn{},
 		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		transport: &http.Transport{
@@ -161,6 +166,11 @@ func New(cfg Config) (*Sim, error) {
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 		},
 	}
+	lr, err := newLocalReplyConfig(cfg.LocalReply)
+	if err != nil {
+		return nil, err
+	}
+	s.localReply = lr
 	for i := range cfg.Clusters {
 		c := &cfg.Clusters[i]
 		if _, dup := s.clusters[c.Name]; dup {
@@ -338,6 +348,23 @@ func (s *Sim) resourcesFor(cluster string) *clusterResources {
 		s.resources[cluster] = r
 	}
 	return r
+}
+
+// takeIdle takes a kept-alive connection to addr, if there is one.
+func (s *Sim) takeIdle(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle[addr] == 0 {
+		return false
+	}
+	s.idle[addr]--
+	return true
+}
+
+func (s *Sim) putIdle(addr string) {
+	s.mu.Lock()
+	s.idle[addr]++
+	s.mu.Unlock()
 }
 
 // newUUID is a random (version 4) UUID, the form of Envoy's generated

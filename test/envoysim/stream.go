@@ -35,8 +35,9 @@ type filterRun struct {
 	// off is set once the filter stops processing: failure_mode_allow after
 	// an error, or the stream was closed.
 	off bool
-	// firstSent tracks whether request_attributes were sent already.
-	firstSent bool
+	// firstSent tracks whether request_attributes were sent already;
+	// configSent whether protocol_config was.
+	firstSent, configSent bool
 	// md is the stream's dynamic metadata, shared by every filter of the
 	// request.
 	md *dynMetadata
@@ -139,8 +140,14 @@ var errDownstreamGone = errors.New("envoysim: downstream request gone")
 //   - dynamic metadata is merged into the stream only from a non-spurious
 //     answer (setDecoderDynamicMetadata / setEncoderDynamicMetadata).
 func (r *filterRun) exchange(req *extprocv3.ProcessingRequest, want string) (*extprocv3.ProcessingResponse, error) {
-	if nss := r.f.ForwardingNamespaces; len(nss) > 0 && r.md != nil {
-		req.MetadataContext = r.md.forward(nss)
+	// Every message carries metadata_context, empty when nothing is
+	// forwarded; the stream's first message also carries protocol_config,
+	// the body modes the filter runs with (seen on 1.38.3 and 1.40.0:
+	// TestModelAgainstEnvoy).
+	req.MetadataContext = r.md.forward(r.f.ForwardingNamespaces)
+	if !r.configSent {
+		r.configSent = true
+		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: r.mode.GetRequestBodyMode(), ResponseBodyMode: r.mode.GetResponseBodyMode()}
 	}
 	if err := r.stream.Send(req); err != nil {
 		return nil, fmt.Errorf("send: %w", err)

@@ -15,6 +15,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -112,6 +113,10 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 		return nil, err
 	}
 	rdsName := hcm.GetRds().GetRouteConfigName()
+	if rc := hcm.GetRouteConfig(); rc != nil {
+		// An inline route configuration is the only one.
+		routes, rdsName = []*routev3.RouteConfiguration{rc}, rc.GetName()
+	}
 	for _, rc := range routes {
 		if rc.GetName() != rdsName && rdsName != "" {
 			continue
@@ -130,13 +135,20 @@ func FromXDS(lis *listenerv3.Listener, routes []*routev3.RouteConfiguration, clu
 			} else if l := vh.GetPerRequestBufferLimitBytes(); l != nil { //nolint:staticcheck // the legacy field, as Envoy falls back to it
 				limit = uint64(l.GetValue())
 			}
-			if limit > 0 && limit < 1<<31 && int(limit) > cfg.BufferLimit {
-				cfg.BufferLimit = int(limit)
+			if limit > 0 && limit < 1<<31 && int(limit) > cfg.RouteBufferLimit {
+				cfg.RouteBufferLimit = int(limit)
 			}
 			for _, r := range vh.GetRoutes() {
 				rt, err := routeFromXDS(r)
 				if err != nil {
 					return nil, err
+				}
+				// Route configuration, virtual host and route removals all
+				// apply (finalizeRequestHeaders, most specific first).
+				rt.RequestHeadersToRemove = append(append(append([]string(nil), r.GetRequestHeadersToRemove()...),
+					vh.GetRequestHeadersToRemove()...), rc.GetRequestHeadersToRemove()...)
+				if len(r.GetRequestHeadersToAdd())+len(vh.GetRequestHeadersToAdd())+len(rc.GetRequestHeadersToAdd()) > 0 {
+					return nil, fmt.Errorf("envoysim: route %s: request_headers_to_add is not modelled", r.GetName())
 				}
 				cfg.Routes = append(cfg.Routes, rt)
 			}
@@ -300,6 +312,7 @@ func unmodelledExtProc(ep *extprocfilter.ExternalProcessor) error {
 // hcmFromXDS reads the HCM: request-id flags and the filter chain, which
 // must be [ext_proc] → [ratelimit] → router, the order the sim runs.
 func hcmFromXDS(hcm *hcmv3.HttpConnectionManager, cfg *Config, opts XDSOptions, target func(*corev3.GrpcService) ([]string, map[string]string)) error {
+	cfg.LocalReply = hcm.GetLocalReplyConfig()
 	cfg.UseRemoteAddress = hcm.GetUseRemoteAddress().GetValue()
 	cfg.PreserveExternalRequestID = hcm.GetPreserveExternalRequestId()
 	if g := hcm.GetGenerateRequestId(); g != nil && !g.GetValue() {
@@ -339,6 +352,11 @@ func hcmFromXDS(hcm *hcmv3.HttpConnectionManager, cfg *Config, opts XDSOptions, 
 			}
 			cfg.RateLimit, order = f, 2
 		case routerType:
+			var rt routerv3.Router
+			if err := tc.UnmarshalTo(&rt); err != nil {
+				return fmt.Errorf("envoysim: router config: %w", err)
+			}
+			cfg.SuppressEnvoyHeaders = rt.GetSuppressEnvoyHeaders()
 			order = 3
 		default:
 			return fmt.Errorf("envoysim: HCM filter %s is not modelled", tc.GetTypeUrl())
@@ -393,6 +411,16 @@ func routeFromXDS(r *routev3.Route) (Route, error) {
 	for _, hm := range r.GetMatch().GetHeaders() {
 		out.Headers[strings.ToLower(hm.GetName())] = hm.GetStringMatch().GetExact()
 	}
+	for _, mm := range r.GetMatch().GetDynamicMetadata() {
+		path := mm.GetPath()
+		if len(path) != 1 || !mm.GetValue().GetPresentMatch() || mm.GetInvert() {
+			return out, fmt.Errorf("envoysim: route %s: only present_match dynamic_metadata matchers on one key are modelled", r.GetName())
+		}
+		if out.MetadataPresent == nil {
+			out.MetadataPresent = map[string]string{}
+		}
+		out.MetadataPresent[mm.GetFilter()] = path[0].GetKey()
+	}
 	if dr := r.GetDirectResponse(); dr != nil {
 		out.DirectStatus = int(dr.GetStatus())
 		out.DirectBody = dr.GetBody().GetInlineString()
@@ -408,6 +436,12 @@ func routeFromXDS(r *routev3.Route) (Route, error) {
 	}
 	out.Cluster = ra.GetCluster()
 	out.ClusterHeader = ra.GetClusterHeader()
+	switch ra.GetClusterNotFoundResponseCode() {
+	case routev3.RouteAction_NOT_FOUND:
+		out.ClusterNotFoundStatus = 404
+	case routev3.RouteAction_INTERNAL_SERVER_ERROR:
+		out.ClusterNotFoundStatus = 500
+	}
 	out.Timeout = ra.GetTimeout().AsDuration()
 	out.AutoHostRewrite = ra.GetAutoHostRewrite().GetValue()
 	if rp := ra.GetRetryPolicy(); rp != nil {
