@@ -93,7 +93,7 @@ type routerStream struct {
 	decoder      Decoder
 	usage        Usage
 	haveUsage    bool
-	sentUsage    Usage // the stream's usage as last sent to Envoy before its end
+	sentUsage    Usage        // the stream's usage as last sent to Envoy before its end
 	reply        *bodyReply   // kept across pooled uses
 	ans          *answer      // kept across pooled uses
 	meta         *tokenMeta   // kept across pooled uses
