@@ -70,6 +70,9 @@ type Options struct {
 	Listeners Listeners
 	// Ready is closed once every role is serving (tests wait on it).
 	Ready chan<- struct{}
+	// RetireAfter is how long backends a file reload removes stay known to
+	// ext_proc after routing has left them (DefaultRetireAfter when 0).
+	RetireAfter time.Duration
 }
 
 // Listeners are pre-bound sockets for the gRPC and HTTP servers.
@@ -84,6 +87,7 @@ type Gateway struct {
 	cfg  atomic.Pointer[config.Config]
 	// appliers are called, in order, with every new valid config.
 	appliers []func(*config.Config) error
+	retire   retirer
 }
 
 // New checks the options; Run starts everything.
@@ -110,6 +114,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	g.cfg.Store(cfg)
+	// A pending second step of a reload never runs into a shutdown.
+	stopRetire := context.AfterFunc(ctx, g.stopRetiring)
+	defer stopRetire()
+	defer g.stopRetiring()
 	reg := telemetry.NewRegistry(g.opts.Version)
 	roles := g.opts.Roles
 	tp, shutdownTracing, err := telemetry.NewTracerProvider(ctx, cfg.Telemetry)
@@ -353,7 +361,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		})
 	case g.opts.ConfigPath != "":
 		grp.Go(func() error {
-			return watch.Run(ctx, g.opts.ConfigPath, g.apply, watch.Options{Load: g.opts.Load, Logger: g.log.With("component", "watch"), Registerer: reg})
+			return watch.Run(ctx, g.opts.ConfigPath, g.applyFromFile, watch.Options{Load: g.opts.Load, Logger: g.log.With("component", "watch"), Registerer: reg})
 		})
 	}
 

@@ -223,12 +223,20 @@ func TestServeEndToEnd(t *testing.T) {
 // ends Run and fails the test unless it returns cleanly within 20 s.
 func startServe(t *testing.T, ctx context.Context, path string, l Listeners) (g *Gateway, stop func()) {
 	t.Helper()
+	return startServeWith(t, ctx, path, l, func(*Options) {})
+}
+
+// startServeWith is startServe with the options changed by edit.
+func startServeWith(t *testing.T, ctx context.Context, path string, l Listeners, edit func(*Options)) (g *Gateway, stop func()) {
+	t.Helper()
 	ready := make(chan struct{})
-	g, err := New(Options{
+	o := Options{
 		Roles: All, ConfigPath: path, Load: config.Options{LookupEnv: lookup},
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Listeners: l, Ready: ready,
-	})
+	}
+	edit(&o)
+	g, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,10 +88,11 @@ func traffic(t *testing.T, s *pstack, workers int) (stop func() (ok int, errs []
 // requests admitted just before a reload are verified after it with the
 // replaced key (extproc keyRing).
 //
-// The relay is removed in two reloads, its target first and its backend
-// once Envoy sends it nothing: removed at once, an attempt Envoy still
-// routes to the old endpoint meets an ext_proc that no longer knows the
-// backend and is answered 503 gateway_not_admitted.
+// The relay is removed in one reload, target and backend: the gateway
+// applies it in two steps (gateway/retire.go), so attempts Envoy still
+// routes to the old endpoint find an ext_proc that knows the backend.
+// Applied at once, 3-5 of them per run were answered 503
+// gateway_not_admitted.
 func TestPromiseReloadUnderTraffic(t *testing.T) {
 	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
 		slow := func(o *mockupstream.Options) { o.Default = mockupstream.Behavior{Latency: 20 * time.Millisecond} }
@@ -108,7 +109,7 @@ func TestPromiseReloadUnderTraffic(t *testing.T) {
 			n := s.relays["relay-c"].Total().OK
 			return n >= 5, fmt.Sprintf("relay-c served %d", n)
 		})
-		s.writeConfig(reloadConfig("abc", "ac"))
+		s.writeConfig(reloadConfig("ac", "ac"))
 		var lastB int
 		quiet := time.Time{}
 		eventually(ctx, t, "relay-b drained", func() (bool, string) {
@@ -118,7 +119,6 @@ func TestPromiseReloadUnderTraffic(t *testing.T) {
 			}
 			return time.Since(quiet) > time.Second, fmt.Sprintf("relay-b still getting requests (%d)", n)
 		})
-		s.writeConfig(reloadConfig("ac", "ac"))
 		okA, okC := s.relays["relay-a"].Total().OK, s.relays["relay-c"].Total().OK
 		eventually(ctx, t, "traffic on relay-a and relay-c", func() (bool, string) {
 			a, c := s.relays["relay-a"].Total().OK, s.relays["relay-c"].Total().OK
