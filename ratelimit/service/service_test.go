@@ -45,7 +45,7 @@ type env struct {
 	rls   rlspb.RateLimitServiceClient
 }
 
-func start(t *testing.T, opts service.Options) *env {
+func start(t testing.TB, opts service.Options) *env {
 	t.Helper()
 	e := &env{redis: redistest.Start(t), xds: rlstest.StartXDS(t)}
 	cfg := rlstest.Config(t, rlstest.GatewayYAML, e.redis.Addr, e.xds.Addr)

@@ -281,7 +281,7 @@ func (s *pstack) runGateway(roles gateway.Roles, node string) *gwRun {
 	ready := make(chan struct{})
 	gw, err := gateway.New(gateway.Options{
 		Roles: roles, ConfigPath: s.cfgPath, Load: config.Options{LookupEnv: lookupSecret}, NodeID: node, Version: "e2e",
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Ready:  ready,
 	})
 	if err != nil {

@@ -203,7 +203,7 @@ func startSwarmgateWith(t *testing.T, mk func(s *stack, p Ports) string) *stack 
 	ready := make(chan struct{})
 	gw, err := gateway.New(gateway.Options{
 		Roles: gateway.All, Initial: cfg, NodeID: "e2e-envoy", Version: "e2e",
-		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:    slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
 		Ready:     ready,
 	})
@@ -385,10 +385,31 @@ func eventually(ctx context.Context, t *testing.T, what string, cond func() (boo
 	}
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter sends log lines to the test's log until the test's cleanups
+// run; a line logged later (a timer of a component that outlives the test)
+// is dropped, as testing forbids logging after a test ends.
+type testWriter struct {
+	t      *testing.T
+	mu     sync.Mutex
+	closed bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+func newTestWriter(t *testing.T) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.closed = true
+	})
+	return w
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func startEnvoyStack(t *testing.T, sp stackSpec, rel envoytest.Release) *envoySt
 		Roles: gateway.All, Initial: cfg, NodeID: "swarm-envoy", Version: "swarm",
 		// Errors only: a swarm run makes thousands of expected warnings
 		// (keys tripping, quota ends).
-		Logger:    slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger:    slog.New(slog.NewTextHandler(newTestLog(t), &slog.HandlerOptions{Level: slog.LevelError})),
 		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
 		Ready:     ready,
 	})
@@ -150,10 +151,30 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// testLog writes a logger's lines to the test's log.
-type testLog struct{ t *testing.T }
+// testLog writes a logger's lines to the test's log until the test's
+// cleanups run; later lines (a component's timer outliving the test) are
+// dropped, as testing forbids logging after a test ends.
+type testLog struct {
+	t      *testing.T
+	mu     sync.Mutex
+	closed bool
+}
 
-func (w testLog) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+func newTestLog(t *testing.T) *testLog {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.closed = true
+	})
+	return w
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
 }
