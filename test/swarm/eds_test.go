@@ -47,6 +47,9 @@ func startEDSFeed(t *testing.T, ctx context.Context, xdsAddr, nodeCluster string
 	done := make(chan struct{})
 	// Closing the connection ends Fetch; then the loop is gone.
 	t.Cleanup(func() { _ = cc.Close(); <-done })
+	// A backend with no usable key keeps its locality with no endpoints:
+	// the addresses it had before are then unhealthy.
+	seen := map[string][]string{} // cluster/zone -> addresses
 	go func() {
 		defer close(done)
 		for {
@@ -62,9 +65,19 @@ func startEDSFeed(t *testing.T, ctx context.Context, xdsAddr, nodeCluster string
 					continue
 				}
 				for _, le := range cla.GetEndpoints() {
+					loc := cla.GetClusterName() + "/" + le.GetLocality().GetZone()
+					if len(le.GetLbEndpoints()) == 0 {
+						for _, addr := range seen[loc] {
+							sim.SetHealthy(cla.GetClusterName(), addr, false)
+							up.Unhealthy[addr] = true
+						}
+						continue
+					}
+					seen[loc] = seen[loc][:0]
 					for _, e := range le.GetLbEndpoints() {
 						sa := e.GetEndpoint().GetAddress().GetSocketAddress()
 						addr := net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
+						seen[loc] = append(seen[loc], addr)
 						// Envoy routes to HEALTHY and UNKNOWN hosts only
 						// (api-v3/config/core/v3/health_check.proto#enum-config-core-v3-healthstatus).
 						h := e.GetHealthStatus()

@@ -144,12 +144,13 @@ func TestDeltaEDSOnlyHealthUpdate(t *testing.T) {
 				if loc.GetLocality().GetZone() != "a" {
 					continue
 				}
-				want := corev3.HealthStatus_HEALTHY
-				if !ok {
-					want = corev3.HealthStatus_UNHEALTHY
-				}
-				if got := loc.GetLbEndpoints()[0].GetHealthStatus(); got != want {
-					t.Errorf("round %d: %s backend a is %v, want %v", i, cla.GetClusterName(), got, want)
+				// An unhealthy backend keeps its locality, with no endpoints.
+				eps := loc.GetLbEndpoints()
+				switch {
+				case !ok && len(eps) != 0:
+					t.Errorf("round %d: %s backend a without usable keys still has endpoints %v", i, cla.GetClusterName(), eps)
+				case ok && (len(eps) == 0 || eps[0].GetHealthStatus() != corev3.HealthStatus_HEALTHY):
+					t.Errorf("round %d: %s backend a with keys: endpoints %v, want one HEALTHY", i, cla.GetClusterName(), eps)
 				}
 			}
 		}
