@@ -1,6 +1,8 @@
 package e2eenvoy
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -124,6 +126,37 @@ func TestTranslationPairsThroughEnvoy(t *testing.T) {
 				t.Errorf("SSE: %+v", msg)
 			}
 			served(t, s.relay, "chat", true)
+		})
+
+		// A provider's refusal reaches each client in its own API's shape.
+		t.Run("provider errors in the client's shape", func(t *testing.T) {
+			s.relay.SetBehavior("ag_relay", mockupstream.Behavior{Action: mockupstream.ActError, Status: 400})
+			s.ant.SetBehavior("ag_ant", mockupstream.Behavior{Action: mockupstream.ActError, Status: 400})
+			defer s.relay.SetBehavior("ag_relay", mockupstream.Behavior{})
+			defer s.ant.SetBehavior("ag_ant", mockupstream.Behavior{})
+
+			ac := anthropic.NewClient(aoption.WithBaseURL(s.envoyURL), aoption.WithAPIKey(keyTeam), aoption.WithMaxRetries(0))
+			_, err := ac.Messages.New(ctx, anthropic.MessageNewParams{Model: "claude-relay", MaxTokens: 64,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))}})
+			var aerr *anthropic.Error
+			if !errors.As(err, &aerr) || aerr.StatusCode != 400 || !strings.Contains(aerr.RawJSON(), `"type":"error"`) ||
+				!strings.Contains(aerr.RawJSON(), `"invalid_request_error"`) {
+				t.Errorf("Messages on the relay: %v", err)
+			}
+
+			oc := openai.NewClient(option.WithBaseURL(s.envoyURL+"/v1/"), option.WithAPIKey(keyTeam), option.WithMaxRetries(0))
+			_, err = oc.Responses.New(ctx, responses.ResponseNewParams{Model: "codex-relay",
+				Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")}})
+			var oerr *openai.Error
+			if !errors.As(err, &oerr) || oerr.StatusCode != 400 || oerr.Message == "" {
+				t.Errorf("Responses on the relay: %v", err)
+			}
+
+			_, err = oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "claude-native",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}})
+			if !errors.As(err, &oerr) || oerr.StatusCode != 400 || oerr.Message == "" || strings.Contains(oerr.RawJSON(), `"type":"error"`) {
+				t.Errorf("chat on the Anthropic provider: %v", err)
+			}
 		})
 	})
 }
