@@ -46,6 +46,9 @@ type UsageStream interface {
 	// (a provider's last usage chunk, say) is still read.
 	Flush()
 	Usage() (Usage, bool)
+	// Done reports whether the stream's last event was read ([DONE],
+	// message_stop, response.completed…).
+	Done() bool
 	// DeliveredContentBytes is the size of the content streamed so far (for
 	// billing a cut stream by what was delivered).
 	DeliveredContentBytes() int64

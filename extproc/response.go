@@ -339,6 +339,15 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		return
 	}
 	ok2xx := r.status >= 200 && r.status < 300
+	if cut && ok2xx && r.kind == bodySSE && r.parser != nil {
+		// SDKs close the connection once they read the last event; when
+		// the provider's end of stream comes later, the stream ends here
+		// without it. The client had the whole answer: not a disconnect.
+		r.parser.Flush()
+		if r.parser.Done() {
+			cut = false
+		}
+	}
 	var u Usage
 	reported := false
 	if ok2xx {

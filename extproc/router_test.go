@@ -532,3 +532,27 @@ func TestStreamUsageReachesEnvoyBeforeTheEnd(t *testing.T) {
 		t.Fatalf("token metadata sent with %d chunks before the end, want exactly the usage chunk's", sent)
 	}
 }
+
+// TestStreamReadToItsEndIsNoDisconnect: an SDK closes the connection once
+// it has read [DONE]; when the provider's end of stream comes later, the
+// stream ends without end_of_stream. The client had the whole answer: the
+// entry is billed at the reported usage and not counted as a disconnect,
+// under every bill_on_disconnect policy.
+func TestStreamReadToItsEndIsNoDisconnect(t *testing.T) {
+	sse := fixture(t, "openai_chat_include_usage.sse")
+	for _, policy := range []string{"reported", "delivered", "reserved"} {
+		t.Run(policy, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Accounting.BillOnDisconnect = policy
+			h := newHarness(t, cfg)
+			st, cancel := admit(t, h, `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+			roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+			roundTrip(t, st, respBody(sse, false))
+			cancel() // the stream ends before the provider's end of stream
+			e := h.cap.waitEntry(t)
+			if e.Disconnected || e.Estimated || e.Usage.PromptTokens != 19 || e.Usage.CompletionTokens != 10 {
+				t.Fatalf("entry %+v, want the reported 19+10 and no disconnect", e)
+			}
+		})
+	}
+}

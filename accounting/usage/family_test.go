@@ -69,3 +69,31 @@ func TestAnthropicJSON(t *testing.T) {
 		t.Errorf("FromJSON = %+v %v, want %+v", u, ok, want)
 	}
 }
+
+// TestStreamDone: each family's last event ends the stream, a stream cut
+// before it does not (extproc tells a complete answer whose connection the
+// SDK closed from a disconnect by it).
+func TestStreamDone(t *testing.T) {
+	for _, tc := range []struct {
+		name, stream string
+		done         bool
+	}{
+		{"chat [DONE]", "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", true},
+		{"chat cut", "data: {\"choices\":[]}\n\n", false},
+		{"Anthropic message_stop", "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", true},
+		{"Anthropic cut after message_delta", "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\n\n", false},
+		{"Responses completed", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\"}}\n\n", true},
+		{"Responses incomplete", "data: {\"type\":\"response.incomplete\",\"response\":{}}\n\n", true},
+		{"Responses cut", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n", false},
+		{"a nested type is not the event's", "data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"message_stop\"}}\n\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p StreamParser
+			p.Write([]byte(tc.stream))
+			p.Flush()
+			if p.Done() != tc.done {
+				t.Errorf("Done() = %v, want %v", p.Done(), tc.done)
+			}
+		})
+	}
+}

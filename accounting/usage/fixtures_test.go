@@ -190,7 +190,7 @@ var streamFixtures = map[string]streamWant{
 	"error_event.sse":               {errHas: "Upstream connection reset while streaming"},
 	"openai_error_midstream.sse":    {errHas: "server_error"},
 	"crlf_multiline.sse":            {usage: Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11}, hasU: true, done: true, removed: 1},
-	"responses_api.sse":             {usage: Usage{PromptTokens: 11, CompletionTokens: 4, TotalTokens: 15}, hasU: true},
+	"responses_api.sse":             {usage: Usage{PromptTokens: 11, CompletionTokens: 4, TotalTokens: 15}, hasU: true, done: true}, // response.completed ends it
 }
 
 var jsonFixtures = map[string]Usage{

@@ -48,7 +48,9 @@ func (p *StreamParser) ResponseID() []byte {
 // Usage returns the last usage object seen in the stream.
 func (p *StreamParser) Usage() (Usage, bool) { return p.usage, p.hasUsage }
 
-// Done reports whether "data: [DONE]" was seen.
+// Done reports whether the stream's last event was seen: chat's
+// "data: [DONE]", Anthropic's message_stop, or the Responses API's
+// response.completed, response.incomplete or response.failed.
 func (p *StreamParser) Done() bool { return p.done }
 
 // Events counts dispatched events that carried data.
@@ -318,8 +320,13 @@ func (p *StreamParser) event(d []byte) {
 				errSeen = false
 			}
 		case "type":
-			if raw, ok := s.stringValue(); ok && string(raw) == "error" {
-				errSeen = true
+			if raw, ok := s.stringValue(); ok {
+				switch string(raw) {
+				case "error":
+					errSeen = true
+				case "message_stop", "response.completed", "response.incomplete", "response.failed":
+					p.done = true // the stream's last event
+				}
 			}
 			return
 		case "message", "code":

@@ -98,6 +98,7 @@ func (s *stream) Usage() (extproc.Usage, bool) {
 	u, ok := s.p.Usage()
 	return conv(u), ok
 }
+func (s *stream) Done() bool                   { return s.p.Done() }
 func (s *stream) DeliveredContentBytes() int64 { return s.p.DeliveredContentBytes() }
 func (s *stream) Reset()                       { s.p.Reset() }
 func (s *stream) ResponseID() []byte           { return s.p.ResponseID() }
