@@ -18,8 +18,10 @@ import (
 
 // Process is one running Envoy.
 type Process struct {
-	cmd *exec.Cmd
-	log syncBuffer
+	cmd    *exec.Cmd
+	log    syncBuffer
+	exited chan struct{}
+	once   sync.Once
 }
 
 // Start runs bin on bootstrapPath until t ends. Hot restart is off, so
@@ -34,22 +36,33 @@ func Start(t testing.TB, bin, bootstrapPath string, args ...string) *Process {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
+	p.exited = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-exited
-		}
+		p.Stop()
 		if t.Failed() {
 			t.Logf("envoy log:\n%s", p.log.String())
 		}
 	})
 	return p
 }
+
+// Stop ends Envoy (SIGTERM, then SIGKILL after 10 s) and waits for it;
+// later calls do nothing. The test's end stops it too.
+func (p *Process) Stop() {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+}
+
+// Exited is closed once the process has ended.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // PID is the Envoy process's id (for /proc/<pid>/stat).
 func (p *Process) PID() int { return p.cmd.Process.Pid }

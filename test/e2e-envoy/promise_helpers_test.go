@@ -11,14 +11,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/mockupstream"
@@ -183,8 +182,8 @@ type pstack struct {
 	relays  map[string]*relay
 	cfgPath string
 	redis   string
-	cp, dp  *gwRun // dp is the only gateway unless splitControlPlane
-	envoy   *envoyProc
+	cp, dp  *gwRun             // dp is the only gateway unless splitControlPlane
+	envoy   *envoyproc.Process // Stop and a new Start restart it
 }
 
 func startPStack(t *testing.T, r envoytest.Release, o pstackOptions) *pstack {
@@ -235,7 +234,7 @@ func startPStack(t *testing.T, r envoytest.Release, o pstackOptions) *pstack {
 		}
 	})
 	if !o.noEnvoy {
-		s.envoy = startEnvoyProc(t, r.Path, s.bootstrapPath)
+		s.envoy = envoyproc.Start(t, r.Path, s.bootstrapPath)
 		s.waitRouted(t)
 	}
 	return s
@@ -345,44 +344,6 @@ func waitDial(t *testing.T, addr string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// envoyProc is one Envoy process; stop and a new startEnvoyProc restart it.
-type envoyProc struct {
-	cmd    *exec.Cmd
-	exited chan error
-	log    *syncBuffer
-	once   sync.Once
-}
-
-func startEnvoyProc(t *testing.T, bin, bootstrapPath string) *envoyProc {
-	t.Helper()
-	e := &envoyProc{log: &syncBuffer{}, exited: make(chan error, 1)}
-	e.cmd = exec.Command(bin, "-c", bootstrapPath, "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1")
-	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
-	if err := e.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	go func() { e.exited <- e.cmd.Wait() }()
-	t.Cleanup(func() {
-		e.stop()
-		if t.Failed() {
-			t.Logf("envoy log:\n%s", e.log.String())
-		}
-	})
-	return e
-}
-
-func (e *envoyProc) stop() {
-	e.once.Do(func() {
-		_ = e.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-e.exited:
-		case <-time.After(10 * time.Second):
-			_ = e.cmd.Process.Kill()
-			<-e.exited
-		}
-	})
 }
 
 // envoyStat reads one counter or gauge from Envoy's admin /stats (0 when

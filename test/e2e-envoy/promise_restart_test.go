@@ -6,6 +6,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 )
 
@@ -72,11 +73,11 @@ func TestPromiseRestarts(t *testing.T) {
 		})
 
 		t.Run("Envoy restart", func(t *testing.T) {
-			s.envoy.stop()
+			s.envoy.Stop()
 			if _, err := s.chat(ctx, keyTeam, "gpt-4o-mini", "nobody listening"); err == nil {
 				t.Fatal("a request succeeded with Envoy stopped")
 			}
-			s.envoy = startEnvoyProc(t, r.Path, s.bootstrapPath)
+			s.envoy = envoyproc.Start(t, r.Path, s.bootstrapPath)
 			s.waitRouted(t)
 			for _, model := range []string{"gpt-4o-mini", "late"} {
 				if _, err := s.chat(ctx, keyTeam, model, "after the Envoy restart"); err != nil {

@@ -11,11 +11,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/mockupstream"
@@ -256,27 +255,7 @@ func startSwarmgateWith(t *testing.T, mk func(s *stack, p Ports) string) *stack 
 // test fails.
 func startEnvoy(t *testing.T, bin, bootstrapPath string) {
 	t.Helper()
-	var log syncBuffer
-	// No hot restart: no shared memory, so parallel Envoys do not collide.
-	cmd := exec.Command(bin, "-c", bootstrapPath, "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("envoy log:\n%s", log.String())
-		}
-	})
+	envoyproc.Start(t, bin, bootstrapPath)
 }
 
 // waitRouted polls until Envoy is live and answers /v1/models through the

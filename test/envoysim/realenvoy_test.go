@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 
+	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 )
 
@@ -33,7 +33,7 @@ type realEnvoy struct {
 	rel   envoytest.Release
 	cache cachev3.SnapshotCache
 	admin string
-	log   *lockedBuffer
+	proc  *envoyproc.Process
 
 	mu      sync.Mutex
 	version int
@@ -44,7 +44,7 @@ const realNode = "envoysim-diff"
 
 func startRealEnvoy(t *testing.T, rel envoytest.Release) *realEnvoy {
 	t.Helper()
-	e := &realEnvoy{rel: rel, cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil), log: &lockedBuffer{}}
+	e := &realEnvoy{rel: rel, cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
@@ -91,21 +91,7 @@ func startRealEnvoy(t *testing.T, rel envoytest.Release) *realEnvoy {
 	}
 	// One worker: the suite runs on two shared cores, and one worker makes
 	// every connection see the same filter chain state.
-	cmd := exec.Command(rel.Path, "-c", bootPath, "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1",
-		"--concurrency", "1", "--admin-address-path", adminPath)
-	cmd.Stdout, cmd.Stderr = e.log, e.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("envoy %s log:\n%s", rel.Version, e.log.String())
-		}
-	})
+	e.proc = envoyproc.Start(t, rel.Path, bootPath, "--concurrency", "1", "--admin-address-path", adminPath)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if b, err := os.ReadFile(adminPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
@@ -113,12 +99,12 @@ func startRealEnvoy(t *testing.T, rel envoytest.Release) *realEnvoy {
 			break
 		}
 		select {
-		case <-done:
-			t.Fatalf("envoy %s exited: %s", rel.Version, e.log.String())
+		case <-e.proc.Exited():
+			t.Fatalf("envoy %s exited: %s", rel.Version, e.proc.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("envoy %s wrote no admin address in 20s: %s", rel.Version, e.log.String())
+			t.Fatalf("envoy %s wrote no admin address in 20s: %s", rel.Version, e.proc.Log())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -213,21 +199,4 @@ func (e *realEnvoy) adminPost(path string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
