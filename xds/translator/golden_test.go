@@ -2,10 +2,13 @@ package translator
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,6 +67,7 @@ func TestGolden(t *testing.T) {
 			for _, x := range eps {
 				es = append(es, x)
 			}
+			checkWire(t, name, ls, rs, cs, es, []proto.Message{r.RateLimit})
 			add("listeners", ls...)
 			add("routes", rs...)
 			add("clusters", cs...)
@@ -121,15 +125,38 @@ func firstDiff(want, got string) string {
 	return ""
 }
 
-func itoa(i int) string { return strings.TrimSpace(strings.Repeat(" ", 0) + fmtInt(i)) }
+func itoa(i int) string { return strconv.Itoa(i) }
 
-func fmtInt(i int) string {
-	if i == 0 {
-		return "0"
+// checkWire holds the resources' deterministic protobuf encoding, in the
+// order Translate returns them, to testdata/<name>.wire.sha256: the YAML
+// golden shows a change for review, the digest proves a refactoring left
+// every byte Envoy receives unchanged.
+func checkWire(t *testing.T, name string, groups ...[]proto.Message) {
+	t.Helper()
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	for _, g := range groups {
+		for _, m := range g {
+			b, err := opts.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Write(b)
+		}
 	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
+	got := hex.EncodeToString(h.Sum(nil)) + "\n"
+	file := filepath.Join("testdata", name+".wire.sha256")
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
 	}
-	return string(b)
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s: the generated resources' wire encoding changed (got %s); run `go test ./xds/translator -update` and review the YAML golden diff", file, strings.TrimSpace(got))
+	}
 }
