@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/xds/translator"
 )
 

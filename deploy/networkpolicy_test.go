@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 type networkPolicySpec struct {

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
-	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 )
 
 type budgetAnswer struct {

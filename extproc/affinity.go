@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // A Responses API response lives with the backend and key (organisation)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // The interfaces below are what the ext_proc service needs from the policy

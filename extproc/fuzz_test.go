@@ -9,7 +9,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
-	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 )
 
 // FuzzRouterRequestBody feeds random bodies to the router-level request

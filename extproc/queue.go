@@ -9,7 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // admitKeys is admission's key step: nil when the request may go on, else

@@ -10,12 +10,12 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/swarmgate/swarmgate/accounting/ledger"
-	"github.com/swarmgate/swarmgate/accounting/reserve"
-	adm "github.com/swarmgate/swarmgate/admission"
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
+	adm "github.com/swarmgate/swarmgate/internal/admission"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 )
 
 // Envoy's "no healthy upstream" 503 for a pool whose every key rests on the

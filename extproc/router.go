@@ -17,13 +17,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/swarmgate/swarmgate/chatreq"
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/internal/chatreq"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/identity"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 // maxUsageJSON is how much of a non-streamed JSON response is kept to read

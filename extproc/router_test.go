@@ -11,9 +11,9 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/swarmgate/swarmgate/accounting/usage"
-	"github.com/swarmgate/swarmgate/chatreq"
 	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
+	"github.com/swarmgate/swarmgate/internal/chatreq"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 

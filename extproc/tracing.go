@@ -3,8 +3,8 @@ package extproc
 import (
 	"context"
 
-	"github.com/swarmgate/swarmgate/chatreq"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/chatreq"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 // startSpan opens the request's GenAI span once it is admitted (refusals

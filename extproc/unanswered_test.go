@@ -7,12 +7,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/metricstest"
-	"github.com/swarmgate/swarmgate/keypool"
 )
 
 // An attempt's stream that ends without response headers is an upstream

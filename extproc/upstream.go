@@ -14,12 +14,12 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/swarmgate/swarmgate/chatreq"
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/internal/chatreq"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 // attrFilterName is the key Envoy files request_attributes under.

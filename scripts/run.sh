@@ -44,7 +44,7 @@ taken() {
 
 # The embedded config's ports, checked before anything starts so a taken one
 # is named with what moves it (a config of your own is checked by serve).
-moveit="copy config/default.yaml, change"
+moveit="copy internal/config/default.yaml, change"
 envoy_admin_port=${envoy_admin##*:}
 in_use "$envoy_admin_port" && taken "$envoy_admin_port" "Envoy admin" "set SWARMGATE_ENVOY_ADMIN=127.0.0.1:PORT"
 if [ -z "$config" ]; then

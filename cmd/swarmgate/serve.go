@@ -11,11 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/swarmgate/swarmgate/accounting/ledger"
-	"github.com/swarmgate/swarmgate/config"
-	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redisconn"
-	"github.com/swarmgate/swarmgate/mockupstream"
 	rlservice "github.com/swarmgate/swarmgate/ratelimit/service"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 var (

@@ -11,7 +11,7 @@
 // accounting/usage if they are new).
 package family
 
-import "github.com/swarmgate/swarmgate/chatreq"
+import "github.com/swarmgate/swarmgate/internal/chatreq"
 
 // Spec is one endpoint's family.
 type Spec struct {

@@ -3,9 +3,9 @@ package family
 import (
 	"net/http"
 
-	"github.com/swarmgate/swarmgate/chatreq"
-	"github.com/swarmgate/swarmgate/config"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/chatreq"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 const messagesPath = "/v1/messages"

@@ -3,8 +3,8 @@ package family
 import (
 	"net/http"
 
-	"github.com/swarmgate/swarmgate/config"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 // The OpenAI families swarmgate served before families existed: request

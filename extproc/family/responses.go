@@ -3,8 +3,8 @@ package family
 import (
 	"net/http"
 
-	"github.com/swarmgate/swarmgate/config"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 // Responses is OpenAI's Responses API (POST /v1/responses): "input",

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 func chatMessagesTranslator(tb testing.TB) *Translator {

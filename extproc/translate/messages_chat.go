@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // Anthropic Messages client → chat completions backend. The request half

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 func TestMessagesChatGolden(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // BenchmarkRequest is one request translation: the router-level filter

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // The Responses API client → chat completions backend pair, for requests

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 func responsesChatTranslator(tb testing.TB) *Translator {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/swarmgate/swarmgate/accounting/budget"
-	"github.com/swarmgate/swarmgate/accounting/pricing"
-	"github.com/swarmgate/swarmgate/accounting/reserve"
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/internal/accounting/budget"
+	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // Budgets adapts *budget.Budgets (the admission check when

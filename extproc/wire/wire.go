@@ -7,16 +7,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/swarmgate/swarmgate/admission"
+	"github.com/swarmgate/swarmgate/internal/admission"
 	"time"
 
-	"github.com/swarmgate/swarmgate/accounting/ledger"
-	"github.com/swarmgate/swarmgate/accounting/usage"
-	"github.com/swarmgate/swarmgate/admin"
-	"github.com/swarmgate/swarmgate/affinity"
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
-	"github.com/swarmgate/swarmgate/keypool"
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
+	"github.com/swarmgate/swarmgate/internal/admin"
+	"github.com/swarmgate/swarmgate/internal/affinity"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 )
 
 // Keys adapts *keypool.Pools.

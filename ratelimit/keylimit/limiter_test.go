@@ -13,9 +13,9 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/keypool"
 	"github.com/swarmgate/swarmgate/ratelimit/keylimit"
 	"github.com/swarmgate/swarmgate/ratelimit/rlstest"
 	"github.com/swarmgate/swarmgate/ratelimit/service"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/envoyproxy/ratelimit/src/settings"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/swarmgate/swarmgate/internal/envoytest"
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // TestChatThroughEnvoy: the SDK's plain and streamed chat completions reach

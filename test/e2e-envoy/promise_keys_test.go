@@ -13,9 +13,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // keysConfig: three relays of one model with different base paths and auth

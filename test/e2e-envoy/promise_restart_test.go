@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
-	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/internal/gateway"
 )
 
 const restartConfig = `

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/trust/trusttest"
 )

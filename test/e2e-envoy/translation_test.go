@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/swarmgate/swarmgate/internal/envoytest"
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // TestTranslationPairsThroughEnvoy: every translation pair, JSON and SSE,

@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 func chatParams(model string) openai.ChatCompletionNewParams {

@@ -9,10 +9,10 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/swarmgate/swarmgate/accounting/pricing"
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/mockupstream"
 )
 
 // The families stack: two OpenAI-style relays that serve chat completions

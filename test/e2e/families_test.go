@@ -13,9 +13,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 func responseParams(model string) responses.ResponseNewParams {

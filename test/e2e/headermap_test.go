@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 )
 

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/mockupstream"
 )
 
 // The translation stack: a relay that speaks chat completions only, an

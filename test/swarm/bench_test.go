@@ -6,7 +6,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // The swarm's agents use the openai-go SDK. These compare its per-request

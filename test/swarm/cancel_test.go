@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/swarmgate/swarmgate/internal/metricstest"
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // Agents that give up on their calls (a planner cancelling its workers,

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/accounting/ledger"
-	"github.com/swarmgate/swarmgate/config"
-	"github.com/swarmgate/swarmgate/gateway"
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/mockupstream"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // fairnessScale is one fairness run: agents split between two tenants

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 const (

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // overloadScale is one over-capacity run. The full run

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // queueSpec: one relay, one key, router-level filter on replica 0 and

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	pb "github.com/swarmgate/swarmgate/protos/swarmgate/v1"
 )
 
@@ -21,7 +21,7 @@ func env(string) (string, bool) { return secretValue, true }
 
 // corpus: configs that between them set every section.
 var corpus = []string{
-	"../../config/testdata/example.yaml",
+	"../../internal/config/testdata/example.yaml",
 	"../translator/testdata/default.yaml",
 	"../translator/testdata/mixed.yaml",
 	"../translator/testdata/mtls.yaml",

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 const familiesYAML = `

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 const yaml = `

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/swarmgate/swarmgate/config"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	pb "github.com/swarmgate/swarmgate/protos/swarmgate/v1"
 	"github.com/swarmgate/swarmgate/xds/gatewayconfig"

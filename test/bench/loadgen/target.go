@@ -11,13 +11,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/swarmgate/swarmgate/accounting/ledger"
-	"github.com/swarmgate/swarmgate/config"
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/extproc/wire"
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/redisconn"
-	"github.com/swarmgate/swarmgate/keypool"
-	"github.com/swarmgate/swarmgate/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry"
 	"github.com/swarmgate/swarmgate/test/bench/baseline"
 )
 

@@ -1,0 +1,77 @@
+package reserve
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// BenchmarkReserveSettle is one admission (tenant TPM, model TPM and budget
+// scopes in one script) plus its settle, against a local redis-server.
+func BenchmarkReserveSettle(b *testing.B) {
+	srv := redistest.Start(b)
+	cfg := testConfig(b, srv.Addr, "2s", "")
+	cfg.Tenants[0].Limits.TPM = 1 << 40
+	cfg.Tenants[0].ModelLimits["small"] = cfg.Tenants[0].Limits
+	r := replicas(b, srv, cfg, 1, time.Minute)[0]
+	ctx := context.Background()
+	var resLat, setLat []time.Duration
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		res, err := r.Reserve(ctx, Request{RequestID: fmt.Sprint("b", i), Tenant: "acme", Model: "small",
+			PromptTokens: 1000, MaxOutputTokens: 200, Price: price})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		if err := r.Settle(ctx, res, pricing.Usage{PromptTokens: 1000, CompletionTokens: 50}, 1); err != nil {
+			b.Fatal(err)
+		}
+		resLat, setLat = append(resLat, mid.Sub(start)), append(setLat, time.Since(mid))
+	}
+	for name, d := range map[string][]time.Duration{"reserve": resLat, "settle": setLat} {
+		slices.Sort(d)
+		b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, name+"-p50-µs")
+		b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds())/1e3, name+"-p99-µs")
+	}
+}
+
+// All keys of one reservation script (every scope, the settled marker and
+// the ledger's month hash) are in the tenant's slot, so it runs on Cluster.
+func TestReservationKeysShareASlot(t *testing.T) {
+	r := &Reserver{}
+	keys := []string{ledger.MonthKey("sg:", "acme", "2026-12"), settledKey("sg:", "acme", "req-1")}
+	for _, s := range []string{ScopeTenant, ScopeModel, ScopeKey, ScopeBudget} {
+		z, h := r.scopeKeys("sg:", "acme", s, "gpt-4o:latest", "v1", "2026-12")
+		keys = append(keys, z, h)
+	}
+	for _, k := range keys {
+		if redistest.Slot(k) != redistest.Slot(keys[0]) {
+			t.Fatalf("%s in slot %d, %s in %d", k, redistest.Slot(k), keys[0], redistest.Slot(keys[0]))
+		}
+	}
+}
+
+// BenchmarkReserveNoScopes is admission for a tenant without TPM limits or
+// a hard cap: no Redis round trip at all.
+func BenchmarkReserveNoScopes(b *testing.B) {
+	cfg := testConfig(b, "127.0.0.1:1", "2s", "")
+	r := New(nil, cfg, Options{Logger: quietLog()})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := r.Reserve(ctx, Request{RequestID: "x", Tenant: "free", Model: "big", PromptTokens: 10, Price: price})
+		if err != nil || len(res.Scopes) != 0 {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,397 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/internal/accounting/budget"
+	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// Scope names (also the "scope" metric label).
+const (
+	ScopeTenant = "tenant" // tenant limits.tpm
+	ScopeModel  = "model"  // tenant model_limits[model].tpm
+	ScopeKey    = "key"    // Request.KeyTPM for the caller's virtual key
+	ScopeBudget = "budget" // tenant budget with hard_cap
+)
+
+// Request is what admission knows about a request.
+type Request struct {
+	RequestID string // x-request-id: the reservation id
+	Tenant    string
+	Model     string // public model alias
+	KeyID     string // caller's virtual key id
+	// KeyTPM limits the virtual key, when the caller has a limit for it
+	// (the configuration has none today); 0: no key scope.
+	KeyTPM int
+	// PromptTokens is the prompt estimate; MaxOutputTokens the request's
+	// max_tokens (0: request.default_max_output_tokens).
+	PromptTokens    int
+	MaxOutputTokens int
+	// Price is the chosen target's price, for the money budget.
+	Price config.Price
+}
+
+// Reservation is an admitted request's hold. Keep it for Settle (the
+// router-level ext_proc sees request and response on one stream).
+type Reservation struct {
+	RequestID string
+	Tenant    string
+	Model     string
+	KeyID     string
+	Month     string // month of the money hold
+	// Scopes holds the scopes reserved in, in script order.
+	Scopes []string
+	// Prompt and MaxOutput are the reserved token parts, Tokens their sum,
+	// Cost the reserved money (0 without a hard-capped budget).
+	Prompt, MaxOutput, Tokens int64
+	Cost                      pricing.Money
+	// Degraded means Redis did not answer and the failure mode let the
+	// request through unreserved; Settle then does nothing.
+	Degraded bool
+}
+
+// Options configure a Reserver.
+type Options struct {
+	// Window is the token window (default one minute: TPM).
+	Window time.Duration
+	// PendingSettles bounds the settles and releases kept in memory while
+	// Redis is unreachable (default 10000); beyond it the oldest is
+	// dropped and its hold counts until the reservation TTL.
+	PendingSettles int
+	// RetryInterval is how often Run retries Redis while settles wait
+	// (default 250ms); ReplayBatch how many one pass sends (default 64).
+	RetryInterval time.Duration
+	ReplayBatch   int
+	// LedgerDrained, when set, holds replays back until it reports true:
+	// the ledger must have replayed the entries carrying the real cost
+	// before the money holds they replace go.
+	LedgerDrained func() bool
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
+	Now           func() time.Time
+}
+
+// Reserver reserves and settles token and money holds in Redis.
+type Reserver struct {
+	rdb  redis.UniversalClient
+	cfg  atomic.Pointer[config.Config]
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+
+	// Settles Redis did not take wait here for Run.
+	pending  pendingSettles
+	healthy  atomic.Bool
+	replayMu sync.Mutex
+	lastDrop atomic.Int64 // unix nanos of the last drop log line
+}
+
+// New returns a Reserver for cfg.
+func New(rdb redis.UniversalClient, cfg *config.Config, opts Options) *Reserver {
+	if opts.Window <= 0 {
+		opts.Window = time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PendingSettles == 0 {
+		opts.PendingSettles = 10000
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 250 * time.Millisecond
+	}
+	if opts.ReplayBatch <= 0 {
+		opts.ReplayBatch = 64
+	}
+	r := &Reserver{rdb: rdb, opts: opts, log: opts.Logger.With("component", "reserve"), m: newMetrics(opts.Registerer)}
+	r.pending.cap = opts.PendingSettles
+	r.healthy.Store(true)
+	r.cfg.Store(cfg)
+	return r
+}
+
+// SetConfig swaps the configuration (hot reload). Settles of reservations
+// made under the old one touch the scopes recorded in the Reservation.
+func (r *Reserver) SetConfig(cfg *config.Config) { r.cfg.Store(cfg) }
+
+type scope struct {
+	name   string
+	kind   string // "t" tokens, "m" money
+	limit  int64
+	amount int64
+	z, h   string
+}
+
+func (r *Reserver) scopeKeys(prefix, tenant, name, model, keyID, month string) (z, h string) {
+	var s string
+	switch name {
+	case ScopeTenant:
+		s = "rv:tpm:tenant"
+	case ScopeModel:
+		s = "rv:tpm:model:" + model
+	case ScopeKey:
+		s = "rv:tpm:key:" + keyID
+	case ScopeBudget:
+		s = "rv:money:" + month
+	}
+	return ledger.TenantKey(prefix, tenant, s+":z"), ledger.TenantKey(prefix, tenant, s+":h")
+}
+
+func settledKey(prefix, tenant, id string) string {
+	return ledger.TenantKey(prefix, tenant, "rv:settled:"+id)
+}
+
+// Reserve admits the request into every applicable scope atomically, or
+// refuses it with a *LimitError (TPM) or a *budget.ExceededError (money).
+// A request with no applicable scope costs no Redis round trip. Reserving
+// the same request id twice holds once.
+func (r *Reserver) Reserve(ctx context.Context, req Request) (Reservation, error) {
+	cfg := r.cfg.Load()
+	t, ok := cfg.Tenant(req.Tenant)
+	if !ok {
+		return Reservation{}, fmt.Errorf("reserve: unknown tenant %q", req.Tenant)
+	}
+	if req.RequestID == "" {
+		return Reservation{}, errors.New("reserve: request without id")
+	}
+	maxOut := int64(req.MaxOutputTokens)
+	if maxOut <= 0 {
+		maxOut = int64(cfg.Request.DefaultMaxOutputTokens)
+	}
+	prompt := max(int64(req.PromptTokens), 0)
+	res := Reservation{
+		RequestID: req.RequestID, Tenant: req.Tenant, Model: req.Model, KeyID: req.KeyID,
+		Month: ledger.MonthOf(r.opts.Now()), Prompt: prompt, MaxOutput: maxOut, Tokens: prompt + maxOut,
+	}
+	scopes := r.scopesFor(cfg, t, req, &res)
+	if len(scopes) == 0 {
+		return res, nil
+	}
+	for _, s := range scopes {
+		res.Scopes = append(res.Scopes, s.name)
+	}
+	prefix := cfg.Redis.KeyPrefix
+	ttl := cfg.Accounting.ReservationTTL.D()
+	keys := make([]string, 0, 2+2*len(scopes))
+	keys = append(keys, ledger.MonthKey(prefix, req.Tenant, res.Month), settledKey(prefix, req.Tenant, req.RequestID))
+	args := make([]any, 0, 4+3*len(scopes))
+	args = append(args, member(req.RequestID), ttl.Milliseconds(), (ttl + r.opts.Window).Milliseconds(), len(scopes))
+	for _, s := range scopes {
+		keys = append(keys, s.z, s.h)
+		args = append(args, s.kind, s.limit, s.amount)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Redis.ReadTimeout.D())
+	out, err := reserveScript.Run(ctx, r.rdb, keys, args...).Int64Slice()
+	cancel()
+	r.m.latency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return r.unavailable(cfg, res, scopes, err)
+	}
+	if len(out) < 5 {
+		return Reservation{}, fmt.Errorf("reserve: script returned %d values", len(out))
+	}
+	switch out[0] {
+	case 1, 2:
+		r.m.admitted.WithLabelValues(req.Tenant).Inc()
+		return res, nil
+	}
+	s := scopes[out[1]-1]
+	r.m.refused.WithLabelValues(req.Tenant, s.name).Inc()
+	var held int64
+	if len(out) > 5 {
+		held = out[5]
+	}
+	return Reservation{}, r.refusal(req, res, s, out[2], out[3], held)
+}
+
+func (r *Reserver) scopesFor(cfg *config.Config, t *config.Tenant, req Request, res *Reservation) []scope {
+	prefix := cfg.Redis.KeyPrefix
+	var scopes []scope
+	add := func(name string, kind string, limit, amount int64) {
+		z, h := r.scopeKeys(prefix, req.Tenant, name, req.Model, req.KeyID, res.Month)
+		scopes = append(scopes, scope{name: name, kind: kind, limit: limit, amount: amount, z: z, h: h})
+	}
+	// With token_limits: ratelimit the Envoy rate-limit service enforces
+	// TPM; only the money budget is reserved here.
+	tokens := cfg.Accounting.TokenLimits != "ratelimit"
+	if tokens && t.Limits.TPM > 0 {
+		add(ScopeTenant, "t", int64(t.Limits.TPM), res.Tokens)
+	}
+	if ml, ok := t.ModelLimits[req.Model]; tokens && ok && ml.TPM > 0 && req.Model != "" {
+		add(ScopeModel, "t", int64(ml.TPM), res.Tokens)
+	}
+	if tokens && req.KeyTPM > 0 && req.KeyID != "" {
+		add(ScopeKey, "t", int64(req.KeyTPM), res.Tokens)
+	}
+	if b := t.Budget; b != nil && b.HardCap {
+		res.Cost = pricing.RateOf(req.Price).Estimate(res.Prompt, res.MaxOutput)
+		add(ScopeBudget, "m", int64(pricing.FromFloat(b.Monthly)), int64(res.Cost))
+	}
+	return scopes
+}
+
+// unavailable applies the failure mode of each kind of limit involved: one
+// closed kind refuses the request.
+func (r *Reserver) unavailable(cfg *config.Config, res Reservation, scopes []scope, err error) (Reservation, error) {
+	kinds := map[string]config.FailureMode{}
+	for _, s := range scopes {
+		if s.kind == "m" {
+			kinds["budget"] = cfg.FailureModes.Budget
+		} else {
+			kinds["reservation"] = cfg.FailureModes.Reservation
+		}
+	}
+	for kind, mode := range kinds {
+		r.m.storeFailures.WithLabelValues(kind, string(mode)).Inc()
+		if mode == config.FailClosed {
+			r.log.Warn("reserve: redis unavailable, refusing (fail closed)", "tenant", res.Tenant, "limit", kind, "err", err)
+			return Reservation{}, fmt.Errorf("reserve: tenant %q %s limit: %w: %w", res.Tenant, kind, ErrUnavailable, err)
+		}
+	}
+	r.log.Warn("reserve: redis unavailable, admitting unreserved (fail open)", "tenant", res.Tenant, "err", err)
+	res.Degraded = true
+	res.Scopes = nil
+	return res, nil
+}
+
+func (r *Reserver) refusal(req Request, res Reservation, s scope, retryMs, used, held int64) error {
+	now := r.opts.Now()
+	if s.kind == "m" {
+		e := &budget.ExceededError{Tenant: req.Tenant, Budget: "monthly", Month: res.Month,
+			Spent: pricing.Money(used - held), Held: pricing.Money(held),
+			Requested: pricing.Money(s.amount), Cap: pricing.Money(s.limit)}
+		if retryMs == -2 {
+			e.RetryAfter = budget.UntilNextMonth(now)
+		} else if retryMs > 0 {
+			e.RetryAfter = min(time.Duration(retryMs)*time.Millisecond, r.opts.Window)
+		}
+		return e
+	}
+	e := &LimitError{Scope: s.name, Tenant: req.Tenant, Limit: s.limit, Used: used, Requested: s.amount, Window: r.opts.Window}
+	switch s.name {
+	case ScopeModel:
+		e.Model = req.Model
+	case ScopeKey:
+		e.KeyID = req.KeyID
+	}
+	if retryMs > 0 {
+		// Unsettled holds count until their TTL, but most settle within
+		// seconds: do not tell a client to wait longer than one window.
+		e.RetryAfter = min(time.Duration(retryMs)*time.Millisecond, r.opts.Window)
+	} else if retryMs == 0 {
+		e.RetryAfter = time.Millisecond
+	}
+	return e
+}
+
+// member is the scope member of a request (prefixed so no id collides with
+// the "_sum" field).
+func member(id string) string { return "r:" + id }
+
+// Settle replaces the reservation by the real usage: the TPM scopes keep the
+// actual tokens until one window after admission and refund the rest now;
+// the money hold is removed (the ledger entry carries the real cost; record
+// it before settling so spend is never under-counted). Settling twice, or
+// after Release, does nothing. A settle Redis does not take (down, timing
+// out) is buffered and replayed by Run once Redis answers again; it then
+// returns nil. Only a settle Redis refuses returns an error.
+func (r *Reserver) Settle(ctx context.Context, res Reservation, actual pricing.Usage, cost pricing.Money) error {
+	return r.settle(ctx, res, actual.Tokens(), cost)
+}
+
+// Release drops a reservation whose request never reached a provider
+// (refused later, failed before upstream): everything is refunded.
+func (r *Reserver) Release(ctx context.Context, res Reservation) error {
+	return r.settle(ctx, res, 0, 0)
+}
+
+func (r *Reserver) settle(ctx context.Context, res Reservation, tokens int64, cost pricing.Money) error {
+	if res.Degraded || len(res.Scopes) == 0 {
+		return nil
+	}
+	cfg := r.cfg.Load()
+	prefix := cfg.Redis.KeyPrefix
+	ttl := cfg.Accounting.ReservationTTL.D()
+	keys := make([]string, 0, 1+2*len(res.Scopes))
+	keys = append(keys, settledKey(prefix, res.Tenant, res.RequestID))
+	args := make([]any, 0, 4+2*len(res.Scopes))
+	args = append(args, member(res.RequestID), (ttl + r.opts.Window).Milliseconds(), r.opts.Window.Milliseconds(), len(res.Scopes))
+	for _, name := range res.Scopes {
+		z, h := r.scopeKeys(prefix, res.Tenant, name, res.Model, res.KeyID, res.Month)
+		keys = append(keys, z, h)
+		if name == ScopeBudget {
+			args = append(args, "m", int64(cost))
+		} else {
+			args = append(args, "t", tokens)
+		}
+	}
+	p := pendingSettle{res: res, tokens: tokens, cost: cost, keys: keys, args: args, expires: r.opts.Now().Add(ttl)}
+	if !r.healthy.Load() {
+		// Redis failed moments ago: queue behind the settles already
+		// waiting instead of making this one wait for a timeout too.
+		r.enqueue(p, errors.New("redis unavailable"))
+		return nil
+	}
+	// Settle runs at stream end, possibly after the client went away: the
+	// caller's cancellation must not skip it.
+	err := r.runSettle(context.WithoutCancel(ctx), p)
+	if err == nil {
+		return nil
+	}
+	if retryable(err) {
+		r.enqueue(p, err)
+		return nil
+	}
+	return fmt.Errorf("reserve: settle %s (the hold expires after %s): %w", res.RequestID, ttl, err)
+}
+
+// runSettle runs the settle script once and counts what it refunded.
+func (r *Reserver) runSettle(ctx context.Context, p pendingSettle) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Load().Redis.ReadTimeout.D())
+	defer cancel()
+	out, err := settleScript.Run(ctx, r.rdb, p.keys, p.args...).Int64Slice()
+	if err != nil {
+		r.m.settleErrors.Inc()
+		return err
+	}
+	if len(out) == 0 || out[0] == 0 {
+		r.m.duplicateSettles.Inc()
+		return nil
+	}
+	tokenCounted := false
+	for i, name := range p.res.Scopes {
+		if i+1 >= len(out) {
+			break
+		}
+		reserved := out[i+1]
+		if name == ScopeBudget {
+			if d := reserved - int64(p.cost); d > 0 {
+				r.m.refundedMoney.Add(pricing.Money(d).Float())
+			}
+			continue
+		}
+		if !tokenCounted {
+			tokenCounted = true
+			if d := reserved - p.tokens; d > 0 {
+				r.m.refundedTokens.Add(float64(d))
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,577 @@
+package keypool
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// keyState is one API key's live state. Every field is guarded by the
+// owning KeyPool's mutex.
+type keyState struct {
+	cfg     config.APIKey
+	backend string
+	hash    uint64 // of the key id, for rendezvous hashing
+	current int    // smooth weighted round robin current weight
+	ok      bool   // scratch: eligible in the pick being computed
+
+	br           Breaker
+	inFlight     int
+	win          window
+	limitedUntil time.Time // the shared KeyLimiter refused it until then
+	// paceUntil is when the key's own pace (keypace.go) has its next slot,
+	// as far as this replica knows: its last pick here plus the interval,
+	// or what Redis said when it refused one.
+	paceUntil time.Time
+	// tokensLeft is the provider's last x-ratelimit-remaining-tokens minus
+	// the estimates picked since, valid until tokensReset: a request
+	// larger than what is left skips the key instead of earning a 429.
+	tokensLeft  int
+	tokensReset time.Time
+	// learnedRPM and learnedTPM are the per-minute limits the provider
+	// last stated for the key (limits.go); 0: unknown.
+	learnedRPM, learnedTPM int
+	lastStatus             int
+	picks                  uint64
+	lastSuccess            time.Time
+	// syncProbe marks the one attempt allowed while the remote state is
+	// unknown and failure_modes.breaker_sync is closed.
+	syncProbe         bool
+	syncProbeDeadline time.Time
+
+	m keyMetrics
+}
+
+// limited reports whether the key has a local RPM or TPM to enforce.
+func (k *keyState) limited() bool { return k.cfg.RPM > 0 || k.cfg.TPM > 0 }
+
+// KeyPool is one backend's keys. Its mutex is held only for the in-memory
+// selection step (a few hundred nanoseconds); no I/O happens under it.
+type KeyPool struct {
+	name  string
+	owner *Pools
+
+	mu      sync.Mutex
+	keys    []*keyState
+	byID    map[string]*keyState
+	leases  leaseTable
+	tried   triedTable
+	rng     *rand.Rand
+	healthy bool // as reported to the control plane (damped)
+	damper  healthDamper
+}
+
+func newKeyPool(owner *Pools, b *config.Backend) *KeyPool {
+	kp := &KeyPool{
+		name: b.Name, owner: owner, healthy: true,
+		rng: rand.New(rand.NewPCG(fnv64(b.Name), uint64(time.Now().UnixNano()))),
+	}
+	kp.setKeys(b.Keys)
+	return kp
+}
+
+// setKeys installs a new key list, keeping the state of ids that remain.
+// Callers hold kp.mu (or own kp exclusively).
+func (kp *KeyPool) setKeys(keys []config.APIKey) (removed []*keyState) {
+	old := kp.byID
+	kp.keys = make([]*keyState, 0, len(keys))
+	kp.byID = make(map[string]*keyState, len(keys))
+	for _, c := range keys {
+		k, ok := old[c.ID]
+		if !ok {
+			k = &keyState{backend: kp.name, hash: mix64(fnv64(c.ID))}
+			k.m = kp.owner.metrics.forKey(kp.name, c.ID)
+		}
+		if ok && k.cfg.Weight != c.Weight {
+			k.current = 0
+		}
+		k.cfg = c
+		kp.keys = append(kp.keys, k)
+		kp.byID[c.ID] = k
+	}
+	for id, k := range old {
+		if _, ok := kp.byID[id]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	return removed
+}
+
+// pickInput is what one selection needs besides the request.
+type pickInput struct {
+	now           time.Time
+	nowSec        int64 // now.Unix(), for the windows
+	pol           *policy
+	enforceWindow bool          // local RPM/TPM windows decide (no shared limiter, or it failed)
+	pacing        bool          // each key's own pace decides too (keypace.go)
+	paceBudget    time.Duration // how far ahead a pick may book a key's slot
+	syncUnknown   bool          // fail-closed and the remote state is unknown
+	unknownSince  time.Time
+	overflow      bool               // BestEffort second pass: any key not open
+	bypass        bool               // BestEffort: every key refused by the shared limiter; skip it
+	remoteTried   []string           // key ids the request failed on, from Redis
+	skip          [maxSkip]*keyState // refused by the shared limiter in this call
+	nskip         int
+}
+
+const maxSkip = 8
+
+func (kp *KeyPool) excluded(in *pickInput, req *PickRequest, k *keyState) bool {
+	for _, s := range in.skip[:in.nskip] {
+		if s == k {
+			return true
+		}
+	}
+	if req.Attempt == 1 || req.RequestID == "" {
+		return false
+	}
+	if kp.tried.contains(req.RequestID, k) || kp.leases.has(leaseKey{req.RequestID, k}) {
+		return true
+	}
+	for _, id := range in.remoteTried {
+		if id == k.cfg.ID {
+			return true
+		}
+	}
+	return false
+}
+
+func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
+	now := in.now
+	if in.overflow {
+		// Best effort, nothing strictly usable: any key that is not open
+		// will do, over its caps, windows or exclusions. The provider's 429
+		// on it is retried by Envoy and feeds the breaker; an attempt sent
+		// without a credential gets a 401, which nobody retries.
+		return k.br.allow(now) || k.br.State(now) == HalfOpen
+	}
+	switch {
+	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
+		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
+		now.Before(k.limitedUntil),
+		in.pacing && now.Before(k.paceUntil),
+		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
+		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
+		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
+		return false
+	}
+	return !kp.excluded(in, req, k)
+}
+
+// pick selects and reserves a key, or returns an *ExhaustedError.
+func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
+	now := in.now
+	kp.mu.Lock()
+	kp.housekeep(now, in.pol)
+	in.overflow = false
+	any := false
+	for _, k := range kp.keys {
+		k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
+		any = any || k.ok
+	}
+	var k *keyState
+	var booked time.Duration // the slot taken on k is this far ahead
+	if !any && in.pacing {
+		// Keys whose only reason to wait is their pace: book the soonest
+		// slot (the caller waits for it) rather than overflow onto a key
+		// whose provider window may be full. Booking moves the key's next
+		// slot on, so this replica's next waiter books the one after, or
+		// another key's: no herd of waiters racing for one slot.
+		if sk, wait, ok := kp.soonestPacedLocked(in, req); ok {
+			if wait > in.paceBudget {
+				kp.mu.Unlock()
+				return Lease{}, &pacedError{wait: wait}
+			}
+			k, booked, any = sk, wait, true
+		}
+	}
+	if !any && req.BestEffort {
+		in.overflow = true
+		for _, k := range kp.keys {
+			k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
+			any = any || k.ok
+		}
+	}
+	switch {
+	case k != nil: // a paced key's slot, booked above
+	case any && req.Sticky != "":
+		k = stickyPick(kp.keys, fnv64(req.Sticky))
+	case any:
+		k = swrr(kp.keys)
+	case req.LastResort && req.Key == "":
+		k = kp.lastResortLocked(in, req)
+		in.overflow = k != nil
+	}
+	if k == nil {
+		ra := kp.retryAfterLocked(in, req)
+		if !kp.healthyLocked(now) {
+			// Every key is open: the backend comes back through EDS.
+			ra = max(ra, kp.backAtLocked(now).Sub(now))
+		}
+		failing := kp.failingLocked(now)
+		kp.mu.Unlock()
+		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
+		return Lease{}, &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: failing}
+	}
+	in.overflow = in.overflow && !k.br.allow(now)
+	probe := false
+	if k.br.allow(now) {
+		probe = k.br.acquire(now, &in.pol.br)
+	}
+	if in.syncUnknown && k.lastSuccess.Before(in.unknownSince) {
+		k.syncProbe, k.syncProbeDeadline = true, now.Add(in.pol.br.probeTTL)
+	}
+	k.inFlight++
+	if now.Before(k.tokensReset) {
+		k.tokensLeft = max(k.tokensLeft-req.EstTokens, 0)
+	}
+	if k.limited() {
+		k.win.add(in.nowSec, 1, req.EstTokens)
+	}
+	var pace time.Duration
+	if in.pacing && !in.overflow {
+		if pace = k.paceInterval(); pace > 0 {
+			// This replica's claim; Redis confirms it (Pools.Pick).
+			k.paceUntil = now.Add(booked + pace)
+		}
+	}
+	k.picks++
+	kp.leases.add(leaseKey{req.RequestID, k}, probe)
+	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
+		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked}
+	kp.mu.Unlock()
+	k.m.inFlight.Inc()
+	return l, nil
+}
+
+// undo takes back a pick the shared limiter or the key's pace refused.
+func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil, paceUntil time.Time) {
+	kp.mu.Lock()
+	k := l.key
+	found, _ := kp.leases.release(leaseKey{l.req, k})
+	if found {
+		k.inFlight--
+	}
+	if k.limited() {
+		k.win.add(now.Unix(), -1, -est)
+	}
+	k.picks--
+	if l.Probe {
+		k.br.releaseProbe()
+	}
+	k.syncProbe = false
+	if limitedUntil.After(k.limitedUntil) {
+		k.limitedUntil = limitedUntil
+	}
+	if !paceUntil.IsZero() {
+		k.paceUntil = paceUntil
+	}
+	kp.mu.Unlock()
+	if found {
+		k.m.inFlight.Dec()
+	}
+}
+
+// housekeep expires leaked leases and old tried-sets. Caller holds kp.mu.
+func (kp *KeyPool) housekeep(now time.Time, pol *policy) {
+	kp.leases.rotate(now, pol.leaseTTL, func(lk leaseKey, v leaseVal) {
+		lk.key.inFlight -= int(v.n)
+		lk.key.m.inFlight.Sub(float64(v.n))
+		kp.owner.metrics.leasesExpired.WithLabelValues(kp.name).Add(float64(v.n))
+	})
+	kp.tried.rotate(now, pol.triedTTL)
+}
+
+// retryAfterLocked is the soonest any key could serve the client's next
+// request. Keys this request already tried count: the client's retry is a
+// new request, which may use them again.
+func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Duration {
+	const unknown = time.Second
+	now := in.now
+	best := time.Duration(-1)
+	consider := func(d time.Duration) {
+		if d > 0 && (best < 0 || d < best) {
+			best = d
+		}
+	}
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 {
+			continue
+		}
+		switch k.br.State(now) {
+		case Open:
+			consider(k.br.until.Sub(now))
+			continue
+		case HalfOpen:
+			if !k.br.allow(now) {
+				consider(min(k.br.probeDeadline.Sub(now), unknown))
+				continue
+			}
+		}
+		if now.Before(k.limitedUntil) {
+			consider(k.limitedUntil.Sub(now))
+		}
+		if req.EstTokens > k.tokensLeft && now.Before(k.tokensReset) {
+			consider(k.tokensReset.Sub(now))
+		}
+		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight {
+			consider(unknown)
+		}
+		if in.enforceWindow && k.limited() {
+			consider(k.win.wait(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens))
+		}
+		if in.syncUnknown && k.syncProbe {
+			consider(unknown)
+		}
+	}
+	if best <= 0 {
+		return unknown
+	}
+	return best
+}
+
+// healthyLocked: some key is not open (closed, or half-open so a probe can
+// flow). A key resting until its quota window resets is capacity that
+// comes back (the pace counts it), but not for EDS: while every key of a
+// backend rests, Envoy should send the pool's traffic to the next relay
+// rather than into attempts that only draw the provider's 429 (measured:
+// ten times the upstream 429s in the swarm when resting keys kept their
+// backend healthy). Caller holds kp.mu.
+func (kp *KeyPool) healthyLocked(now time.Time) bool {
+	for _, k := range kp.keys {
+		if k.cfg.Weight > 0 && k.br.State(now) != Open {
+			return true
+		}
+	}
+	return false
+}
+
+// lastResortLocked is the open key that reopens soonest, skipping keys the
+// provider refused and keys this request tried (see PickRequest.LastResort).
+// Caller holds kp.mu.
+func (kp *KeyPool) lastResortLocked(in *pickInput, req *PickRequest) *keyState {
+	var best *keyState
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 || k.br.reason == ReasonAuth || kp.excluded(in, req, k) {
+			continue
+		}
+		if best == nil || k.br.until.Before(best.br.until) {
+			best = k
+		}
+	}
+	return best
+}
+
+// failingLocked reports whether every key of the backend is open because
+// it failed (5xx, resets, refused credentials) rather than because it is
+// rate limited, out of quota or busy. Caller holds kp.mu.
+func (kp *KeyPool) failingLocked(now time.Time) bool {
+	n := 0
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 {
+			continue
+		}
+		if k.br.State(now) != Open || (k.br.reason != ReasonFailures && k.br.reason != ReasonAuth) {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// restingLocked reports whether every key of the backend is open because
+// the provider limited it (quota, Retry-After, or 429s), none because it
+// failed: the backend is out of capacity until the provider's reset, not
+// broken. Caller holds kp.mu.
+func (kp *KeyPool) restingLocked(now time.Time) bool {
+	n := 0
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 {
+			continue
+		}
+		if k.br.State(now) != Open || (k.br.reason != ReasonQuota && k.br.reason != ReasonRateLimited) {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// soonestLocked is when the backend can be reported healthy again: the
+// earliest end of an open key's period, but not before the damper's hold
+// ends (zero when no key is open and nothing is held). A hold already over
+// does not count: a backend that went down on the provider's rate limit
+// is not held (healthDamper), so its release time is its down time, in
+// the past, and starting from it made every wait negative (a Retry-After
+// of 1 while the key stayed open for the provider's 10 s).
+func (kp *KeyPool) soonestLocked(now time.Time) time.Time {
+	var t time.Time
+	for _, k := range kp.keys {
+		if k.cfg.Weight > 0 && k.br.State(now) == Open && (t.IsZero() || k.br.until.Before(t)) {
+			t = k.br.until
+		}
+	}
+	if r := kp.damper.releaseAt(); r.After(now) && r.After(t) {
+		t = r
+	}
+	return t
+}
+
+// backAtLocked is when a request for a backend that is (or is about to be
+// reported) unhealthy can be admitted again: when soonestLocked reports it
+// healthy plus the EDS push's settle time. Caller holds kp.mu.
+func (kp *KeyPool) backAtLocked(now time.Time) time.Time {
+	t := kp.soonestLocked(now)
+	if t.Before(now) {
+		t = now
+	}
+	return t.Add(edsSettle)
+}
+
+// refreshLocked updates the cached health and the state gauges after time
+// passed; it reports whether health flipped.
+func (kp *KeyPool) refreshLocked(now time.Time) bool {
+	kp.housekeep(now, kp.owner.pol.Load())
+	for _, k := range kp.keys {
+		k.br.normalize(now)
+		k.m.state.Set(float64(k.br.State(now)))
+	}
+	raw := kp.healthyLocked(now)
+	h := kp.damper.report(now, raw, !raw && kp.restingLocked(now), &kp.owner.pol.Load().health)
+	flipped := h != kp.healthy
+	kp.healthy = h
+	return flipped
+}
+
+// observe applies one outcome for key k of request req.
+func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bool) {
+	p := kp.owner
+	now := p.clock.Now()
+	pol := p.pol.Load()
+	kp.mu.Lock()
+	released := false
+	if release {
+		var wasProbe bool
+		released, wasProbe = kp.leases.release(leaseKey{req, k})
+		probe = probe || wasProbe
+	}
+	if released {
+		k.inFlight--
+	}
+	cls := o.class()
+	if cls == classNone {
+		if probe {
+			k.br.releaseProbe()
+		}
+		k.syncProbe = false
+		kp.mu.Unlock()
+		if released {
+			k.m.inFlight.Dec()
+		}
+		return
+	}
+	keyID := k.cfg.ID // k.cfg may change under SetConfig once unlocked
+	k.lastStatus = o.Status
+	learned := k.learn(o)
+	learnedRPM, learnedTPM := k.learnedRPM, k.learnedTPM
+	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
+		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
+	}
+	k.syncProbe = false
+	if cls == classSuccess {
+		k.lastSuccess = now
+	}
+	if o.Failed() {
+		kp.tried.add(req, k)
+	}
+	wasState, wasTrips := k.br.State(now), k.br.trips
+	changed := k.br.observe(now, o, &pol.br, kp.rng.Float64())
+	st := k.br.State(now)
+	rs := k.br.export()
+	reason := k.br.reason
+	flipped := false
+	if changed {
+		flipped = kp.refreshLocked(now)
+	}
+	kp.mu.Unlock()
+
+	if released {
+		k.m.inFlight.Dec()
+	}
+	if probe {
+		if cls == classSuccess {
+			k.m.probeOK.Inc()
+		} else {
+			k.m.probeFail.Inc()
+		}
+	}
+	if cls == classAuth {
+		p.metrics.authFailures.WithLabelValues(kp.name, keyID, strconv.Itoa(o.Status)).Inc()
+		p.log.Error("keypool: the provider refused a key; it is out of rotation until its auth cooldown ends", "backend", kp.name,
+			"key", keyID, "status", o.Status, "until", rs.Until.Format(time.RFC3339))
+	}
+	if changed {
+		k.m.state.Set(float64(st))
+		if rs.Trips > wasTrips || st == Open && wasState != Open {
+			p.metrics.trips.WithLabelValues(kp.name, keyID, string(reason)).Inc()
+			p.log.Info("keypool: key opened", "backend", kp.name, "key", keyID,
+				"reason", string(reason), "status", o.Status, "open_for", rs.Until.Sub(now).Round(time.Millisecond))
+		} else if st == Closed && wasState != Closed {
+			p.log.Info("keypool: key closed", "backend", kp.name, "key", keyID)
+		}
+		if p.sync != nil {
+			p.sync.publish(kp.name, keyID, rs)
+		}
+	}
+	if learned && p.sync != nil {
+		p.sync.publishLimits(kp.name, keyID, learnedRPM, learnedTPM)
+	}
+	if o.Failed() && req != "" && p.sync != nil {
+		p.sync.addTried(req, keyID)
+	}
+	if flipped {
+		p.signal()
+	}
+	if changed && st == Open {
+		p.wake()
+	}
+}
+
+// markTried keeps the request's next attempts off k (here and, through
+// Redis, on other replicas) without counting anything against k.
+func (kp *KeyPool) markTried(k *keyState, req string) {
+	kp.mu.Lock()
+	kp.tried.add(req, k)
+	keyID := k.cfg.ID
+	kp.mu.Unlock()
+	if s := kp.owner.sync; s != nil {
+		s.addTried(req, keyID)
+	}
+}
+
+// adopt applies a transition learnt from another replica.
+func (kp *KeyPool) adopt(keyID string, rs remoteState) (applied bool) {
+	now := kp.owner.clock.Now()
+	kp.mu.Lock()
+	k, ok := kp.byID[keyID]
+	if !ok {
+		kp.mu.Unlock()
+		return false
+	}
+	applied = k.br.adopt(now, rs)
+	flipped := false
+	if applied {
+		flipped = kp.refreshLocked(now)
+	}
+	kp.mu.Unlock()
+	if flipped {
+		kp.owner.signal()
+	}
+	if applied {
+		kp.owner.wake()
+	}
+	return applied
+}

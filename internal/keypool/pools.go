@@ -1,0 +1,357 @@
+package keypool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// KeyLimiter checks per-key RPM/TPM in the shared rate-limit service. It is
+// defined here, where it is consumed; another package implements it.
+type KeyLimiter interface {
+	Allow(ctx context.Context, keyID string, tokens int) (ok bool, retryAfter time.Duration, err error)
+}
+
+// Clock tells the time; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Options are the dependencies of Pools.
+type Options struct {
+	// Redis shares breaker state and failed keys between replicas; nil
+	// keeps everything local to this process.
+	Redis      redis.UniversalClient
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics created but not registered
+	Clock      Clock                 // nil: wall clock
+	// Limiter is the shared per-key RPM/TPM check. When nil (or while it
+	// returns errors) each replica enforces RPM/TPM alone with a sliding
+	// window, so N replicas may together send up to N times the limit.
+	Limiter KeyLimiter
+	// LeaseTTL frees the in-flight slot of an attempt whose outcome never
+	// comes; default request.long_timeout + request.message_timeout.
+	LeaseTTL time.Duration
+	// TriedTTL is how long the keys a request failed on are remembered
+	// (locally and in Redis); default request.timeout.
+	TriedTTL time.Duration
+	// ReplicaID names this process in shared state; default random.
+	ReplicaID string
+}
+
+// policy is everything derived from config that the hot path reads; it is
+// swapped whole on SetConfig.
+type policy struct {
+	br           breakerPolicy
+	failClosed   bool
+	leaseTTL     time.Duration
+	triedTTL     time.Duration
+	syncInterval time.Duration
+	readTimeout  time.Duration
+	resetGrace   time.Duration
+	health       healthPolicy
+	// keyPace: each key's own pace applies to picks (admission.pace);
+	// paceMaxWait bounds the waits for it in one pick (keypace.go).
+	keyPace     bool
+	paceMaxWait time.Duration
+}
+
+// Pools holds one KeyPool per backend. All methods are safe for concurrent
+// use. Call Run to share state through Redis and to get time-based health
+// changes on Changes.
+type Pools struct {
+	opts    Options
+	log     *slog.Logger
+	clock   Clock
+	metrics *metrics
+	limiter KeyLimiter
+	sync    *syncer // nil without Redis
+
+	cfgMu sync.Mutex // serialises SetConfig
+	pools atomic.Pointer[map[string]*KeyPool]
+	pol   atomic.Pointer[policy]
+
+	unanswered unanswered // attempts that ended without response headers
+	mix        attemptMix // picks and retries, for the admission pace
+
+	changes     chan struct{}
+	rearm       chan struct{} // a key opened: Run recomputes its timer
+	limiterDown atomic.Int64  // unix nanos until which the local window decides
+}
+
+// PickRequest describes the attempt that needs a key.
+type PickRequest struct {
+	RequestID string // x-request-id, shared by all attempts of a request
+	Attempt   int    // upstream.request_attempt_count: 1 first try; 0 unknown
+	Sticky    string // session value; empty for no stickiness
+	EstTokens int    // prompt + reserved output tokens, for TPM
+	// BestEffort lets the attempt use any key that is not open (a
+	// half-open key whose probe is out, a key over its caps, windows or
+	// shared limit, a key this request already tried) when nothing else is
+	// usable, instead of failing. Meant for the upstream filter: it cannot
+	// answer locally, and an attempt without a credential draws a 401 that
+	// Envoy does not retry, while the upstream's 429/5xx on such a key is
+	// retried by Envoy on the next priority. Open keys still hold.
+	BestEffort bool
+	// LastResort, when even best effort finds no key, uses the open key of
+	// the backend that reopens soonest (never one the provider refused with
+	// 401/403, never one this request already tried). It is for an attempt
+	// that Envoy should retry on another relay of the pool: a local reply
+	// from the upstream filter is not retried, the provider's 429 or 5xx on
+	// such a key is (and a dead relay's reset too), and the attempt still
+	// leaves with a credential. The caller decides when that is worth one
+	// more request on a cooling key.
+	LastResort bool
+	// Key, when set, is the only key the attempt may get (a Responses
+	// request continuing a response this key created); no other key is
+	// a substitute, whatever BestEffort and LastResort say.
+	Key string
+}
+
+// New builds the pools for cfg.
+func New(cfg *config.Config, opts Options) (*Pools, error) {
+	if cfg == nil {
+		return nil, errors.New("keypool: nil config")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
+	}
+	if opts.ReplicaID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		opts.ReplicaID = hex.EncodeToString(b[:])
+	}
+	p := &Pools{
+		opts: opts, log: opts.Logger, clock: opts.Clock, limiter: opts.Limiter,
+		metrics: newMetrics(opts.Registerer),
+		changes: make(chan struct{}, 1),
+		rearm:   make(chan struct{}, 1),
+	}
+	p.pools.Store(&map[string]*KeyPool{})
+	p.pol.Store(p.policyFor(cfg))
+	if opts.Redis != nil {
+		p.sync = newSyncer(p, opts.Redis, cfg.Redis.KeyPrefix, opts.ReplicaID)
+	}
+	p.SetConfig(cfg)
+	return p, nil
+}
+
+func (p *Pools) policyFor(cfg *config.Config) *policy {
+	lease := p.opts.LeaseTTL
+	if lease <= 0 {
+		lease = cfg.Request.LongTimeout.D() + cfg.Request.MessageTimeout.D()
+	}
+	tried := p.opts.TriedTTL
+	if tried <= 0 {
+		tried = cfg.Request.Timeout.D()
+	}
+	probe := cfg.Retry.PerTryTimeout.D()
+	if probe <= 0 {
+		probe = cfg.Request.Timeout.D()
+	}
+	return &policy{
+		br:           newBreakerPolicy(cfg.Breaker, max(probe, time.Second)),
+		failClosed:   cfg.FailureModes.BreakerSync == config.FailClosed,
+		leaseTTL:     max(lease, time.Second),
+		triedTTL:     max(tried, time.Second),
+		syncInterval: cfg.Breaker.SyncInterval.D(),
+		readTimeout:  cfg.Redis.ReadTimeout.D(),
+		resetGrace:   cfg.Breaker.ResetGrace.D(),
+		health: healthPolicy{hold: min(cfg.Breaker.HealthHold.D(), cfg.Breaker.MaxCooldown.D()),
+			maxHold: cfg.Breaker.MaxCooldown.D(), window: cfg.Breaker.HealthFlapWindow.D()},
+		keyPace:     cfg.Admission.Pace,
+		paceMaxWait: min(cfg.Request.MessageTimeout.D()/2, time.Second),
+	}
+}
+
+// SetConfig applies a reloaded config. Keys that keep their id keep their
+// breaker state, in-flight count and windows; removed keys are forgotten.
+func (p *Pools) SetConfig(cfg *config.Config) {
+	p.cfgMu.Lock()
+	defer p.cfgMu.Unlock()
+	p.pol.Store(p.policyFor(cfg))
+	old := *p.pools.Load()
+	next := make(map[string]*KeyPool, len(cfg.Backends))
+	for i := range cfg.Backends {
+		b := &cfg.Backends[i]
+		kp, ok := old[b.Name]
+		if !ok {
+			next[b.Name] = newKeyPool(p, b)
+			continue
+		}
+		kp.mu.Lock()
+		removed := kp.setKeys(b.Keys)
+		kp.mu.Unlock()
+		for _, k := range removed {
+			p.metrics.forget(b.Name, k.cfg.ID)
+		}
+		next[b.Name] = kp
+	}
+	for name, kp := range old {
+		if _, ok := next[name]; !ok {
+			for _, k := range kp.keys {
+				p.metrics.forget(name, k.cfg.ID)
+			}
+			p.metrics.healthy.DeleteLabelValues(name)
+		}
+	}
+	p.pools.Store(&next)
+	p.refresh()
+	if len(next) != len(old) {
+		p.signal() // backends added or removed
+	} else {
+		for name := range next {
+			if old[name] == nil {
+				p.signal()
+				break
+			}
+		}
+	}
+}
+
+func (p *Pools) pool(backend string) *KeyPool { return (*p.pools.Load())[backend] }
+
+// Pick chooses the key for one upstream attempt. It never blocks on Redis
+// longer than redis.read_timeout, and only reads Redis for retries
+// (Attempt > 1) to learn which keys the request already failed on; with
+// Attempt 0 (unknown) only this replica's record is checked.
+func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Lease, error) {
+	kp := p.pool(backend)
+	if kp == nil {
+		return Lease{}, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
+	}
+	now := p.clock.Now()
+	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
+	if req.Attempt > 1 && req.RequestID != "" && p.sync != nil {
+		in.remoteTried = p.sync.tried(ctx, req.RequestID)
+	}
+	if p.sync != nil && in.pol.failClosed {
+		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
+	}
+	var paced time.Duration // waited for keys' paces so far
+	noPace := false         // waited the bound: pick as without the pace
+	defer func() {
+		if paced > 0 {
+			p.metrics.paceWait.WithLabelValues(backend).Observe(paced.Seconds())
+		}
+	}()
+	for {
+		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
+		in.pacing = in.pol.keyPace && !noPace
+		in.paceBudget = in.pol.paceMaxWait - paced
+		l, err := kp.pick(&in, &req)
+		// kp.pick returns it unwrapped (errors.As would allocate per pick).
+		if _, ok := err.(*pacedError); ok {
+			// Every key's next slot is beyond what this pick may still
+			// wait: pick as without the pace (see keypace.go).
+			p.metrics.paceOverflow.WithLabelValues(backend).Inc()
+			noPace = true
+			continue
+		}
+		if err != nil {
+			return Lease{}, err
+		}
+		if l.pace > 0 {
+			wait := l.booked
+			if p.sync != nil {
+				ok, w, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace, in.paceBudget)
+				if perr == nil && !ok {
+					// Other replicas took the key's slots that far ahead:
+					// skip it until its next one.
+					kp.undo(in.now, l, req.EstTokens, time.Time{}, in.now.Add(w))
+					continue
+				}
+				if perr == nil {
+					wait = w // Redis's clock and every replica's bookings
+				} // perr: Redis did not answer; this replica's booking stands.
+			}
+			if wait > 0 {
+				if err := sleepCtx(ctx, wait); err != nil {
+					l.Release()
+					return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+				}
+				paced += wait
+			}
+		}
+		if in.enforceWindow || in.bypass {
+			l.key.m.picks.Inc()
+			p.mix.add(req.Attempt)
+			return l, nil
+		}
+		ok, retryAfter, err := p.limiter.Allow(ctx, l.KeyID, req.EstTokens)
+		switch {
+		case err != nil:
+			// The shared limiter is unreachable: let the local windows
+			// decide for a second, then ask it again.
+			if prev := p.limiterDown.Swap(in.now.Add(time.Second).UnixNano()); prev < in.now.UnixNano() {
+				p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
+			}
+			kp.undo(in.now, l, req.EstTokens, time.Time{}, time.Time{})
+		case ok:
+			l.key.m.picks.Inc()
+			p.mix.add(req.Attempt)
+			return l, nil
+		default:
+			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)), time.Time{})
+			if req.BestEffort && in.overflow {
+				in.bypass = true // every key is over its shared limit: send anyway (see BestEffort)
+				continue
+			}
+			if in.nskip == maxSkip {
+				return Lease{}, &ExhaustedError{Backend: backend, RetryAfter: max(retryAfter, time.Second)}
+			}
+			in.skip[in.nskip] = l.key
+			in.nskip++
+		}
+		if err := ctx.Err(); err != nil {
+			return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+		}
+	}
+}
+
+// Report feeds the outcome of an attempt seen without its Lease (on any
+// replica). It frees the attempt's in-flight slot when this replica holds
+// it; elsewhere the slot expires with the lease TTL. Do not also call
+// Lease.Done for the same attempt.
+func (p *Pools) Report(ctx context.Context, backend, keyID, requestID string, o Outcome) error {
+	kp, k, err := p.key(backend, keyID)
+	if err != nil {
+		return err
+	}
+	kp.observe(k, requestID, o, true, false)
+	return nil
+}
+
+// key finds a key by backend and id, as config now has them (a reload may
+// have removed either since the attempt began).
+func (p *Pools) key(backend, keyID string) (*KeyPool, *keyState, error) {
+	kp := p.pool(backend)
+	if kp == nil {
+		return nil, nil, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
+	}
+	kp.mu.Lock()
+	k := kp.byID[keyID]
+	kp.mu.Unlock()
+	if k == nil {
+		return nil, nil, fmt.Errorf("%w: backend %q has no key %q", ErrNoKey, backend, keyID)
+	}
+	return kp, k, nil
+}
+
+// signal wakes the Changes consumer without blocking; signals coalesce.
