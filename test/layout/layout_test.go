@@ -1,0 +1,100 @@
+// Package layout checks the floor plan: the top-level folders are the ones
+// docs/architecture.md names, and the domain packages under internal/ hold
+// policy only, importing no gRPC or Envoy package, so each can be read and
+// tested without a stream.
+package layout
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/swarmgate/swarmgate"
+
+// topLevel is every folder allowed at the repository root.
+var topLevel = []string{
+	"cmd", "deploy", "docs", "envoy", "extproc", "internal", "protos", "ratelimit", "scripts", "test", "xds",
+}
+
+// transport lists the internal packages whose job is a transport or a
+// process: they may import gRPC or Envoy's types; every other internal
+// package is policy and may not.
+var transport = []string{
+	"internal/gateway", // starts every role's server
+	"internal/trust",   // TLS and peer identity for the gRPC listeners
+}
+
+// forbidden are the import prefixes policy packages may not use.
+var forbidden = []string{
+	"google.golang.org/grpc",
+	"github.com/envoyproxy/",
+	module + "/protos/",
+	module + "/extproc",
+	module + "/xds",
+}
+
+func TestTopLevelFolders(t *testing.T) {
+	entries, err := os.ReadDir("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || e.Name() == "bin" {
+			continue
+		}
+		if !slices.Contains(topLevel, e.Name()) {
+			t.Errorf("top-level folder %q is not in the floor plan (docs/architecture.md); domain packages go under internal/", e.Name())
+		}
+	}
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+func TestPolicyPackagesImportNoTransport(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", "./internal/...")
+	cmd.Dir = "../.."
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(out)
+	n := 0
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		if slices.ContainsFunc(transport, func(tp string) bool { return rel == tp || strings.HasPrefix(rel, tp+"/") }) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			for _, f := range forbidden {
+				if strings.HasPrefix(imp, f) {
+					t.Errorf("%s imports %s: policy packages under internal/ take no gRPC, Envoy or service-package imports", rel, imp)
+				}
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 10 {
+		t.Fatalf("go list found %d packages under internal/, want the domain packages", n)
+	}
+}
