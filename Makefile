@@ -2,6 +2,8 @@
 # with only Go installed: they install and start what they need themselves.
 GO        ?= go
 BIN       := bin/swarmgate
+# The version `swarmgate --version` prints (and the build_info metric carries).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PKGS      := ./...
 TEST_TIMEOUT ?= 25m
 export GOFLAGS ?= -buildvcs=false
@@ -13,7 +15,7 @@ SHELL     := bash
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/swarmgate
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/swarmgate
 
 deps:
 	@./scripts/deps.sh

@@ -80,7 +80,7 @@ export SWARMGATE_DEMO_KEY_B1=${SWARMGATE_DEMO_KEY_B1:-sk-demo-relay-b-1}
 if [ "$mocks" = 1 ]; then
   # Each mock relay takes its address, auth style and keys from the config.
   for relay in relay-a relay-b; do
-    "$bin" mock-upstream --config "${config:-config/default.yaml}" --backend "$relay" >"$state/$relay.log" 2>&1 &
+    "$bin" mock-upstream --config "${config:-internal/config/default.yaml}" --backend "$relay" >"$state/$relay.log" 2>&1 &
     pids+=($!)
   done
 fi

@@ -5,125 +5,123 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swarmgate/swarmgate/internal/gateway"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-// command is one subcommand.
-type command struct {
-	name  string
-	short string
-	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-func commands() []command {
-	return []command{
-		{"serve", "run control plane, ext_proc, rate-limit service and admin in one process", runServe},
-		{"xds", "run the xDS control plane alone", runXDS},
-		{"extproc", "run the ext_proc service alone", runExtProc},
-		{"ratelimit", "run the rate-limit service alone", runRateLimit},
-		{"validate", "check a config file; exit non-zero with file:line, field and reason", runValidate},
-		{"bootstrap", "print an Envoy bootstrap pointing at this control plane", runBootstrap},
-		{"usage", "print a tenant's usage and cost for a month from the ledger", runUsage},
-		{"mock-upstream", "run an OpenAI-compatible fake upstream (demos, load tests)", runMockUpstream},
-		{"hash-key", "print the stored hash of a virtual key read from stdin", runHashKey},
-		{"version", "print the version", runVersion},
-	}
-}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, runGateway: runGateway}
+	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		switch {
-		case err == nil, errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errUsage):
-			return 2
-		default:
-			fmt.Fprintf(stderr, "swarmgate %s: %v\n", c.name, err)
-			return 1
-		}
-	}
-	fmt.Fprintf(stderr, "swarmgate: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
+// cli is one invocation's streams and the gateway it starts; tests swap
+// runGateway to see the options a command line produces without serving.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	runGateway     func(context.Context, gateway.Options) error
 }
 
-var errUsage = errors.New("usage")
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: swarmgate <command> [flags]\n\ncommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.short)
+func runGateway(ctx context.Context, opts gateway.Options) error {
+	g, err := gateway.New(opts)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintln(w, "\nRun 'swarmgate <command> --help' for a command's flags. Every flag can also be set")
-	fmt.Fprintln(w, "with an environment variable: --config-file is SWARMGATE_CONFIG_FILE, --log-level is\nSWARMGATE_LOG_LEVEL, and so on.")
+	return g.Run(ctx)
 }
 
-// newFlags returns a FlagSet whose flags fall back to SWARMGATE_* env vars.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("swarmgate "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// Exit codes: 0 done (help included), 1 the command failed, 2 the command
+// line is wrong (unknown command or flag, missing or extra arguments).
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// run executes one command line and returns the process exit code.
+func (c *cli) run(ctx context.Context, args []string) int {
+	root := c.root()
+	root.SetArgs(longFlagsWithOneDash(root, args))
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(c.stderr, "%s: %v\n\n", cmd.CommandPath(), ue.err)
+		cmd.SetOut(c.stderr)
+		_ = cmd.Usage()
+		return exitUsage
+	}
+	fmt.Fprintf(c.stderr, "%s: %v\n", cmd.CommandPath(), err)
+	return exitError
 }
 
-// parseFlags parses args, applying SWARMGATE_<FLAG> env vars to flags not
-// given on the command line.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+// root is the command tree.
+func (c *cli) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "swarmgate",
+		Short: "LLM traffic gateway for Envoy: xDS control plane, ext_proc, rate limits and admin",
+		Long: `swarmgate is the LLM traffic gateway for Envoy: an xDS control plane, an ext_proc
+service, a global rate-limit service and an admin server, in one binary.
+
+Every flag can also be set with an environment variable: --config-file is
+SWARMGATE_CONFIG_FILE, --log-level is SWARMGATE_LOG_LEVEL, and so on. A flag on
+the command line wins over its variable.`,
+		Version:                    buildVersion(),
+		Args:                       unknownCommand,
+		SuggestionsMinimumDistance: 2,
+		RunE:                       func(*cobra.Command, []string) error { return usageError{errors.New("a command is required")} },
+		PersistentPreRunE:          flagsFromEnv,
+		SilenceErrors:              true,
+		SilenceUsage:               true,
+		CompletionOptions:          cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", envName(f.Name), e)
-			}
-		}
-	})
-	return err
+	root.SetIn(c.stdin)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	root.SetVersionTemplate("swarmgate {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		c.roleCommand("serve", gateway.All,
+			"run control plane, ext_proc, rate-limit service and admin in one process"),
+		c.roleCommand("xds", gateway.Roles{ControlPlane: true, Admin: true},
+			"run the xDS control plane alone"),
+		c.roleCommand("extproc", gateway.Roles{ExtProc: true, Admin: true},
+			"run the ext_proc service alone"),
+		c.roleCommand("ratelimit", gateway.Roles{RateLimit: true, Admin: true},
+			"run the rate-limit service alone"),
+		validateCommand(),
+		bootstrapCommand(),
+		usageCommand(),
+		migrateCommand(),
+		mockUpstreamCommand(),
+		hashKeyCommand(),
+		versionCommand(),
+	)
+	return root
 }
 
-func envName(flagName string) string {
-	b := []byte("SWARMGATE_" + flagName)
-	for i, c := range b {
-		switch {
-		case c == '-':
-			b[i] = '_'
-		case c >= 'a' && c <= 'z':
-			b[i] = c - 'a' + 'A'
-		}
+// unknownCommand refuses arguments the root has no command for.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
 	}
-	return string(b)
+	err := fmt.Errorf("unknown command %q", args[0])
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		err = fmt.Errorf("unknown command %q (did you mean %q?)", args[0], s[0])
+	}
+	return usageError{err}
 }

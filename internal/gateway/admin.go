@@ -3,13 +3,62 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
 	"github.com/swarmgate/swarmgate/internal/admin"
 	"github.com/swarmgate/swarmgate/internal/admission"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 )
+
+// adminRole serves the admin HTTP API (metrics, health, status page,
+// usage) on listen.admin, reading the other roles of this process; an
+// endpoint whose role does not run here answers 503.
+type adminRole struct {
+	srv *admin.Server
+	lis net.Listener
+}
+
+func (a *adminRole) Run(ctx context.Context) error { return a.srv.Run(ctx, a.lis) }
+
+// startAdmin starts the admin server; pools and ep are nil when this
+// process does not run them.
+func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *extProcRole) error {
+	opts := admin.Options{
+		Logger: g.log.With("component", "admin"), Gatherer: p.reg, Config: g.Config, Access: p.cfg.Admin,
+		Ready: []admin.ReadyCheck{admin.RedisCheckLive(p.rdb, g.Config)}, Version: g.opts.Version,
+	}
+	if pools != nil {
+		opts.Keys = keySource(pools)
+	}
+	if ep != nil {
+		opts.Refusals = ep.refusals
+		opts.Usage = ep.acct.ledger.Handler(g.Config) // the config in force: reloads add tenants
+		opts.Budgets = budgetSource(g.Config, ep.acct.ledger)
+		opts.Queue = queueSource(ep.queue)
+	}
+	srv := admin.New(opts)
+	lis, err := bind(g.opts.Listeners.Admin, p.cfg.Listen.Admin, "listen.admin")
+	if err != nil {
+		return err
+	}
+	s.start(&adminRole{srv, lis})
+	return nil
+}
+
+// keySource reports every key's state for /keys and the status page.
+func keySource(pools *keypool.Pools) admin.KeySource {
+	return admin.KeySourceFunc(func(context.Context) ([]admin.KeyState, error) {
+		snap := pools.Snapshot()
+		out := make([]admin.KeyState, len(snap))
+		for i, k := range snap {
+			out[i] = admin.KeyState(k)
+		}
+		return out, nil
+	})
+}
 
 // budgetSource reports each budgeted tenant's spend this month from the
 // ledger, for /budgets and the status page.
