@@ -15,6 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/chatreq"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/routing"
 )
 
 // translatorFor is how the backend takes a request of the family: natively
@@ -39,40 +40,12 @@ func translatorFor(b *config.Backend, spec *family.Spec) (*translate.Translator,
 	return t, t != nil
 }
 
-// targetSel is the part of a model's targets a request may go to.
-type targetSel struct {
-	take   int  // targets that may take it
-	native bool // only those speaking the family natively
-	reach  int  // targets taking the family natively or translated
-	speaks int  // targets speaking it natively
-}
-
-// takes reports whether a target's backend is in the selection.
-func (sel targetSel) takes(cfg *config.Config, spec *family.Spec, backend string) bool {
-	b, ok := cfg.Backend(backend)
-	if !ok {
-		return false
-	}
-	if sel.native {
-		return b.Serves(spec.Name)
-	}
-	_, ok = translatorFor(b, spec)
-	return ok
-}
-
-// cluster names the selection's cluster (restricted to targets whose
-// context window is at least minContext, when positive), as xds/ir
-// familyPools generates it.
-func (sel targetSel) cluster(alias, fam string, minContext int) string {
-	return contract.PoolFamilyContextCluster(alias, fam, sel.native && sel.speaks < sel.reach, minContext)
-}
-
 // hostedPolicy is what a request translated for backend b does with the
 // tools b's family cannot run (config hosted_tools). At routing, where
 // native says whether the model has targets speaking the client's family,
 // native_or_drop refuses when there are some (the request then goes to
-// them: familyTargets) and drops otherwise; at an attempt (native false)
-// only refuse refuses.
+// them: route) and drops otherwise; at an attempt (native false) only
+// refuse refuses.
 func hostedPolicy(b *config.Backend, native bool) translate.HostedPolicy {
 	switch b.HostedTools {
 	case config.HostedToolsRefuse:
@@ -92,59 +65,71 @@ type translation struct {
 	hosted translate.HostedPolicy
 }
 
-// familyTargets selects the targets that can serve the request. When some
-// take it only translated, the body is translated once here: a request the
-// translator cannot express (hosted tools included, as the backends'
-// hosted_tools say) goes to native targets only (or is refused, naming
-// the field, when there are none), so the answer does not depend on which
-// backend Envoy picks.
-func (s *Server) familyTargets(r *routerStream, m *config.Model, body []byte) (targetSel, *translate.Unsupported) {
-	var sel targetSel
-	for _, t := range m.Targets {
-		b, ok := r.cfg.Backend(t.Backend)
-		if !ok {
-			continue
-		}
-		if b.Serves(r.spec.Name) {
-			sel.speaks++
-		}
-		// The xDS clusters are built from config alone (b.Route), so count
-		// reach the same way, count_tokens included.
-		if _, ok := b.Route(r.spec.Name); ok {
-			sel.reach++
-		}
+// route chooses the request's cluster and the backends in it that may
+// serve it (internal/routing, the plan xds/ir builds the clusters from),
+// or answers the refusal. The body is translated once here for the
+// backends that take the family only translated: a request the translator
+// cannot express (hosted tools included, as the backends' hosted_tools
+// say) goes to native targets only, or is refused naming the field when
+// there are none, so the answer does not depend on which backend Envoy
+// picks.
+func (s *Server) route(r *routerStream, model *config.Model, cr chatreq.Request, body []byte, need int) (contract.Pool, *extprocv3.ProcessingResponse) {
+	ch, refusal := routing.Choose(r.cfg, model, routing.Request{
+		Family: r.spec.Name, Untranslated: r.spec.Untranslated, Need: need, Pinned: r.pinned.Backend,
+		Translatable: func(backends []*config.Backend, native bool) error {
+			if un := s.untranslatable(r, backends, native, body); un != nil {
+				return un
+			}
+			return nil
+		},
+	}, r.backends)
+	if refusal != nil {
+		return contract.Pool{}, s.refuseRoute(r, model, cr, refusal, need)
 	}
-	if r.spec.Untranslated {
-		sel.native, sel.take = true, sel.speaks
-		return sel, nil
+	r.backends = ch.Backends
+	if r.spec.EchoesRequest && ch.Translated {
+		r.echo = append(r.echo[:0], body...)
 	}
-	var needs []translation
-	for _, t := range m.Targets {
-		b, ok := r.cfg.Backend(t.Backend)
-		if !ok {
-			continue
+	return ch.Pool, nil
+}
+
+// refuseRoute answers a request no cluster can take: count_tokens that no
+// backend counts is answered by the gateway's own estimate.
+func (s *Server) refuseRoute(r *routerStream, model *config.Model, cr chatreq.Request, refusal *routing.Refusal, need int) *extprocv3.ProcessingResponse {
+	switch refusal.Reason {
+	case routing.Untranslatable:
+		var un *translate.Unsupported
+		if !errors.As(refusal.Cause, &un) {
+			un = &translate.Unsupported{Message: refusal.Error()}
 		}
+		return s.refuse(r, errBadRequest(un.Message, "unsupported_parameter", un.Param))
+	case routing.ContextTooLong:
+		return s.refuse(r, errBadRequest("This model's maximum context length is "+strconv.Itoa(refusal.MaxWindow)+
+			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.estTokens)+
+			" in the messages, "+strconv.Itoa(r.maxOut)+" in the completion). Please reduce the length of the messages or completion.",
+			"context_length_exceeded", "messages"))
+	}
+	if r.spec == family.CountTokens {
+		return r.withRequestID(s.countTokensLocally(r, cr))
+	}
+	return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
+		message: "The model `" + model.Name + "` is not served for " + r.spec.Path + " by any of its backends."})
+}
+
+// untranslatable translates the body once per translator (and hosted
+// tools policy) the backends need, and returns why it cannot be (nil when
+// it can).
+func (s *Server) untranslatable(r *routerStream, backends []*config.Backend, native bool, body []byte) *translate.Unsupported {
+	var buf [4]translation
+	needs := buf[:0]
+	for _, b := range backends {
 		if tr, ok := translatorFor(b, r.spec); ok && tr != nil {
-			need := translation{tr, hostedPolicy(b, sel.speaks > 0)}
+			need := translation{tr, hostedPolicy(b, native)}
 			if !slices.Contains(needs, need) {
 				needs = append(needs, need)
 			}
 		}
 	}
-	if len(needs) > 0 {
-		if unsupported := s.untranslatable(r, needs, body); unsupported != nil {
-			sel.native, sel.take = true, sel.speaks
-			return sel, unsupported
-		}
-	}
-	sel.take = sel.reach
-	return sel, nil
-}
-
-// untranslatable translates the body once per backend family (and hosted
-// tools policy) it must go to, and returns why it cannot be (nil when it
-// can).
-func (s *Server) untranslatable(r *routerStream, needs []translation, body []byte) *translate.Unsupported {
 	for _, n := range needs {
 		_, err := n.tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, Hosted: n.hosted})
 		if err == nil {

@@ -49,34 +49,34 @@ func TestRouterFamilyClusters(t *testing.T) {
 		name, path, body string
 		pool             string
 	}{
-		{"chat, every target", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, contract.PoolCluster("m")},
+		{"chat, every target", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, contract.Pool{Alias: "m"}.Cluster()},
 		{"chat, too long for the relay", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + big + `"}]}`,
-			contract.PoolContextCluster("m", 8000)},
+			contract.Pool{Alias: "m", MinContext: 8000}.Cluster()},
 		{"chat, untranslatable: native only", "/v1/chat/completions", `{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyChatCompletions)},
+			contract.Pool{Alias: "m", Family: config.FamilyChatCompletions, Native: true}.Cluster()},
 		{"chat, untranslatable and too long for the relay", "/v1/chat/completions",
 			`{"model":"m","n":2,"messages":[{"role":"user","content":"` + big + `"}]}`,
-			contract.PoolFamilyContextCluster("m", config.FamilyChatCompletions, true, 8000)},
+			contract.Pool{Alias: "m", Family: config.FamilyChatCompletions, Native: true, MinContext: 8000}.Cluster()},
 		{"messages, every target", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolCluster("m")},
+			contract.Pool{Alias: "m"}.Cluster()},
 		{"messages, top_k: native only", "/v1/messages", `{"model":"m","max_tokens":10,"top_k":3,"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+			contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"count_tokens: native only", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+			contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"responses: the chat speakers", "/v1/responses", `{"model":"m","input":"hi"}`,
-			contract.PoolFamilyCluster("m", config.FamilyResponses)},
+			contract.Pool{Alias: "m", Family: config.FamilyResponses}.Cluster()},
 		{"responses, too long for the relay", "/v1/responses", `{"model":"m","input":"` + big + `"}`,
-			contract.PoolFamilyContextCluster("m", config.FamilyResponses, false, 8000)},
+			contract.Pool{Alias: "m", Family: config.FamilyResponses, MinContext: 8000}.Cluster()},
 		// hosted_tools native_or_drop (default): a native target exists
 		// for Messages, so a server tool sends the request there; none
 		// speaks Responses, so its web_search is dropped and every
 		// translating target may take it.
 		{"messages with a server tool: native only", "/v1/messages",
 			`{"model":"m","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+			contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"responses with web_search: dropped, the chat speakers", "/v1/responses",
 			`{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]}]}`,
-			contract.PoolFamilyCluster("m", config.FamilyResponses)},
+			contract.Pool{Alias: "m", Family: config.FamilyResponses}.Cluster()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,9 +117,9 @@ func TestRouterHostedToolsPolicy(t *testing.T) {
 		policy, path, body string
 		pool               string // "" for a 400
 	}{
-		{"drop", "/v1/messages", messages, contract.PoolCluster("m")},
-		{"drop", "/v1/responses", responses, contract.PoolFamilyCluster("m", config.FamilyResponses)},
-		{"refuse", "/v1/messages", messages, contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+		{"drop", "/v1/messages", messages, contract.Pool{Alias: "m"}.Cluster()},
+		{"drop", "/v1/responses", responses, contract.Pool{Alias: "m", Family: config.FamilyResponses}.Cluster()},
+		{"refuse", "/v1/messages", messages, contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"refuse", "/v1/responses", responses, ""},
 	}
 	for _, tc := range tests {
