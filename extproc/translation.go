@@ -74,14 +74,12 @@ type translation struct {
 // there are none, so the answer does not depend on which backend Envoy
 // picks.
 func (s *Server) route(r *routerStream, model *config.Model, cr chatreq.Request, body []byte, need int) (contract.Pool, *extprocv3.ProcessingResponse) {
-	ch, refusal := routing.Choose(r.cfg, model, routing.Request{
-		Family: r.spec.Name, Untranslated: r.spec.Untranslated, Need: need, Pinned: r.pinned.Backend,
-		Translatable: func(backends []*config.Backend, native bool) error {
-			if un := s.untranslatable(r, backends, native, body); un != nil {
-				return un
-			}
-			return nil
-		},
+	req := routing.Request{Family: r.spec.Name, Untranslated: r.spec.Untranslated, Need: need, Pinned: r.pinned.Backend}
+	ch, refusal := routing.Choose(r.cfg, model, req, func(backends []*config.Backend, native bool) error {
+		if un := s.untranslatable(r, backends, native, body); un != nil {
+			return un
+		}
+		return nil
 	}, r.backends)
 	if refusal != nil {
 		return contract.Pool{}, s.refuseRoute(r, model, cr, refusal, need)

@@ -20,14 +20,18 @@ type Request struct {
 	// continues (previous_response_id); "" for none. It must be one of
 	// the model's targets serving the family natively and not drained.
 	Pinned string
-	// Translatable reports whether the body can be expressed for the
-	// backends that take the family only translated (each once, in target
-	// order); native says whether some of the model's targets speak the
-	// family natively (the hosted-tools policy depends on it). It is
-	// called only when such backends exist; nil means it can.
-	// Translating is the caller's business: routing only needs the answer.
-	Translatable func(backends []*config.Backend, native bool) error
 }
+
+// Translatable reports whether the request's body can be expressed for
+// the backends that take its family only translated (each once, in
+// target order); native says whether some of the model's targets speak
+// the family natively (the hosted-tools policy depends on it). Choose
+// calls it only when such backends exist; a nil Translatable means the
+// body can be. Translating is the caller's business: routing only needs
+// the answer. (A parameter of its own, not a Request field: escape
+// analysis is field-insensitive, so a closure in Request would be moved
+// to the heap because Choose returns the family string.)
+type Translatable func(backends []*config.Backend, native bool) error
 
 // Choice is where a request goes.
 type Choice struct {
@@ -60,7 +64,7 @@ const (
 // Refusal is a request no cluster can take.
 type Refusal struct {
 	Reason Reason
-	// Cause is what Request.Translatable returned (Untranslatable).
+	// Cause is what Translatable returned (Untranslatable).
 	Cause error
 	// MaxWindow is the largest context window of the model's targets
 	// (ContextTooLong).
@@ -83,7 +87,8 @@ func (r *Refusal) Unwrap() error { return r.Cause }
 
 // Choose picks the cluster of model m for a request, among those Plan
 // generates, and the backends in it that may serve the request (appended
-// to backends, which may be nil). A request goes to the whole pool unless
+// to backends, which may be nil); translatable answers whether the body
+// can be translated. A request goes to the whole pool unless
 // some targets cannot take it; then to the pool that holds exactly those
 // that can, so the answer never depends on which target Envoy picks:
 //   - the family's pool when some targets do not take the family, native
@@ -93,8 +98,8 @@ func (r *Refusal) Unwrap() error { return r.Cause }
 //     window do;
 //   - the pinned backend's pool, whatever the windows, for a request
 //     continuing a previous response on a model of more than one target.
-func Choose(cfg *config.Config, m *config.Model, req Request, backends []string) (Choice, *Refusal) {
-	sel, take, ch, ref := familySelection(cfg, m, req)
+func Choose(cfg *config.Config, m *config.Model, req Request, translatable Translatable, backends []string) (Choice, *Refusal) {
+	sel, take, ch, ref := familySelection(cfg, m, req, translatable)
 	if ref != nil {
 		return ch, ref
 	}
@@ -134,13 +139,13 @@ func Choose(cfg *config.Config, m *config.Model, req Request, backends []string)
 // the family's pool (natively only when the body cannot be translated, or
 // the family has no translation) when that is not every target. take is
 // how many targets it holds.
-func familySelection(cfg *config.Config, m *config.Model, req Request) (sel contract.Pool, take int, ch Choice, ref *Refusal) {
+func familySelection(cfg *config.Config, m *config.Model, req Request, translatable Translatable) (sel contract.Pool, take int, ch Choice, ref *Refusal) {
 	sel = contract.Pool{Alias: m.Name}
 	reach, speaks := count(cfg, m, req.Family)
 	native := req.Untranslated
 	var cause error
-	if !native && speaks < reach && req.Translatable != nil {
-		if err := req.Translatable(translating(cfg, m, req.Family), speaks > 0); err != nil {
+	if !native && speaks < reach && translatable != nil {
+		if err := translatable(translating(cfg, m, req.Family), speaks > 0); err != nil {
 			native, cause = true, err
 		}
 	}

@@ -145,7 +145,7 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 	t.Helper()
 	req := f.req
 	calls := 0
-	req.Translatable = func(bs []*config.Backend, native bool) error {
+	translatable := func(bs []*config.Backend, native bool) error {
 		calls++
 		for _, b := range bs {
 			if reach, nat := takes(b, req.Family); !reach || nat {
@@ -157,7 +157,7 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 		}
 		return nil
 	}
-	ch, ref := Choose(cfg, m, req, nil)
+	ch, ref := Choose(cfg, m, req, translatable, nil)
 
 	// The oracle: which targets take the family, natively or translated.
 	speaks, translated, refused := 0, 0, false

@@ -147,31 +147,36 @@ func TestChoose(t *testing.T) {
 	tests := []struct {
 		name     string
 		req      Request
+		refuse   bool // the body cannot be translated
 		cluster  string
 		backends []string
 		reason   Reason
 	}{
-		{"chat, every target", Request{Family: chat, Need: 100}, "pool_m", []string{"relay", "oai", "ant"}, 0},
-		{"chat, too long for the relay", Request{Family: chat, Need: 2100}, "poolctx8000_m", []string{"oai", "ant"}, 0},
-		{"chat, untranslatable: native only", Request{Family: chat, Need: 100, Translatable: untranslatable},
+		{"chat, every target", Request{Family: chat, Need: 100}, false, "pool_m", []string{"relay", "oai", "ant"}, 0},
+		{"chat, too long for the relay", Request{Family: chat, Need: 2100}, false, "poolctx8000_m", []string{"oai", "ant"}, 0},
+		{"chat, untranslatable: native only", Request{Family: chat, Need: 100}, true,
 			"poolnat_chat_completions_m", []string{"relay", "oai"}, 0},
-		{"chat, untranslatable and too long for the relay", Request{Family: chat, Need: 2100, Translatable: untranslatable},
+		{"chat, untranslatable and too long for the relay", Request{Family: chat, Need: 2100}, true,
 			"poolnatctx8000_chat_completions_m", []string{"oai"}, 0},
-		{"messages, every target", Request{Family: msgs, Need: 100}, "pool_m", []string{"relay", "oai", "ant"}, 0},
-		{"messages, untranslatable: native only", Request{Family: msgs, Need: 100, Translatable: untranslatable},
+		{"messages, every target", Request{Family: msgs, Need: 100}, false, "pool_m", []string{"relay", "oai", "ant"}, 0},
+		{"messages, untranslatable: native only", Request{Family: msgs, Need: 100}, true,
 			"poolnat_anthropic_messages_m", []string{"ant"}, 0},
-		{"count_tokens: native only", Request{Family: msgs, Untranslated: true}, "poolnat_anthropic_messages_m", []string{"ant"}, 0},
-		{"responses: the chat speakers", Request{Family: resp, Need: 100}, "poolfam_responses_m", []string{"relay", "oai"}, 0},
-		{"responses, too long for the relay", Request{Family: resp, Need: 2100}, "poolfamctx8000_responses_m", []string{"oai"}, 0},
-		{"responses, untranslatable: no native speaker", Request{Family: resp, Need: 100, Translatable: untranslatable}, "", nil, Untranslatable},
-		{"embeddings: nobody", Request{Family: config.FamilyEmbeddings}, "", nil, NoBackend},
-		{"longer than every window", Request{Family: chat, Need: 200001}, "", nil, ContextTooLong},
-		{"chat, too long for every chat speaker: the translator", Request{Family: chat, Need: 9000}, "poolctx200000_m", []string{"ant"}, 0},
-		{"chat natively, too long for every chat speaker", Request{Family: chat, Need: 9000, Translatable: untranslatable}, "", nil, ContextTooLong},
+		{"count_tokens: native only", Request{Family: msgs, Untranslated: true}, false, "poolnat_anthropic_messages_m", []string{"ant"}, 0},
+		{"responses: the chat speakers", Request{Family: resp, Need: 100}, false, "poolfam_responses_m", []string{"relay", "oai"}, 0},
+		{"responses, too long for the relay", Request{Family: resp, Need: 2100}, false, "poolfamctx8000_responses_m", []string{"oai"}, 0},
+		{"responses, untranslatable: no native speaker", Request{Family: resp, Need: 100}, true, "", nil, Untranslatable},
+		{"embeddings: nobody", Request{Family: config.FamilyEmbeddings}, false, "", nil, NoBackend},
+		{"longer than every window", Request{Family: chat, Need: 200001}, false, "", nil, ContextTooLong},
+		{"chat, too long for every chat speaker: the translator", Request{Family: chat, Need: 9000}, false, "poolctx200000_m", []string{"ant"}, 0},
+		{"chat natively, too long for every chat speaker", Request{Family: chat, Need: 9000}, true, "", nil, ContextTooLong},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ch, ref := Choose(cfg, m, tt.req, nil)
+			var can Translatable
+			if tt.refuse {
+				can = untranslatable
+			}
+			ch, ref := Choose(cfg, m, tt.req, can, nil)
 			switch {
 			case tt.reason != 0 && (ref == nil || ref.Reason != tt.reason):
 				t.Fatalf("got %+v, %v; want refusal %v", ch, ref, tt.reason)
@@ -194,7 +199,7 @@ func TestChoose(t *testing.T) {
 func TestChoosePinned(t *testing.T) {
 	cfg := parse(t, familiesYAML)
 	m, _ := cfg.Model("m")
-	ch, ref := Choose(cfg, m, Request{Family: config.FamilyResponses, Need: 100, Pinned: "oai"}, nil)
+	ch, ref := Choose(cfg, m, Request{Family: config.FamilyResponses, Need: 100, Pinned: "oai"}, nil, nil)
 	if ref != nil || ch.Cluster() != "poolbk3_oai_m" || !slices.Equal(ch.Backends, []string{"oai"}) {
 		t.Errorf("got %s %v %v", ch.Cluster(), ch.Backends, ref)
 	}
@@ -206,10 +211,10 @@ models:
     targets: [{backend: oai, context_window: 1000}]
 `)
 	solo, _ := one.Model("solo")
-	if ch, ref := Choose(one, solo, Request{Family: config.FamilyResponses, Need: 100, Pinned: "oai"}, nil); ref != nil || ch.Cluster() != "pool_solo" {
+	if ch, ref := Choose(one, solo, Request{Family: config.FamilyResponses, Need: 100, Pinned: "oai"}, nil, nil); ref != nil || ch.Cluster() != "pool_solo" {
 		t.Errorf("got %s %v", ch.Cluster(), ref)
 	}
-	if _, ref := Choose(one, solo, Request{Family: config.FamilyResponses, Need: 1001, Pinned: "oai"}, nil); ref == nil || ref.Reason != ContextTooLong {
+	if _, ref := Choose(one, solo, Request{Family: config.FamilyResponses, Need: 1001, Pinned: "oai"}, nil, nil); ref == nil || ref.Reason != ContextTooLong {
 		t.Errorf("a pinned request longer than its backend's window: %v, want too long", ref)
 	}
 }
