@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"slices"
@@ -59,10 +60,13 @@ func hostedPolicy(b *config.Backend, native bool) translate.HostedPolicy {
 	return translate.DropHosted
 }
 
-// translation is one way a request must be translated for some targets.
-type translation struct {
+// translationNeed is one way a request must be translated for some
+// targets, with the options of the first of them.
+type translationNeed struct {
 	tr     *translate.Translator
 	hosted translate.HostedPolicy
+	model  string // the target's upstream model
+	field  string // its backend's max_tokens field
 }
 
 // route chooses the request's cluster and the backends in it that may
@@ -116,21 +120,33 @@ func (s *Server) refuseRoute(r *routerStream, model *config.Model, cr chatreq.Re
 
 // untranslatable translates the body once per translator (and hosted
 // tools policy) the backends need, and returns why it cannot be (nil when
-// it can).
+// it can). Each translation is made with the options of the first backend
+// needing it and kept for that backend's first attempt on this replica
+// (translatecache.go).
 func (s *Server) untranslatable(r *routerStream, backends []*config.Backend, native bool, body []byte) *translate.Unsupported {
-	var buf [4]translation
+	var buf [4]translationNeed
 	needs := buf[:0]
 	for _, b := range backends {
-		if tr, ok := translatorFor(b, r.spec); ok && tr != nil {
-			need := translation{tr, hostedPolicy(b, native)}
-			if !slices.Contains(needs, need) {
-				needs = append(needs, need)
-			}
+		tr, ok := translatorFor(b, r.spec)
+		if !ok || tr == nil {
+			continue
+		}
+		hosted := hostedPolicy(b, native)
+		if !slices.ContainsFunc(needs, func(n translationNeed) bool { return n.tr == tr && n.hosted == hosted }) {
+			needs = append(needs, translationNeed{tr, hosted, upstreamModel(r.model, b.Name, r.alias), b.MaxTokensField})
 		}
 	}
+	hash := uint64(0)
 	for _, n := range needs {
-		_, err := n.tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, Hosted: n.hosted})
+		var dropped []string
+		out, err := n.tr.Request(body, translate.RequestOptions{Model: n.model, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens,
+			MaxTokensField: n.field, Hosted: n.hosted, Dropped: func(tool string) { dropped = append(dropped, tool) }})
 		if err == nil {
+			if hash == 0 {
+				hash = bodyHash(body)
+			}
+			s.translations.put(translationKey{requestID: r.requestID, tr: n.tr, model: n.model, maxTokensField: n.field,
+				defaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, body: hash, size: len(body)}, keptTranslation{out, dropped})
 			continue
 		}
 		s.metrics.untranslatable.Inc()
@@ -141,6 +157,37 @@ func (s *Server) untranslatable(r *routerStream, backends []*config.Backend, nat
 		return &translate.Unsupported{Message: "The request cannot be translated for this model's backends: " + err.Error()}
 	}
 	return nil
+}
+
+// upstreamModel is the model name a backend's target of the model gets
+// (the attempt reads it from the endpoint's metadata).
+func upstreamModel(m *config.Model, backend, alias string) string {
+	for i := range m.Targets {
+		if m.Targets[i].Backend == backend {
+			return cmp.Or(m.Targets[i].Model, alias)
+		}
+	}
+	return alias
+}
+
+// translateAttempt translates an attempt's body for its backend, or takes
+// the router's translation of the same body with the same options when
+// this is the first attempt on this replica to need it.
+func (s *Server) translateAttempt(u *upstreamStream, body []byte) ([]byte, error) {
+	o := translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens,
+		MaxTokensField: u.backend.MaxTokensField, Hosted: hostedPolicy(u.backend, false), Dropped: func(tool string) {
+			u.dropped = translate.AppendDroppedHeader(u.dropped, tool)
+			s.metrics.droppedTools.WithLabelValues(u.backend.Name, translate.HostedToolLabel(tool)).Inc()
+		}}
+	k := translationKey{requestID: u.requestID, tr: u.tr, model: o.Model, maxTokensField: o.MaxTokensField,
+		defaultMaxTokens: o.DefaultMaxTokens, body: bodyHash(body), size: len(body)}
+	if kept, ok := s.translations.take(k); ok {
+		for _, tool := range kept.dropped {
+			o.Dropped(tool)
+		}
+		return kept.body, nil
+	}
+	return u.tr.Request(body, o)
 }
 
 // countTokensLocally answers count_tokens for a model none of whose

@@ -6,6 +6,7 @@ import (
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -186,5 +187,50 @@ func TestUpstreamDropsHostedTools(t *testing.T) {
 	resp = roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
 	if got := setOf(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[contract.HeaderDroppedTools]; got != "web_search,file_search" {
 		t.Errorf("%s = %q, want web_search,file_search", contract.HeaderDroppedTools, got)
+	}
+}
+
+// TestAttemptReusesRouterTranslation: the router-level filter translated
+// the Messages body to check it can go to the chat targets; the first
+// attempt on this replica sends that translation instead of translating
+// again, and a retry (nothing kept) translates the same body itself.
+func TestAttemptReusesRouterTranslation(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	cfg, err := config.Parse([]byte(strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)), "t.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	const body = `{"model":"m","max_tokens":10,"tools":[{"name":"f","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"hi"}]}`
+	headers := []string{":method", "POST", ":path", "/v1/messages", ":authority", "gw", "authorization", "Bearer " + keyAlpha,
+		"anthropic-version", "2023-06-01", "content-type", "application/json"}
+	rst, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, rst, reqHeaders(false, headers...))
+	resp := roundTrip(t, rst, reqBody(body))
+	md := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
+	if md == nil {
+		t.Fatalf("not admitted: %v", resp)
+	}
+	if n := h.srv.KeptTranslations(); n != 1 {
+		t.Fatalf("%d translations kept, want the router's one", n)
+	}
+	want, err := translate.Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions).Request([]byte(body),
+		translate.RequestOptions{Model: "m", DefaultMaxTokens: 100, Hosted: translate.DropHosted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt, backend := range []string{"relay", "oai"} {
+		st, cancel := h.stream(t, contract.RoleUpstream)
+		roundTrip(t, st, upstreamReq(t, backend, "m", attempt+1, false, md, headers...))
+		resp = roundTrip(t, st, reqBody(body))
+		cancel()
+		if got := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); string(got) != string(want) {
+			t.Errorf("attempt %d on %s sent %s, want %s", attempt+1, backend, got, want)
+		}
+		if n := h.srv.KeptTranslations(); n != 0 {
+			t.Errorf("after attempt %d: %d translations still kept", attempt+1, n)
+		}
 	}
 }
