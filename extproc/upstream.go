@@ -207,7 +207,7 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	tr, takes := translatorFor(b, spec)
 	if !takes {
 		// The request's cluster holds only backends that take its family
-		// (xds/ir familyPools); a config change between admission and this
+		// (internal/routing); a config change between admission and this
 		// attempt can still leave one that does not.
 		s.log.Warn("upstream attempt on a backend that does not take the request's API family", "backend", b.Name, "request_id", u.requestID)
 		return localError(errNotAdmitted().in(shape))
