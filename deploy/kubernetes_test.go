@@ -472,7 +472,7 @@ func TestEnvoyPatchPolicy(t *testing.T) {
 			filters = append(filters, v.GetName())
 		}
 	}
-	for _, n := range []string{contract.ClusterXDS, contract.ClusterExtProc, contract.ClusterRateLimit, contract.PoolCluster("gpt-4o-mini")} {
+	for _, n := range []string{contract.ClusterXDS, contract.ClusterExtProc, contract.ClusterRateLimit, contract.Pool{Alias: "gpt-4o-mini"}.Cluster()} {
 		if !clusters[n] {
 			t.Errorf("the policy adds no cluster %s", n)
 		}

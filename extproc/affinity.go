@@ -15,7 +15,7 @@ import (
 // The router-level filter records each response's owner from the attempt
 // tags (x-swarmgate-backend / -upstream-key) and looks it up on a
 // follow-up: the request is routed to that backend's cluster only
-// (contract.PoolBackendCluster) and the key travels in the signed
+// (contract.Pool with Backend) and the key travels in the signed
 // admission, so the upstream filter picks exactly that key or refuses.
 
 const paramPreviousResponse = "previous_response_id"

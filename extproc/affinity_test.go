@@ -68,7 +68,7 @@ func TestPreviousResponseRouting(t *testing.T) {
 		code     string
 		pool     string
 	}{
-		{"known: that backend's cluster only", "resp_big", h, 0, "", contract.PoolBackendCluster("chat", "big")},
+		{"known: that backend's cluster only", "resp_big", h, 0, "", contract.Pool{Alias: "chat", Backend: "big"}.Cluster()},
 		{"unknown id", "resp_never", h, 400, "previous_response_not_found", ""},
 		{"another tenant's response: as if unknown", "resp_other", h, 400, "previous_response_not_found", ""},
 		{"not an id", "resp with space", h, 400, "previous_response_not_found", ""},

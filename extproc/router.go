@@ -407,75 +407,14 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 	case r.maxOut == 0:
 		r.maxOut = r.cfg.Request.DefaultMaxOutputTokens
 	}
-	// Only targets whose backend takes the request's family, natively or
-	// translated, may get it (docs/families.md); a request the translator
-	// cannot express goes to the native ones only. A model some of whose
-	// targets do not take it is routed to a cluster that holds only the
-	// others (xds/ir familyPools), so retries stay there too.
-	sel, unsupported := s.familyTargets(r, model, body)
-	if sel.take == 0 {
-		switch {
-		case unsupported != nil:
-			return s.refuse(r, errBadRequest(unsupported.Message, "unsupported_parameter", unsupported.Param))
-		case r.spec == family.CountTokens:
-			return r.withRequestID(s.countTokensLocally(r, cr))
-		}
-		return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
-			message: "The model `" + alias + "` is not served for " + r.spec.Path + " by any of its backends."})
-	}
-	familyPool := sel.take < len(model.Targets)
-	if r.spec.EchoesRequest && !sel.native && sel.speaks < sel.reach {
-		r.echo = append(r.echo[:0], body...)
-	}
-
-	// Context-window-aware routing: skip targets too small for prompt plus
-	// output; restrict the pool to the rest (docs/extproc.md, decisions).
+	// Which cluster, and which backends in it, may serve the request
+	// (internal/routing: the same plan xds/ir builds the clusters from).
 	need := r.estTokens + r.maxOut
-	minFit, fits, selMax := 0, 0, 0
-	for _, t := range model.Targets {
-		if r.pinned.Backend != "" && t.Backend != r.pinned.Backend {
-			continue
-		}
-		if familyPool && !sel.takes(r.cfg, r.spec, t.Backend) {
-			continue
-		}
-		selMax = max(selMax, t.ContextWindow)
-		if t.ContextWindow == 0 || t.ContextWindow >= need {
-			fits++
-			r.backends = append(r.backends, t.Backend)
-			if t.ContextWindow > 0 && (minFit == 0 || t.ContextWindow < minFit) {
-				minFit = t.ContextWindow
-			}
-		}
+	sel, refusal := s.route(r, model, cr, body, need)
+	if refusal != nil {
+		return refusal
 	}
-	if fits == 0 {
-		return s.refuse(r, errBadRequest("This model's maximum context length is "+strconv.Itoa(maxWindow(model))+
-			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.estTokens)+
-			" in the messages, "+strconv.Itoa(r.maxOut)+" in the completion). Please reduce the length of the messages or completion.",
-			"context_length_exceeded", "messages"))
-	}
-	pool := contract.PoolCluster(alias)
-	switch {
-	case r.pinned.Backend != "" && len(model.Targets) > 1:
-		// Only the backend holding the previous response, retries
-		// included; its context window is not checked further.
-		pool = contract.PoolBackendCluster(alias, r.pinned.Backend)
-	case familyPool && fits < sel.take:
-		// The family's cluster restricted to the windows that fit, as
-		// for the whole pool below (xds/ir familyPools).
-		if minFit == 0 {
-			minFit = selMax + 1
-		}
-		pool = sel.cluster(alias, r.spec.Name, minFit)
-	case familyPool:
-		pool = sel.cluster(alias, r.spec.Name, 0)
-	case fits < len(model.Targets):
-		if minFit == 0 {
-			// Only targets of unknown window fit: above every known one.
-			minFit = maxWindow(model) + 1
-		}
-		pool = contract.PoolContextCluster(alias, minFit)
-	}
+	pool, fits, familyPool := sel.Cluster(), len(r.backends), sel.Family != ""
 
 	// Admission: keys, budget, token reservation.
 	if refusal := s.admitKeys(ctx, r); refusal != nil {
@@ -603,14 +542,6 @@ func dearest(m *config.Model, backends []string) config.Price {
 		}
 	}
 	return p
-}
-
-func maxWindow(m *config.Model) int {
-	w := 0
-	for _, t := range m.Targets {
-		w = max(w, t.ContextWindow)
-	}
-	return w
 }
 
 // stickyValue bounds the stickiness key; long values are hashed.

@@ -161,12 +161,12 @@ func TestRouterAdmitsAndWritesRoutingHeaders(t *testing.T) {
 		long       bool
 		inject     bool
 	}{
-		{"plain", `{"model":"chat","messages":[{"role":"user","content":"hello there"}]}`, contract.PoolCluster("chat"), false, false},
-		{"stream without usage", `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}`, contract.PoolCluster("chat"), false, true},
-		{"stream with usage", `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, contract.PoolCluster("chat"), false, false},
-		{"tools are long", `{"model":"chat","tools":[{"type":"function","function":{"name":"f"}}],"messages":[]}`, contract.PoolCluster("chat"), true, false},
-		{"max_tokens long, skips small window", `{"model":"chat","max_tokens":2000,"messages":[]}`, contract.PoolContextCluster("chat", 8000), true, false},
-		{"long_running model", `{"model":"agent","messages":[]}`, contract.PoolCluster("agent"), true, false},
+		{"plain", `{"model":"chat","messages":[{"role":"user","content":"hello there"}]}`, contract.Pool{Alias: "chat"}.Cluster(), false, false},
+		{"stream without usage", `{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}`, contract.Pool{Alias: "chat"}.Cluster(), false, true},
+		{"stream with usage", `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, contract.Pool{Alias: "chat"}.Cluster(), false, false},
+		{"tools are long", `{"model":"chat","tools":[{"type":"function","function":{"name":"f"}}],"messages":[]}`, contract.Pool{Alias: "chat"}.Cluster(), true, false},
+		{"max_tokens long, skips small window", `{"model":"chat","max_tokens":2000,"messages":[]}`, contract.Pool{Alias: "chat", MinContext: 8000}.Cluster(), true, false},
+		{"long_running model", `{"model":"agent","messages":[]}`, contract.Pool{Alias: "agent"}.Cluster(), true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,6 +92,9 @@ type Server struct {
 	// replica: a request waiting for a TPM window asks again when it moves
 	// (a settle usually frees part of its hold).
 	holdsFreed atomic.Uint64
+	// translations hands the router's request translations to the first
+	// attempt on this replica (translatecache.go).
+	translations translationCache
 }
 
 // New builds a server.

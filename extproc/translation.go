@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/chatreq"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/routing"
 )
 
 // translatorFor is how the backend takes a request of the family: natively
@@ -39,40 +41,12 @@ func translatorFor(b *config.Backend, spec *family.Spec) (*translate.Translator,
 	return t, t != nil
 }
 
-// targetSel is the part of a model's targets a request may go to.
-type targetSel struct {
-	take   int  // targets that may take it
-	native bool // only those speaking the family natively
-	reach  int  // targets taking the family natively or translated
-	speaks int  // targets speaking it natively
-}
-
-// takes reports whether a target's backend is in the selection.
-func (sel targetSel) takes(cfg *config.Config, spec *family.Spec, backend string) bool {
-	b, ok := cfg.Backend(backend)
-	if !ok {
-		return false
-	}
-	if sel.native {
-		return b.Serves(spec.Name)
-	}
-	_, ok = translatorFor(b, spec)
-	return ok
-}
-
-// cluster names the selection's cluster (restricted to targets whose
-// context window is at least minContext, when positive), as xds/ir
-// familyPools generates it.
-func (sel targetSel) cluster(alias, fam string, minContext int) string {
-	return contract.PoolFamilyContextCluster(alias, fam, sel.native && sel.speaks < sel.reach, minContext)
-}
-
 // hostedPolicy is what a request translated for backend b does with the
 // tools b's family cannot run (config hosted_tools). At routing, where
 // native says whether the model has targets speaking the client's family,
 // native_or_drop refuses when there are some (the request then goes to
-// them: familyTargets) and drops otherwise; at an attempt (native false)
-// only refuse refuses.
+// them: route) and drops otherwise; at an attempt (native false) only
+// refuse refuses.
 func hostedPolicy(b *config.Backend, native bool) translate.HostedPolicy {
 	switch b.HostedTools {
 	case config.HostedToolsRefuse:
@@ -86,68 +60,93 @@ func hostedPolicy(b *config.Backend, native bool) translate.HostedPolicy {
 	return translate.DropHosted
 }
 
-// translation is one way a request must be translated for some targets.
-type translation struct {
+// translationNeed is one way a request must be translated for some
+// targets, with the options of the first of them.
+type translationNeed struct {
 	tr     *translate.Translator
 	hosted translate.HostedPolicy
+	model  string // the target's upstream model
+	field  string // its backend's max_tokens field
 }
 
-// familyTargets selects the targets that can serve the request. When some
-// take it only translated, the body is translated once here: a request the
-// translator cannot express (hosted tools included, as the backends'
-// hosted_tools say) goes to native targets only (or is refused, naming
-// the field, when there are none), so the answer does not depend on which
-// backend Envoy picks.
-func (s *Server) familyTargets(r *routerStream, m *config.Model, body []byte) (targetSel, *translate.Unsupported) {
-	var sel targetSel
-	for _, t := range m.Targets {
-		b, ok := r.cfg.Backend(t.Backend)
-		if !ok {
-			continue
+// route chooses the request's cluster and the backends in it that may
+// serve it (internal/routing, the plan xds/ir builds the clusters from),
+// or answers the refusal. The body is translated once here for the
+// backends that take the family only translated: a request the translator
+// cannot express (hosted tools included, as the backends' hosted_tools
+// say) goes to native targets only, or is refused naming the field when
+// there are none, so the answer does not depend on which backend Envoy
+// picks.
+func (s *Server) route(r *routerStream, model *config.Model, cr chatreq.Request, body []byte, need int) (contract.Pool, *extprocv3.ProcessingResponse) {
+	req := routing.Request{Family: r.spec.Name, Untranslated: r.spec.Untranslated, Need: need, Pinned: r.pinned.Backend}
+	ch, refusal := routing.Choose(r.cfg, model, req, func(backends []*config.Backend, native bool) error {
+		if un := s.untranslatable(r, backends, native, body); un != nil {
+			return un
 		}
-		if b.Serves(r.spec.Name) {
-			sel.speaks++
-		}
-		// The xDS clusters are built from config alone (b.Route), so count
-		// reach the same way, count_tokens included.
-		if _, ok := b.Route(r.spec.Name); ok {
-			sel.reach++
-		}
+		return nil
+	}, r.backends)
+	if refusal != nil {
+		return contract.Pool{}, s.refuseRoute(r, model, cr, refusal, need)
 	}
-	if r.spec.Untranslated {
-		sel.native, sel.take = true, sel.speaks
-		return sel, nil
+	r.backends = ch.Backends
+	if r.spec.EchoesRequest && ch.Translated {
+		r.echo = append(r.echo[:0], body...)
 	}
-	var needs []translation
-	for _, t := range m.Targets {
-		b, ok := r.cfg.Backend(t.Backend)
-		if !ok {
-			continue
-		}
-		if tr, ok := translatorFor(b, r.spec); ok && tr != nil {
-			need := translation{tr, hostedPolicy(b, sel.speaks > 0)}
-			if !slices.Contains(needs, need) {
-				needs = append(needs, need)
-			}
-		}
-	}
-	if len(needs) > 0 {
-		if unsupported := s.untranslatable(r, needs, body); unsupported != nil {
-			sel.native, sel.take = true, sel.speaks
-			return sel, unsupported
-		}
-	}
-	sel.take = sel.reach
-	return sel, nil
+	return ch.Pool, nil
 }
 
-// untranslatable translates the body once per backend family (and hosted
-// tools policy) it must go to, and returns why it cannot be (nil when it
-// can).
-func (s *Server) untranslatable(r *routerStream, needs []translation, body []byte) *translate.Unsupported {
+// refuseRoute answers a request no cluster can take: count_tokens that no
+// backend counts is answered by the gateway's own estimate.
+func (s *Server) refuseRoute(r *routerStream, model *config.Model, cr chatreq.Request, refusal *routing.Refusal, need int) *extprocv3.ProcessingResponse {
+	switch refusal.Reason {
+	case routing.Untranslatable:
+		var un *translate.Unsupported
+		if !errors.As(refusal.Cause, &un) {
+			un = &translate.Unsupported{Message: refusal.Error()}
+		}
+		return s.refuse(r, errBadRequest(un.Message, "unsupported_parameter", un.Param))
+	case routing.ContextTooLong:
+		return s.refuse(r, errBadRequest("This model's maximum context length is "+strconv.Itoa(refusal.MaxWindow)+
+			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.estTokens)+
+			" in the messages, "+strconv.Itoa(r.maxOut)+" in the completion). Please reduce the length of the messages or completion.",
+			"context_length_exceeded", "messages"))
+	}
+	if r.spec == family.CountTokens {
+		return r.withRequestID(s.countTokensLocally(r, cr))
+	}
+	return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
+		message: "The model `" + model.Name + "` is not served for " + r.spec.Path + " by any of its backends."})
+}
+
+// untranslatable translates the body once per translator (and hosted
+// tools policy) the backends need, and returns why it cannot be (nil when
+// it can). Each translation is made with the options of the first backend
+// needing it and kept for that backend's first attempt on this replica
+// (translatecache.go).
+func (s *Server) untranslatable(r *routerStream, backends []*config.Backend, native bool, body []byte) *translate.Unsupported {
+	var buf [4]translationNeed
+	needs := buf[:0]
+	for _, b := range backends {
+		tr, ok := translatorFor(b, r.spec)
+		if !ok || tr == nil {
+			continue
+		}
+		hosted := hostedPolicy(b, native)
+		if !slices.ContainsFunc(needs, func(n translationNeed) bool { return n.tr == tr && n.hosted == hosted }) {
+			needs = append(needs, translationNeed{tr, hosted, upstreamModel(r.model, b.Name, r.alias), b.MaxTokensField})
+		}
+	}
+	hash := uint64(0)
 	for _, n := range needs {
-		_, err := n.tr.Request(body, translate.RequestOptions{Model: r.alias, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, Hosted: n.hosted})
+		var dropped []string
+		out, err := n.tr.Request(body, translate.RequestOptions{Model: n.model, DefaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens,
+			MaxTokensField: n.field, Hosted: n.hosted, Dropped: func(tool string) { dropped = append(dropped, tool) }})
 		if err == nil {
+			if hash == 0 {
+				hash = bodyHash(body)
+			}
+			s.translations.put(translationKey{requestID: r.requestID, tr: n.tr, model: n.model, maxTokensField: n.field,
+				defaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, body: hash, size: len(body)}, keptTranslation{out, dropped})
 			continue
 		}
 		s.metrics.untranslatable.Inc()
@@ -158,6 +157,37 @@ func (s *Server) untranslatable(r *routerStream, needs []translation, body []byt
 		return &translate.Unsupported{Message: "The request cannot be translated for this model's backends: " + err.Error()}
 	}
 	return nil
+}
+
+// upstreamModel is the model name a backend's target of the model gets
+// (the attempt reads it from the endpoint's metadata).
+func upstreamModel(m *config.Model, backend, alias string) string {
+	for i := range m.Targets {
+		if m.Targets[i].Backend == backend {
+			return cmp.Or(m.Targets[i].Model, alias)
+		}
+	}
+	return alias
+}
+
+// translateAttempt translates an attempt's body for its backend, or takes
+// the router's translation of the same body with the same options when
+// this is the first attempt on this replica to need it.
+func (s *Server) translateAttempt(u *upstreamStream, body []byte) ([]byte, error) {
+	o := translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens,
+		MaxTokensField: u.backend.MaxTokensField, Hosted: hostedPolicy(u.backend, false), Dropped: func(tool string) {
+			u.dropped = translate.AppendDroppedHeader(u.dropped, tool)
+			s.metrics.droppedTools.WithLabelValues(u.backend.Name, translate.HostedToolLabel(tool)).Inc()
+		}}
+	k := translationKey{requestID: u.requestID, tr: u.tr, model: o.Model, maxTokensField: o.MaxTokensField,
+		defaultMaxTokens: o.DefaultMaxTokens, body: bodyHash(body), size: len(body)}
+	if kept, ok := s.translations.take(k); ok {
+		for _, tool := range kept.dropped {
+			o.Dropped(tool)
+		}
+		return kept.body, nil
+	}
+	return u.tr.Request(body, o)
 }
 
 // countTokensLocally answers count_tokens for a model none of whose

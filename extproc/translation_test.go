@@ -6,6 +6,7 @@ import (
 
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -49,34 +50,34 @@ func TestRouterFamilyClusters(t *testing.T) {
 		name, path, body string
 		pool             string
 	}{
-		{"chat, every target", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, contract.PoolCluster("m")},
+		{"chat, every target", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, contract.Pool{Alias: "m"}.Cluster()},
 		{"chat, too long for the relay", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + big + `"}]}`,
-			contract.PoolContextCluster("m", 8000)},
+			contract.Pool{Alias: "m", MinContext: 8000}.Cluster()},
 		{"chat, untranslatable: native only", "/v1/chat/completions", `{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyChatCompletions)},
+			contract.Pool{Alias: "m", Family: config.FamilyChatCompletions, Native: true}.Cluster()},
 		{"chat, untranslatable and too long for the relay", "/v1/chat/completions",
 			`{"model":"m","n":2,"messages":[{"role":"user","content":"` + big + `"}]}`,
-			contract.PoolFamilyContextCluster("m", config.FamilyChatCompletions, true, 8000)},
+			contract.Pool{Alias: "m", Family: config.FamilyChatCompletions, Native: true, MinContext: 8000}.Cluster()},
 		{"messages, every target", "/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolCluster("m")},
+			contract.Pool{Alias: "m"}.Cluster()},
 		{"messages, top_k: native only", "/v1/messages", `{"model":"m","max_tokens":10,"top_k":3,"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+			contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"count_tokens: native only", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+			contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"responses: the chat speakers", "/v1/responses", `{"model":"m","input":"hi"}`,
-			contract.PoolFamilyCluster("m", config.FamilyResponses)},
+			contract.Pool{Alias: "m", Family: config.FamilyResponses}.Cluster()},
 		{"responses, too long for the relay", "/v1/responses", `{"model":"m","input":"` + big + `"}`,
-			contract.PoolFamilyContextCluster("m", config.FamilyResponses, false, 8000)},
+			contract.Pool{Alias: "m", Family: config.FamilyResponses, MinContext: 8000}.Cluster()},
 		// hosted_tools native_or_drop (default): a native target exists
 		// for Messages, so a server tool sends the request there; none
 		// speaks Responses, so its web_search is dropped and every
 		// translating target may take it.
 		{"messages with a server tool: native only", "/v1/messages",
 			`{"model":"m","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`,
-			contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+			contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"responses with web_search: dropped, the chat speakers", "/v1/responses",
 			`{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]}]}`,
-			contract.PoolFamilyCluster("m", config.FamilyResponses)},
+			contract.Pool{Alias: "m", Family: config.FamilyResponses}.Cluster()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,9 +118,9 @@ func TestRouterHostedToolsPolicy(t *testing.T) {
 		policy, path, body string
 		pool               string // "" for a 400
 	}{
-		{"drop", "/v1/messages", messages, contract.PoolCluster("m")},
-		{"drop", "/v1/responses", responses, contract.PoolFamilyCluster("m", config.FamilyResponses)},
-		{"refuse", "/v1/messages", messages, contract.PoolNativeCluster("m", config.FamilyAnthropicMessages)},
+		{"drop", "/v1/messages", messages, contract.Pool{Alias: "m"}.Cluster()},
+		{"drop", "/v1/responses", responses, contract.Pool{Alias: "m", Family: config.FamilyResponses}.Cluster()},
+		{"refuse", "/v1/messages", messages, contract.Pool{Alias: "m", Family: config.FamilyAnthropicMessages, Native: true}.Cluster()},
 		{"refuse", "/v1/responses", responses, ""},
 	}
 	for _, tc := range tests {
@@ -186,5 +187,50 @@ func TestUpstreamDropsHostedTools(t *testing.T) {
 	resp = roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
 	if got := setOf(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[contract.HeaderDroppedTools]; got != "web_search,file_search" {
 		t.Errorf("%s = %q, want web_search,file_search", contract.HeaderDroppedTools, got)
+	}
+}
+
+// TestAttemptReusesRouterTranslation: the router-level filter translated
+// the Messages body to check it can go to the chat targets; the first
+// attempt on this replica sends that translation instead of translating
+// again, and a retry (nothing kept) translates the same body itself.
+func TestAttemptReusesRouterTranslation(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	cfg, err := config.Parse([]byte(strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)), "t.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg)
+	const body = `{"model":"m","max_tokens":10,"tools":[{"name":"f","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"hi"}]}`
+	headers := []string{":method", "POST", ":path", "/v1/messages", ":authority", "gw", "authorization", "Bearer " + keyAlpha,
+		"anthropic-version", "2023-06-01", "content-type", "application/json"}
+	rst, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, rst, reqHeaders(false, headers...))
+	resp := roundTrip(t, rst, reqBody(body))
+	md := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
+	if md == nil {
+		t.Fatalf("not admitted: %v", resp)
+	}
+	if n := h.srv.KeptTranslations(); n != 1 {
+		t.Fatalf("%d translations kept, want the router's one", n)
+	}
+	want, err := translate.Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions).Request([]byte(body),
+		translate.RequestOptions{Model: "m", DefaultMaxTokens: 100, Hosted: translate.DropHosted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt, backend := range []string{"relay", "oai"} {
+		st, cancel := h.stream(t, contract.RoleUpstream)
+		roundTrip(t, st, upstreamReq(t, backend, "m", attempt+1, false, md, headers...))
+		resp = roundTrip(t, st, reqBody(body))
+		cancel()
+		if got := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); string(got) != string(want) {
+			t.Errorf("attempt %d on %s sent %s, want %s", attempt+1, backend, got, want)
+		}
+		if n := h.srv.KeptTranslations(); n != 0 {
+			t.Errorf("after attempt %d: %d translations still kept", attempt+1, n)
+		}
 	}
 }

@@ -207,7 +207,7 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	tr, takes := translatorFor(b, spec)
 	if !takes {
 		// The request's cluster holds only backends that take its family
-		// (xds/ir familyPools); a config change between admission and this
+		// (internal/routing); a config change between admission and this
 		// attempt can still leave one that does not.
 		s.log.Warn("upstream attempt on a backend that does not take the request's API family", "backend", b.Name, "request_id", u.requestID)
 		return localError(errNotAdmitted().in(shape))
@@ -312,11 +312,7 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 	var nb []byte
 	var err error
 	if u.tr != nil {
-		nb, err = u.tr.Request(b.GetBody(), translate.RequestOptions{Model: u.upstreamModel, DefaultMaxTokens: u.cfg.Request.DefaultMaxOutputTokens,
-			MaxTokensField: u.backend.MaxTokensField, Hosted: hostedPolicy(u.backend, false), Dropped: func(tool string) {
-				u.dropped = translate.AppendDroppedHeader(u.dropped, tool)
-				s.metrics.droppedTools.WithLabelValues(u.backend.Name, translate.HostedToolLabel(tool)).Inc()
-			}})
+		nb, err = s.translateAttempt(u, b.GetBody())
 		if err != nil {
 			// The router-level filter translated this body once to choose
 			// the cluster; only a config change in between gets here.

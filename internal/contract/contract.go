@@ -122,14 +122,70 @@ const (
 	ClusterRateLimit = "swarmgate_ratelimit"
 )
 
-// PoolCluster is the Envoy cluster serving a model alias. Alias characters
-// that stats names dislike are replaced, and a short hash keeps distinct
-// aliases distinct after replacement.
-func PoolCluster(model string) string {
+// Pool is one Envoy cluster serving a model alias: the alias's targets,
+// restricted by the fields that are set. internal/routing decides which
+// pools a model has and which one a request goes to; this names them, for
+// the control plane (cluster names) and ext_proc (HeaderPool) alike.
+type Pool struct {
+	Alias string
+	// Family restricts the pool to the targets whose backend takes this
+	// API family (config.Family*), natively or translated; with Native,
+	// natively only.
+	Family string
+	Native bool
+	// MinContext restricts the pool to the targets whose context window is
+	// at least this many tokens, or unknown; 0 for any window.
+	MinContext int
+	// Backend restricts the pool to one backend's targets: a Responses
+	// request naming a previous_response_id must reach the backend (and
+	// key) that created it, retries included. It takes precedence in the
+	// name.
+	Backend string
+}
+
+// Cluster is the pool's cluster name. Alias characters that stats names
+// dislike are replaced, and a short hash keeps distinct aliases distinct
+// after replacement. Each restriction has its own prefix, so no two pools
+// share a name:
+//
+//	pool_<alias>                       every target
+//	poolctx<N>_<alias>                 context window at least N (or unknown)
+//	poolfam_<family>_<alias>           targets taking the family
+//	poolnat_<family>_<alias>           targets speaking it natively
+//	poolfamctx<N>_, poolnatctx<N>_     ... with a context window at least N
+//	poolbk<len>_<backend>_<alias>      one backend (its name's length keeps
+//	                                   the name unambiguous)
+func (p Pool) Cluster() string {
 	var b strings.Builder
-	b.WriteString("pool_")
+	switch {
+	case p.Backend != "":
+		b.WriteString("poolbk")
+		b.WriteString(strconv.Itoa(len(p.Backend)))
+		b.WriteByte('_')
+		b.WriteString(p.Backend)
+		b.WriteByte('_')
+	case p.Family != "":
+		if p.Native {
+			b.WriteString("poolnat")
+		} else {
+			b.WriteString("poolfam")
+		}
+		if p.MinContext > 0 {
+			b.WriteString("ctx")
+			b.WriteString(strconv.Itoa(p.MinContext))
+		}
+		b.WriteByte('_')
+		b.WriteString(p.Family)
+		b.WriteByte('_')
+	case p.MinContext > 0:
+		b.WriteString("poolctx")
+		b.WriteString(strconv.Itoa(p.MinContext))
+		b.WriteByte('_')
+	default:
+		b.WriteString("pool_")
+	}
 	clean := true
-	for _, r := range model {
+	for _, r := range p.Alias {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
 			b.WriteRune(r)
@@ -139,70 +195,10 @@ func PoolCluster(model string) string {
 		}
 	}
 	if !clean {
-		sum := sha256.Sum256([]byte(model))
+		sum := sha256.Sum256([]byte(p.Alias))
 		b.WriteString("_" + hex.EncodeToString(sum[:4]))
 	}
 	return b.String()
-}
-
-// PoolContextCluster is the cluster serving a model alias restricted to the
-// targets whose context window is at least minContext tokens (or unknown).
-// ext_proc names it in HeaderPool when a prompt is too large for some of the
-// alias's targets; minContext is always one of the targets' context windows,
-// so the control plane generates one such cluster per distinct window above
-// the smallest. minContext <= 0 is the unrestricted PoolCluster. The
-// "poolctx<N>_" prefix cannot collide with PoolCluster's "pool_".
-func PoolContextCluster(model string, minContext int) string {
-	base := PoolCluster(model)
-	if minContext <= 0 {
-		return base
-	}
-	return "poolctx" + strconv.Itoa(minContext) + "_" + strings.TrimPrefix(base, "pool_")
-}
-
-// PoolFamilyCluster is the cluster serving a model alias restricted to the
-// targets whose backend takes an API family (config.Family*), natively or
-// translated, generated for each family that only some of the alias's
-// targets take. The
-// "poolfam_" prefix cannot collide with "pool_" or "poolctx<N>_".
-func PoolFamilyCluster(model, family string) string {
-	return "poolfam_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
-}
-
-// PoolNativeCluster is the cluster serving a model alias restricted to the
-// targets whose backend speaks an API family natively, generated when other
-// targets take the family only translated: a request the translator cannot
-// express (or count_tokens) goes there. "poolnat_" cannot collide with the
-// other prefixes.
-func PoolNativeCluster(model, family string) string {
-	return "poolnat_" + family + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
-}
-
-// PoolFamilyContextCluster is a family cluster (PoolNativeCluster when
-// native, else PoolFamilyCluster) restricted further to the targets whose
-// context window is at least minContext tokens (or unknown), as
-// PoolContextCluster restricts the whole pool; minContext <= 0 is the
-// family cluster itself. "poolfamctx<N>_" and "poolnatctx<N>_" cannot
-// collide with the other prefixes.
-func PoolFamilyContextCluster(model, family string, native bool, minContext int) string {
-	base := PoolFamilyCluster(model, family)
-	if native {
-		base = PoolNativeCluster(model, family)
-	}
-	if minContext <= 0 {
-		return base
-	}
-	prefix, rest, _ := strings.Cut(base, "_")
-	return prefix + "ctx" + strconv.Itoa(minContext) + "_" + rest
-}
-
-// PoolBackendCluster is the cluster serving a model alias on one of its
-// backends only: a Responses request naming a previous_response_id must
-// reach the backend (and key) that created it, retries included. The
-// backend name's length prefix keeps "poolbk<N>_" names unambiguous
-// whatever the backend and alias contain.
-func PoolBackendCluster(model, backend string) string {
-	return "poolbk" + strconv.Itoa(len(backend)) + "_" + backend + "_" + strings.TrimPrefix(PoolCluster(model), "pool_")
 }
 
 // GRPCRoleHeader is gRPC initial metadata the generated ext_proc filters send

@@ -123,7 +123,7 @@ func TestPromiseOutageFailover(t *testing.T) {
 			t.Errorf("%d client errors during the 401 outages: %v", clientErrs, firstErr)
 		}
 		clientErrs, firstErr = 0, nil
-		pool := contract.PoolCluster("gpt-4o-mini")
+		pool := contract.Pool{Alias: "gpt-4o-mini"}.Cluster()
 		ejected, err := s.envoyStat(ctx, "cluster."+pool+".outlier_detection.ejections_enforced_total")
 		if err != nil {
 			t.Fatal(err)

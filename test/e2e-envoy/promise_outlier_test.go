@@ -61,7 +61,7 @@ func TestPromiseOutlierDetection(t *testing.T) {
 			ctx := testCtx(t)
 			h1, h2 := s.relays["relay-h1"], s.relays["relay-h2"]
 			h1.setHostStatus(http.StatusInternalServerError)
-			stat := "cluster." + contract.PoolCluster("spread") + ".outlier_detection.ejections_enforced_consecutive_5xx"
+			stat := "cluster." + contract.Pool{Alias: "spread"}.Cluster() + ".outlier_detection.ejections_enforced_consecutive_5xx"
 			for i := range 12 {
 				if _, err := s.chat(ctx, keyTeam, "spread", fmt.Sprintf("spread %d", i)); err != nil {
 					t.Fatalf("request %d: %v", i, err)
@@ -151,7 +151,7 @@ func TestPromiseLocalRepliesNeverEject(t *testing.T) {
 		}})
 		ctx := testCtx(t)
 		l := s.relays["relay-l"]
-		pool := "cluster." + contract.PoolCluster("lone") + ".outlier_detection."
+		pool := "cluster." + contract.Pool{Alias: "lone"}.Cluster() + ".outlier_detection."
 		cycle := func(what string, wantStatus int) {
 			t.Helper()
 			before, err := s.metric(ctx, "swarmgate_extproc_key_pick_failures_total", map[string]string{"backend": "lone"})

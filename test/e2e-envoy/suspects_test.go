@@ -900,7 +900,7 @@ func TestRequestsBypassingExtProcNeverReachAProvider(t *testing.T) {
 					header map[string]string
 				}{
 					{"plain request", nil},
-					{"forged pool header", map[string]string{contract.HeaderPool: contract.PoolCluster("m-probe")}},
+					{"forged pool header", map[string]string{contract.HeaderPool: contract.Pool{Alias: "m-probe"}.Cluster()}},
 				} {
 					h := map[string]string{"authorization": "Bearer " + keyTeam, "content-type": "application/json"}
 					for k, v := range req.header {

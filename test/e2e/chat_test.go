@@ -31,7 +31,7 @@ func TestChatJSONCountsUsage(t *testing.T) {
 		t.Fatalf("response usage %+v", resp.Usage)
 	}
 	rec, ok := waitRecord(t, g.sim, "json-1")
-	if !ok || rec.Cluster != contract.PoolCluster("gpt-4o-mini") || len(rec.Attempts) != 1 {
+	if !ok || rec.Cluster != (contract.Pool{Alias: "gpt-4o-mini"}).Cluster() || len(rec.Attempts) != 1 {
 		t.Fatalf("sim record %+v", rec)
 	}
 	md := rec.DynamicMetadata[contract.MetadataNamespace]
@@ -112,7 +112,7 @@ func TestToolsRouteAsLongJob(t *testing.T) {
 	if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "tools-1")); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := waitRecord(t, g.sim, "tools-1"); rec.Route != contract.PoolCluster("gpt-4o-mini")+"_long" {
+	if rec, _ := waitRecord(t, g.sim, "tools-1"); rec.Route != (contract.Pool{Alias: "gpt-4o-mini"}).Cluster()+"_long" {
 		t.Errorf("route %q, want the long-job route", rec.Route)
 	}
 }
@@ -257,7 +257,7 @@ func TestFailoverRenamesModelUpstream(t *testing.T) {
 	if n := g.upstreamMessages(t, "request_body"); n != 0 {
 		t.Errorf("an attempt on relay-a (no renaming) sent its body to the upstream ext_proc %v times", n)
 	}
-	g.sim.SetHealthy(contract.PoolCluster("gpt-4o-mini"), g.relayA.Addr().String(), false)
+	g.sim.SetHealthy(contract.Pool{Alias: "gpt-4o-mini"}.Cluster(), g.relayA.Addr().String(), false)
 	resp, err := g.chat(keyTeam).New(ctx, chatParams("gpt-4o-mini"))
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ func TestContextWindowRouting(t *testing.T) {
 		if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "big-ctx")); err != nil {
 			t.Fatal(err)
 		}
-		if rec, _ := waitRecord(t, g.sim, "big-ctx"); rec.Cluster != contract.PoolContextCluster("ctx", 100000) {
+		if rec, _ := waitRecord(t, g.sim, "big-ctx"); rec.Cluster != (contract.Pool{Alias: "ctx", MinContext: 100000}).Cluster() {
 			t.Fatalf("cluster %q", rec.Cluster)
 		}
 	}
@@ -334,7 +334,7 @@ func TestContextWindowRouting(t *testing.T) {
 	if _, err := g.chat(keyTeam).New(ctx, p, option.WithHeader("x-request-id", "open-ctx")); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := waitRecord(t, g.sim, "open-ctx"); rec.Cluster != contract.PoolContextCluster("ctx-open", 1001) {
+	if rec, _ := waitRecord(t, g.sim, "open-ctx"); rec.Cluster != (contract.Pool{Alias: "ctx-open", MinContext: 1001}).Cluster() {
 		t.Fatalf("cluster %q", rec.Cluster)
 	}
 	if len(g.relayA.Requests()) != 0 || len(g.relayB.Requests()) != 5 {

@@ -64,7 +64,7 @@ func TestResponsesPreviousResponseAffinity(t *testing.T) {
 				}
 			}
 			rec, ok := waitRecord(t, g.sim, rid)
-			if !ok || rec.Cluster != contract.PoolBackendCluster("gpt-resp", "oai") || len(rec.Attempts) != 1 {
+			if !ok || rec.Cluster != (contract.Pool{Alias: "gpt-resp", Backend: "oai"}).Cluster() || len(rec.Attempts) != 1 {
 				t.Fatalf("follow-up %s: sim record %+v", rid, rec)
 			}
 		}

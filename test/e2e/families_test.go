@@ -74,7 +74,7 @@ func TestResponsesPassthrough(t *testing.T) {
 
 	for _, id := range []string{"resp-json", "resp-sse"} {
 		rec, ok := waitRecord(t, g.sim, id)
-		if !ok || rec.Cluster != contract.PoolFamilyCluster("mixed", config.FamilyResponses) || len(rec.Attempts) != 1 {
+		if !ok || rec.Cluster != (contract.Pool{Alias: "mixed", Family: config.FamilyResponses}).Cluster() || len(rec.Attempts) != 1 {
 			t.Fatalf("%s: sim record %+v", id, rec)
 		}
 		h := rec.Attempts[0].Header
@@ -130,7 +130,7 @@ func TestMessagesPassthrough(t *testing.T) {
 
 	for _, id := range []string{"msg-json", "msg-sse"} {
 		rec, ok := waitRecord(t, g.sim, id)
-		if !ok || rec.Cluster != contract.PoolFamilyCluster("mixed", config.FamilyAnthropicMessages) || len(rec.Attempts) != 1 {
+		if !ok || rec.Cluster != (contract.Pool{Alias: "mixed", Family: config.FamilyAnthropicMessages}).Cluster() || len(rec.Attempts) != 1 {
 			t.Fatalf("%s: sim record %+v", id, rec)
 		}
 		h := rec.Attempts[0].Header

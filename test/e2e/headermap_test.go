@@ -168,7 +168,7 @@ func TestAllKeysOpenAnswers429WithRetryAfter(t *testing.T) {
 func TestWholePoolOutageIsAClearAnswer(t *testing.T) {
 	g := startGateway(t)
 	ctx := testCtx(t)
-	pool := contract.PoolCluster("gpt-4o-mini")
+	pool := contract.Pool{Alias: "gpt-4o-mini"}.Cluster()
 	g.sim.SetHealthy(pool, g.relayA.Addr().String(), false)
 	g.sim.SetHealthy(pool, g.relayB.Addr().String(), false)
 	var resp *http.Response

@@ -272,7 +272,7 @@ func TestTranslatedFailover(t *testing.T) {
 		checkAttempt(t, id, a, "/v1/chat/completions", "authorization", "Bearer oai-secret-1")
 	}
 	rec, ok := waitRecord(t, g.sim, "fo-m-json")
-	if !ok || len(rec.Attempts) != 2 || rec.Attempts[0].Status != 429 || rec.Cluster != contract.PoolCluster("either") {
+	if !ok || len(rec.Attempts) != 2 || rec.Attempts[0].Status != 429 || rec.Cluster != (contract.Pool{Alias: "either"}).Cluster() {
 		t.Fatalf("first request: %+v", rec)
 	}
 	first := attemptView{rec.Attempts[0].Path, rec.Attempts[0].Header}
@@ -371,7 +371,7 @@ func TestTranslatedRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec, ok := waitRecord(t, g.sim, "native-only")
-		if !ok || rec.Cluster != contract.PoolNativeCluster("either", config.FamilyAnthropicMessages) || len(rec.Attempts) != 1 {
+		if !ok || rec.Cluster != (contract.Pool{Alias: "either", Family: config.FamilyAnthropicMessages, Native: true}).Cluster() || len(rec.Attempts) != 1 {
 			t.Fatalf("sim record %+v", rec)
 		}
 	})
@@ -406,7 +406,7 @@ func TestCountTokensWithoutAnthropicBackend(t *testing.T) {
 		t.Fatalf("count_tokens on either: %v %+v", err, n)
 	}
 	rec, ok := waitRecord(t, g.sim, "count-either")
-	if !ok || rec.Cluster != contract.PoolNativeCluster("either", config.FamilyAnthropicMessages) || len(rec.Attempts) != 1 ||
+	if !ok || rec.Cluster != (contract.Pool{Alias: "either", Family: config.FamilyAnthropicMessages, Native: true}).Cluster() || len(rec.Attempts) != 1 ||
 		rec.Attempts[0].Path != "/v1/messages/count_tokens" {
 		t.Fatalf("sim record %+v", rec)
 	}

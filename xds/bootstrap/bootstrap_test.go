@@ -166,7 +166,7 @@ func checkMesh(t *testing.T, data []byte) {
 			t.Errorf("cluster %s uses ADS; an existing Envoy has its own ADS", cl.GetName())
 		}
 	}
-	for _, n := range []string{contract.ClusterXDS, contract.ClusterExtProc, contract.ClusterRateLimit, contract.PoolCluster("gpt-4o-mini")} {
+	for _, n := range []string{contract.ClusterXDS, contract.ClusterExtProc, contract.ClusterRateLimit, contract.Pool{Alias: "gpt-4o-mini"}.Cluster()} {
 		if !names[n] {
 			t.Errorf("snippet lacks cluster %s", n)
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
-	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/routing"
 )
 
 // Gateway is everything the Envoy side needs, derived from one config.
@@ -41,20 +41,20 @@ type Gateway struct {
 	Pools []Pool
 }
 
-// Pool is one Envoy cluster serving a model alias (or the alias restricted
-// to targets with a large enough context window).
+// Pool is one Envoy cluster serving a model alias, or the alias restricted
+// to some of its targets (internal/routing decides which; the restriction
+// fields are those of contract.Pool, which names the cluster).
 type Pool struct {
 	Alias      string
 	Cluster    string
 	MinContext int // 0: unrestricted
 	// Family restricts the pool to targets whose backend takes this API
-	// family, natively or translated (contract.PoolFamilyCluster), or with
-	// Native natively only (contract.PoolNativeCluster); "" for every
-	// target.
+	// family, natively or translated, or with Native natively only; ""
+	// for every target.
 	Family string
 	Native bool
-	// Backend restricts the pool to one backend's targets
-	// (contract.PoolBackendCluster); "" for every target.
+	// Backend restricts the pool to one backend's targets; "" for every
+	// target.
 	Backend string
 
 	Timeout        time.Duration // ordinary requests
@@ -118,160 +118,26 @@ func Build(cfg *config.Config) *Gateway {
 		Retry:               cfg.Retry,
 		Breaker:             cfg.Breaker,
 	}
-	for i := range cfg.Models {
-		m := &cfg.Models[i]
-		g.Pools = append(g.Pools, buildPool(cfg, m, poolSel{}))
-		for _, sel := range familyPools(cfg, m) {
-			g.Pools = append(g.Pools, buildPool(cfg, m, sel))
-		}
-		for _, b := range affinityBackends(cfg, m) {
-			g.Pools = append(g.Pools, buildPool(cfg, m, poolSel{family: config.FamilyResponses, native: true, backend: b}))
-		}
-		for _, w := range contextWindows(m) {
-			g.Pools = append(g.Pools, buildPool(cfg, m, poolSel{minContext: w}))
-		}
+	// Which clusters, with which targets: internal/routing, the same plan
+	// the data path chooses among.
+	for _, p := range routing.Plan(cfg) {
+		g.Pools = append(g.Pools, buildPool(cfg, &p))
 	}
 	slices.SortFunc(g.Pools, func(a, b Pool) int { return cmp(a.Cluster, b.Cluster) })
 	return g
 }
 
-// contextWindows lists the distinct known context windows of a model's
-// targets above the smallest: one restricted cluster each
-// (contract.PoolContextCluster). When some targets have no known window,
-// one more, above every known window, holds only those: the router sends a
-// request too long for every known window there (extproc requestBody).
-func contextWindows(m *config.Model) []int {
-	var ws []int
-	unknown := false
-	for _, t := range m.Targets {
-		if t.ContextWindow > 0 {
-			ws = append(ws, t.ContextWindow)
-		} else {
-			unknown = true
-		}
-	}
-	slices.Sort(ws)
-	ws = slices.Compact(ws)
-	if len(ws) == 0 {
-		return nil
-	}
-	out := ws[1:]
-	if unknown {
-		out = append(out, ws[len(ws)-1]+1)
-	}
-	return out
-}
-
-// familyPools lists the restricted clusters a model needs per API family
-// (extproc requestBody picks among them):
-//   - poolfam_<family>: the targets whose backend takes the family at all,
-//     natively or translated, when only some do;
-//   - poolnat_<family>: the targets that speak it natively, when others
-//     take it only translated: for requests the translator cannot express
-//     (and count_tokens, which has no translation).
-//
-// Retries stay inside the cluster, so every attempt can serve the request.
-func familyPools(cfg *config.Config, m *config.Model) []poolSel {
-	var out []poolSel
-	for _, f := range config.FamilyNames {
-		reach, native := 0, 0
-		for _, t := range m.Targets {
-			b, ok := cfg.Backend(t.Backend)
-			if !ok {
-				continue
-			}
-			if _, ok := b.Route(f); ok {
-				reach++
-			}
-			if b.Serves(f) {
-				native++
-			}
-		}
-		var sels []poolSel
-		if reach > 0 && reach < len(m.Targets) {
-			sels = append(sels, poolSel{family: f})
-		}
-		if native > 0 && native < reach {
-			sels = append(sels, poolSel{family: f, native: true})
-		}
-		for _, sel := range sels {
-			out = append(out, sel)
-			// Each restricted further by context window, as the whole
-			// pool is (contextWindows), over the selection's targets.
-			var in []config.Target
-			for _, t := range m.Targets {
-				if sel.admits(cfg, &t) {
-					in = append(in, t)
-				}
-			}
-			for _, w := range contextWindows(&config.Model{Targets: in}) {
-				out = append(out, poolSel{family: f, native: sel.native, minContext: w})
-			}
-		}
-	}
-	return out
-}
-
-// admits reports whether a target's backend is in the family selection
-// (context windows aside).
-func (sel poolSel) admits(cfg *config.Config, t *config.Target) bool {
-	if sel.backend != "" && t.Backend != sel.backend {
-		return false
-	}
-	if sel.family == "" {
-		return true
-	}
-	b, ok := cfg.Backend(t.Backend)
-	if !ok {
-		return false
-	}
-	_, reach := b.Route(sel.family)
-	return reach && (!sel.native || b.Serves(sel.family))
-}
-
-// affinityBackends lists the backends of a model with more than one
-// target that serve the Responses API: one cluster each, for requests
-// naming a previous_response_id, which only the backend (and key) that
-// created it can continue (extproc requestBody). A model of one target
-// routes them to its own cluster.
-func affinityBackends(cfg *config.Config, m *config.Model) []string {
-	var out []string
-	for _, t := range m.Targets {
-		if b, ok := cfg.Backend(t.Backend); ok && b.Serves(config.FamilyResponses) && t.Weight > 0 && len(m.Targets) > 1 &&
-			!slices.Contains(out, b.Name) {
-			out = append(out, b.Name)
-		}
-	}
-	return out
-}
-
-// poolSel selects a model's targets for one cluster; the zero value is
-// every target (PoolCluster).
-type poolSel struct {
-	minContext int    // targets with a window at least this (or unknown)
-	family     string // targets whose backend takes this API family
-	native     bool   // ... natively, not translated
-	backend    string // one backend's targets only
-}
-
-func (sel poolSel) cluster(model string) string {
-	switch {
-	case sel.backend != "":
-		return contract.PoolBackendCluster(model, sel.backend)
-	case sel.family != "":
-		return contract.PoolFamilyContextCluster(model, sel.family, sel.native, sel.minContext)
-	}
-	return contract.PoolContextCluster(model, sel.minContext)
-}
-
-func buildPool(cfg *config.Config, m *config.Model, sel poolSel) Pool {
+// buildPool resolves one planned pool for Envoy: timeouts, dense
+// priorities and thresholds over its targets.
+func buildPool(cfg *config.Config, rp *routing.Pool) Pool {
+	m := rp.Model
 	p := Pool{
-		Alias:       m.Name,
-		Cluster:     sel.cluster(m.Name),
-		MinContext:  sel.minContext,
-		Family:      sel.family,
-		Native:      sel.native,
-		Backend:     sel.backend,
+		Alias:       rp.Alias,
+		Cluster:     rp.Cluster(),
+		MinContext:  rp.MinContext,
+		Family:      rp.Family,
+		Native:      rp.Native,
+		Backend:     rp.Backend,
 		Timeout:     cfg.Request.Timeout.D(),
 		LongTimeout: cfg.Request.LongTimeout.D(),
 	}
@@ -283,24 +149,17 @@ func buildPool(cfg *config.Config, m *config.Model, sel poolSel) Pool {
 		p.LongTimeout = p.Timeout
 	}
 	// A target of weight 0 is drained: no locality (Envoy requires locality
-	// weights of at least 1). Thresholds are summed over the selected
-	// targets only.
-	skip := func(t *config.Target) bool {
-		if !sel.admits(cfg, t) {
-			return true
-		}
-		return t.Weight <= 0 || (sel.minContext > 0 && t.ContextWindow > 0 && t.ContextWindow < sel.minContext)
-	}
+	// weights of at least 1). Thresholds are summed over the others only.
 	var prios []int
-	for i := range m.Targets {
-		if !skip(&m.Targets[i]) {
-			prios = append(prios, m.Targets[i].Priority)
+	for i := range rp.Targets {
+		if rp.Targets[i].Weight > 0 {
+			prios = append(prios, rp.Targets[i].Priority)
 		}
 	}
 	slices.Sort(prios)
 	prios = slices.Compact(prios)
-	for _, t := range m.Targets {
-		if skip(&t) {
+	for _, t := range rp.Targets {
+		if t.Weight <= 0 {
 			continue
 		}
 		b, ok := cfg.Backend(t.Backend)

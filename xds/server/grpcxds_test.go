@@ -42,7 +42,7 @@ func grpcClient(t *testing.T, xdsAddr string) testgrpc.TestServiceClient {
 // call sends one RPC to a model alias's pool and returns the backend that
 // answered.
 func call(ctx context.Context, c testgrpc.TestServiceClient, model string) (string, error) {
-	ctx = metadata.AppendToOutgoingContext(ctx, contract.HeaderPool, contract.PoolCluster(model))
+	ctx = metadata.AppendToOutgoingContext(ctx, contract.HeaderPool, contract.Pool{Alias: model}.Cluster())
 	var md metadata.MD
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

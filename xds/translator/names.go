@@ -3,7 +3,7 @@ package translator
 import "github.com/swarmgate/swarmgate/internal/contract"
 
 // Names of the generated resources. Clusters of pools are
-// contract.PoolCluster / contract.PoolContextCluster; the service clusters
+// contract.Pool.Cluster (internal/routing plans them); the service clusters
 // are contract.Cluster*.
 const (
 	ListenerName    = "swarmgate"         // the gateway listener (LDS)

@@ -197,7 +197,7 @@ func (x *exchange) messages() *messages {
 			hv(":authority", "api.openai.com"), hv(":path", "/v1/chat/completions"), hv(":method", "POST"), hv(":scheme", "https"),
 			hv("content-type", "application/json"), hv("content-length", cl), hv("user-agent", "OpenAI/Go 3.0.0"),
 			hv("accept", "application/json"), hv("x-forwarded-proto", "http"), upRid,
-			hv(contract.HeaderPool, contract.PoolCluster(benchModel)),
+			hv(contract.HeaderPool, contract.Pool{Alias: benchModel}.Cluster()),
 			hv("x-envoy-expected-rq-timeout-ms", "600000"),
 		}}}}}
 	m.upBody = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
