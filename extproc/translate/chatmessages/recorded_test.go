@@ -1,4 +1,4 @@
-package translate
+package chatmessages
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package translate
+package responseschat
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
 // responsesChatSeeds adds every golden case's file of that name to the
@@ -27,12 +29,12 @@ func responsesChatSeeds(f *testing.F, name string, add func([]byte)) {
 }
 
 func FuzzResponsesChatRequest(f *testing.F) {
-	tr := responsesChatTranslator(f)
+	tr := New()
 	responsesChatSeeds(f, "request.in.json", func(b []byte) { f.Add(b) })
 	f.Fuzz(func(t *testing.T, body []byte) {
-		out, err := tr.Request(body, RequestOptions{Model: "m"})
+		out, err := tr.Request(body, translate.RequestOptions{Model: "m"})
 		if err != nil {
-			var un *Unsupported
+			var un *translate.Unsupported
 			if errors.As(err, &un) && un.Param == "" && json.Valid(body) {
 				t.Fatalf("a refusal names no field: %v", err)
 			}
@@ -45,19 +47,19 @@ func FuzzResponsesChatRequest(f *testing.F) {
 }
 
 func FuzzResponsesChatResponseSSE(f *testing.F) {
-	tr := responsesChatTranslator(f)
+	tr := New()
 	responsesChatSeeds(f, "response.in.sse", func(b []byte) { f.Add(b, uint8(7)) })
 	f.Fuzz(func(t *testing.T, in []byte, size uint8) {
-		o := ResponseOptions{Status: 200, Stream: true, RequestID: "sg-fuzz", Created: 1}
+		o := translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg-fuzz", Created: 1}
 		whole, werr := responsesChatFeed(tr, o, in, len(in))
 		chunked, cerr := responsesChatFeed(tr, o, in, int(size)+1)
 		if (werr == nil) != (cerr == nil) || !bytes.Equal(whole, chunked) {
 			t.Fatalf("chunks of %d translate differently (%v, %v):\n%s\nwhole:\n%s", int(size)+1, cerr, werr, chunked, whole)
 		}
 		// Every event the client gets is named for its JSON's type.
-		var p Events
+		var p translate.Events
 		n := 0
-		err := p.Feed(whole, true, func(e Event) error {
+		err := p.Feed(whole, true, func(e translate.Event) error {
 			n++
 			var v struct {
 				Type string `json:"type"`
@@ -87,7 +89,7 @@ func FuzzResponsesChatResponseSSE(f *testing.F) {
 	})
 }
 
-func responsesChatFeed(tr *Translator, o ResponseOptions, in []byte, size int) ([]byte, error) {
+func responsesChatFeed(tr *translate.Translator, o translate.ResponseOptions, in []byte, size int) ([]byte, error) {
 	r := tr.NewResponse(o)
 	var out []byte
 	if len(in) == 0 {

@@ -1,4 +1,4 @@
-package translate
+package pairs
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -30,23 +31,23 @@ func BenchmarkRequest(b *testing.B) {
 				`"input":[{"role":"user","content":"` + text + `"},{"type":"function_call","call_id":"t1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"t1","output":"ok"}]}`
 		},
 	}
-	pairs := map[string][2]string{
+	pair := map[string][2]string{
 		"messages_to_chat":  {config.FamilyAnthropicMessages, config.FamilyChatCompletions},
 		"chat_to_messages":  {config.FamilyChatCompletions, config.FamilyAnthropicMessages},
 		"responses_to_chat": {config.FamilyResponses, config.FamilyChatCompletions},
 	}
 	for name, mk := range bodies {
-		tr := mustPair(b, pairs[name][0], pairs[name][1])
+		tr := mustPair(b, pair[name][0], pair[name][1])
 		for _, size := range []int{2 << 10, 64 << 10} {
 			body := []byte(mk(strings.Repeat("word ", size/5)))
 			b.Run(fmt.Sprintf("%s/%dKB", name, size>>10), func(b *testing.B) {
-				if _, err := tr.Request(body, RequestOptions{Model: "up"}); err != nil {
+				if _, err := tr.Request(body, translate.RequestOptions{Model: "up"}); err != nil {
 					b.Fatal(err)
 				}
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				for b.Loop() {
-					_, _ = tr.Request(body, RequestOptions{Model: "up"})
+					_, _ = tr.Request(body, translate.RequestOptions{Model: "up"})
 				}
 			})
 		}
@@ -59,13 +60,13 @@ func BenchmarkRequest(b *testing.B) {
 func BenchmarkAgentRequest(b *testing.B) {
 	for _, c := range []struct {
 		name, from, dir string
-		o               RequestOptions
+		o               translate.RequestOptions
 	}{
-		{"claude_code", config.FamilyAnthropicMessages, "anthropic_messages_to_chat_completions/claude_code_tool_result", RequestOptions{Model: "up"}},
-		{"codex", config.FamilyResponses, "responses_to_chat_completions/codex_tool_result", RequestOptions{Model: "up", Hosted: DropHosted}},
+		{"claude_code", config.FamilyAnthropicMessages, "../messageschat/testdata/anthropic_messages_to_chat_completions/claude_code_tool_result", translate.RequestOptions{Model: "up"}},
+		{"codex", config.FamilyResponses, "../responseschat/testdata/responses_to_chat_completions/codex_tool_result", translate.RequestOptions{Model: "up", Hosted: translate.DropHosted}},
 	} {
 		tr := mustPair(b, c.from, config.FamilyChatCompletions)
-		body, err := os.ReadFile(filepath.Join("testdata", c.dir, "request.in.json"))
+		body, err := os.ReadFile(filepath.Join(c.dir, "request.in.json"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,4 +81,15 @@ func BenchmarkAgentRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// mustPair is the translator of a pair; the benchmark stops when it is
+// missing.
+func mustPair(tb testing.TB, from, to string) *translate.Translator {
+	tb.Helper()
+	tr := Lookup(from, to)
+	if tr == nil {
+		tb.Fatalf("%s → %s has no translator", from, to)
+	}
+	return tr
 }

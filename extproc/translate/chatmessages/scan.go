@@ -1,4 +1,4 @@
-package translate
+package chatmessages
 
 // A one-pass JSON reader for stream events: it walks an object's members
 // and checks every value's syntax as it steps over it (RFC 8259, as

@@ -1,8 +1,9 @@
-package translate
-
-// Chat completions client → Anthropic Messages backend: the request half.
-// The mapping, what is dropped and what is refused are in
-// docs/translation-chat-messages.md; this file follows it field by field.
+// Package chatmessages translates a chat completions client's requests for
+// an Anthropic Messages backend, and the backend's answers back. The
+// mapping, what is dropped and what is refused are in
+// docs/translation-chat-messages.md; request.go follows it field by field,
+// response.go and stream.go write the answer.
+package chatmessages
 
 import (
 	"bytes"
@@ -12,17 +13,19 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
-func init() {
-	register(&Translator{
+// New is the chat completions client → Anthropic Messages backend pair.
+func New() *translate.Translator {
+	return &translate.Translator{
 		From:        config.FamilyChatCompletions,
 		To:          config.FamilyAnthropicMessages,
 		Path:        "/v1/messages",
 		Request:     chatMessagesRequest,
 		NewResponse: newChatMessagesResponse,
-	})
+	}
 }
 
 // chatMessagesFallbackMaxTokens is sent as max_tokens when neither the
@@ -156,8 +159,8 @@ type chatMessagesToolChoice struct {
 	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
 }
 
-func chatMessagesRefuse(param, msg string) *Unsupported {
-	return &Unsupported{Param: param, Message: msg}
+func chatMessagesRefuse(param, msg string) *translate.Unsupported {
+	return &translate.Unsupported{Param: param, Message: msg}
 }
 
 // chatMessagesAbsent: a raw field not sent or sent as null.
@@ -165,7 +168,7 @@ func chatMessagesAbsent(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-func chatMessagesRequest(body []byte, o RequestOptions) ([]byte, error) {
+func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
 	var in chatMessagesChatRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		var te *json.UnmarshalTypeError

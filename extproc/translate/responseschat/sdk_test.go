@@ -1,4 +1,4 @@
-package translate
+package responseschat
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
 // responsesChatBackend is an httptest server in front of a recorded chat
@@ -27,7 +28,7 @@ import (
 // translated back, as the gateway would.
 func responsesChatBackend(t *testing.T, fixture string, status int) (*openai.Client, func() map[string]any) {
 	t.Helper()
-	tr := responsesChatTranslator(t)
+	tr := New()
 	answer, err := os.ReadFile(filepath.Join("testdata", "responses_to_chat_completions", fixture))
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +41,7 @@ func responsesChatBackend(t *testing.T, fixture string, status int) (*openai.Cli
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
-		out, err := tr.Request(body, RequestOptions{Model: "upstream-model"})
+		out, err := tr.Request(body, translate.RequestOptions{Model: "upstream-model"})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -54,7 +55,7 @@ func responsesChatBackend(t *testing.T, fixture string, status int) (*openai.Cli
 		chatReq = m
 		mu.Unlock()
 		stream := m["stream"] == true
-		resp := tr.NewResponse(ResponseOptions{Status: status, Stream: stream, RequestID: "sg-sdk", Created: 1764806400})
+		resp := tr.NewResponse(translate.ResponseOptions{Status: status, Stream: stream, RequestID: "sg-sdk", Created: 1764806400})
 		var dst []byte
 		// Chunks of an odd size, as Envoy may hand them over.
 		for i := 0; i < len(answer); i += 37 {

@@ -1,4 +1,4 @@
-package translate
+package responseschat
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
 func TestResponsesChatScanDelta(t *testing.T) {
@@ -45,9 +47,9 @@ func TestResponsesChatScanDelta(t *testing.T) {
 // responsesChatEvents decodes a translated stream's events for a
 // comparison of their values (escapes may differ).
 func responsesChatEvents(t testing.TB, b []byte) []any {
-	var p Events
+	var p translate.Events
 	var evs []any
-	if err := p.Feed(b, true, func(e Event) error {
+	if err := p.Feed(b, true, func(e translate.Event) error {
 		var v any
 		if err := json.Unmarshal(e.Data, &v); err != nil {
 			return err
@@ -69,7 +71,7 @@ func TestResponsesChatScanMatchesDecode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := ResponseOptions{Status: 200, Stream: true, RequestID: "sg"}
+		o := translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg"}
 		fast, ferr := newResponsesChatStream(o).Write(nil, in, true)
 		slow := newResponsesChatStream(o)
 		slow.noScan = true

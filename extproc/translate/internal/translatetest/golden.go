@@ -1,4 +1,6 @@
-package translate
+// Package translatetest runs a translator through its golden files; the
+// pair packages' tests share it.
+package translatetest
 
 import (
 	"bytes"
@@ -8,31 +10,33 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden *.out.* files from the translators' output")
 
 // caseOptions is a golden case's options.json (all optional).
 type caseOptions struct {
-	Model            string `json:"model"`              // RequestOptions.Model; default "upstream-model"
-	DefaultMaxTokens int    `json:"default_max_tokens"` // RequestOptions.DefaultMaxTokens; default 4096
-	Status           int    `json:"status"`             // ResponseOptions.Status; default 200
+	Model            string `json:"model"`              // translate.RequestOptions.Model; default "upstream-model"
+	DefaultMaxTokens int    `json:"default_max_tokens"` // translate.RequestOptions.DefaultMaxTokens; default 4096
+	Status           int    `json:"status"`             // translate.ResponseOptions.Status; default 200
 	IncludeUsage     bool   `json:"include_usage"`
 	RequestID        string `json:"request_id"` // default "sg-golden"
 	Created          int64  `json:"created"`    // default 1764806400
 	// EchoRequest hands request.in.json to the answer as
-	// ResponseOptions.Request (the router-level filter keeps it for the
+	// translate.ResponseOptions.Request (the router-level filter keeps it for the
 	// Responses API).
 	EchoRequest bool `json:"echo_request"`
-	// HostedTools "drop" translates with DropHosted (default: refuse);
+	// HostedTools "drop" translates with translate.DropHosted (default: refuse);
 	// the dropped tool types go to request.dropped, one a line.
 	HostedTools string `json:"hosted_tools"`
 }
 
-// runGoldens reviews a translator through its golden files, one directory
+// RunGoldens reviews a translator through its golden files, one directory
 // per case under testdata/<From>_to_<To>/:
 //
-//	request.in.json  → request.out.json, or request.err (the Unsupported's
+//	request.in.json  → request.out.json, or request.err (the translate.Unsupported's
 //	                   param on the first line) when it must be refused
 //	response.in.json → response.out.json   (a JSON answer)
 //	response.in.sse  → response.out.sse    (a stream)
@@ -40,9 +44,9 @@ type caseOptions struct {
 //	request.dropped  ← the hosted tools dropped (hosted_tools: drop)
 //
 // A stream must translate to the same bytes however it is chunked.
-// go test ./extproc/translate -run Golden -update rewrites the outputs;
+// go test ./extproc/translate/<pair> -run Golden -update rewrites the outputs;
 // review the diff like code.
-func runGoldens(t *testing.T, tr *Translator) {
+func RunGoldens(t *testing.T, tr *translate.Translator) {
 	t.Helper()
 	if tr == nil {
 		t.Fatal("translator not registered")
@@ -70,14 +74,14 @@ func runGoldens(t *testing.T, tr *Translator) {
 			ran := false
 			if in, err := os.ReadFile(filepath.Join(cdir, "request.in.json")); err == nil {
 				ran = true
-				ro := RequestOptions{Model: o.Model, DefaultMaxTokens: o.DefaultMaxTokens}
+				ro := translate.RequestOptions{Model: o.Model, DefaultMaxTokens: o.DefaultMaxTokens}
 				var dropped []byte
 				if o.HostedTools == "drop" {
-					ro.Hosted = DropHosted
+					ro.Hosted = translate.DropHosted
 					ro.Dropped = func(t string) { dropped = append(append(dropped, t...), '\n') }
 				}
 				out, err := tr.Request(in, ro)
-				var un *Unsupported
+				var un *translate.Unsupported
 				switch {
 				case errors.As(err, &un):
 					compareGolden(t, filepath.Join(cdir, "request.err"), []byte(un.Param+"\n"+un.Message+"\n"))
@@ -96,13 +100,13 @@ func runGoldens(t *testing.T, tr *Translator) {
 					continue
 				}
 				ran = true
-				ro := ResponseOptions{Status: o.Status, Stream: kind == "sse", IncludeUsage: o.IncludeUsage, RequestID: o.RequestID, Created: o.Created}
+				ro := translate.ResponseOptions{Status: o.Status, Stream: kind == "sse", IncludeUsage: o.IncludeUsage, RequestID: o.RequestID, Created: o.Created}
 				if o.EchoRequest {
 					ro.Request, _ = os.ReadFile(filepath.Join(cdir, "request.in.json"))
 				}
-				whole := translateChunked(t, tr, ro, in, len(in))
+				whole := TranslateChunked(t, tr, ro, in, len(in))
 				for _, size := range []int{1, 7, 64} {
-					if got := translateChunked(t, tr, ro, in, size); !bytes.Equal(got, whole) {
+					if got := TranslateChunked(t, tr, ro, in, size); !bytes.Equal(got, whole) {
 						t.Fatalf("chunks of %d bytes translate differently:\n%s\nwhole:\n%s", size, got, whole)
 					}
 				}
@@ -118,18 +122,9 @@ func runGoldens(t *testing.T, tr *Translator) {
 	}
 }
 
-// mustPair is the registered translator of a pair; the test stops when
-// it is missing.
-func mustPair(tb testing.TB, from, to string) *Translator {
-	tb.Helper()
-	tr := Lookup(from, to)
-	if tr == nil {
-		tb.Fatalf("%s → %s is not registered", from, to)
-	}
-	return tr
-}
-
-func translateChunked(t *testing.T, tr *Translator, o ResponseOptions, in []byte, size int) []byte {
+// TranslateChunked feeds in to a new Response of tr in chunks of size
+// bytes and returns what the client gets.
+func TranslateChunked(t *testing.T, tr *translate.Translator, o translate.ResponseOptions, in []byte, size int) []byte {
 	t.Helper()
 	r := tr.NewResponse(o)
 	var out []byte

@@ -1,4 +1,4 @@
-package translate
+package messageschat
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
 func messagesChatSeeds(f *testing.F, name string) {
@@ -23,9 +23,9 @@ func messagesChatSeeds(f *testing.F, name string) {
 
 func FuzzMessagesChatRequest(f *testing.F) {
 	messagesChatSeeds(f, "request.in.json")
-	tr := Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions)
+	tr := New()
 	f.Fuzz(func(t *testing.T, body []byte, _ uint8) {
-		out, err := tr.Request(body, RequestOptions{Model: "m"})
+		out, err := tr.Request(body, translate.RequestOptions{Model: "m"})
 		if err != nil {
 			return
 		}
@@ -41,10 +41,10 @@ func FuzzMessagesChatRequest(f *testing.F) {
 
 func FuzzMessagesChatResponseSSE(f *testing.F) {
 	messagesChatSeeds(f, "response.in.sse")
-	tr := Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions)
+	tr := New()
 	f.Fuzz(func(t *testing.T, in []byte, size uint8) {
-		translate := func(size int) ([]byte, bool) {
-			r := tr.NewResponse(ResponseOptions{Status: 200, Stream: true, RequestID: "sg-fuzz"})
+		run := func(size int) ([]byte, bool) {
+			r := tr.NewResponse(translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg-fuzz"})
 			var out []byte
 			var err error
 			for i := 0; ; i += size {
@@ -54,13 +54,13 @@ func FuzzMessagesChatResponseSSE(f *testing.F) {
 				}
 			}
 		}
-		whole, ok := translate(max(len(in), 1))
-		chunked, cok := translate(int(size%64) + 1)
+		whole, ok := run(max(len(in), 1))
+		chunked, cok := run(int(size%64) + 1)
 		if ok != cok || !bytes.Equal(whole, chunked) {
 			t.Fatalf("chunks of %d translate differently:\n%s\nwhole:\n%s", size%64+1, chunked, whole)
 		}
-		var p Events
-		err := p.Feed(whole, true, func(e Event) error {
+		var p translate.Events
+		err := p.Feed(whole, true, func(e translate.Event) error {
 			if len(e.Name) == 0 || !json.Valid(e.Data) {
 				t.Fatalf("bad event %q: %s\nin the output:\n%s", e.Name, e.Data, whole)
 			}
@@ -76,8 +76,8 @@ func FuzzMessagesChatResponseSSE(f *testing.F) {
 }
 
 func BenchmarkMessagesChatSSEChunk(b *testing.B) {
-	tr := Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions)
-	r := tr.NewResponse(ResponseOptions{Status: 200, Stream: true, RequestID: "sg-bench"})
+	tr := New()
+	r := tr.NewResponse(translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg-bench"})
 	first := []byte(`data: {"id":"chatcmpl-CZ1dB2cD3eF4gH5iJ6kL7mN8oP9t","object":"chat.completion.chunk","created":1764806400,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_b3f1157249","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n")
 	chunk := []byte(`data: {"id":"chatcmpl-CZ1dB2cD3eF4gH5iJ6kL7mN8oP9t","object":"chat.completion.chunk","created":1764806400,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_b3f1157249","choices":[{"index":0,"delta":{"content":" the quick brown"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"Xc3"}` + "\n\n")
 	dst, err := r.Write(nil, first, false)

@@ -1,25 +1,27 @@
-package translate
+package chatmessages
 
 // Chat completions client → Anthropic Messages backend: the response half.
 // A JSON answer is held to its end and rewritten whole; a stream is
 // rewritten event by event into chat.completion.chunk lines, copying the
 // backend's JSON string literals (text, partial_json) as they are, so a
 // text delta costs one validating pass over the event and one append
-// (chat_messages_stream.go).
+// (stream.go).
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
-func newChatMessagesResponse(o ResponseOptions) Response {
+func newChatMessagesResponse(o translate.ResponseOptions) translate.Response {
 	switch {
 	case o.Status >= 400:
-		return newErrorResponse(o.Status, family.OpenAI)
+		return translate.NewErrorResponse(o.Status, family.OpenAI)
 	case o.Stream:
 		s := &chatMessagesStream{o: o}
 		s.onEvent = s.event
@@ -71,7 +73,7 @@ func chatMessagesFinish(stop string) string {
 
 // chatMessagesJSON holds a JSON answer to its end.
 type chatMessagesJSON struct {
-	o   ResponseOptions
+	o   translate.ResponseOptions
 	buf []byte
 }
 
@@ -89,11 +91,11 @@ type chatMessagesAnswer struct {
 	Usage chatMessagesUsage `json:"usage"`
 }
 
-// errChatMessagesTooLarge: a JSON answer above maxBuffered.
-var errChatMessagesTooLarge = errorString("translate: the backend's answer exceeds the translation buffer")
+// errChatMessagesTooLarge: a JSON answer above translate.MaxBuffered.
+var errChatMessagesTooLarge = errors.New("translate: the backend's answer exceeds the translation buffer")
 
 func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
-	if len(r.buf)+len(chunk) > maxBuffered {
+	if len(r.buf)+len(chunk) > translate.MaxBuffered {
 		return dst, errChatMessagesTooLarge
 	}
 	r.buf = append(r.buf, chunk...)

@@ -1,4 +1,4 @@
-package translate
+package messageschat
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
@@ -17,10 +18,10 @@ import (
 // backend: a chat completion (JSON or chunk stream) written as a Messages
 // answer (message object or its event stream).
 
-func newMessagesChatResponse(o ResponseOptions) Response {
+func newMessagesChatResponse(o translate.ResponseOptions) translate.Response {
 	switch {
 	case o.Status >= 400:
-		return newErrorResponse(o.Status, family.Anthropic)
+		return translate.NewErrorResponse(o.Status, family.Anthropic)
 	case o.Stream:
 		return &messagesChatStream{o: o}
 	}
@@ -83,7 +84,7 @@ func messagesChatMessageID(id, requestID string) string {
 // ---- JSON answers ----
 
 type messagesChatJSON struct {
-	o    ResponseOptions
+	o    translate.ResponseOptions
 	buf  []byte
 	over bool
 }
@@ -132,7 +133,7 @@ type messagesChatToolUseBlock struct {
 
 func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if !r.over {
-		if len(r.buf)+len(chunk) > maxBuffered {
+		if len(r.buf)+len(chunk) > translate.MaxBuffered {
 			r.over, r.buf = true, nil
 		} else {
 			r.buf = append(r.buf, chunk...)
@@ -217,8 +218,8 @@ func messagesChatInput(args string) json.RawMessage {
 // argument strings are copied as their JSON tokens, never decoded, so a
 // text delta costs no allocation.
 type messagesChatStream struct {
-	o      ResponseOptions
-	events Events
+	o      translate.ResponseOptions
+	events translate.Events
 	out    []byte // what the event being handled appends
 
 	started  bool
@@ -255,7 +256,7 @@ func (s *messagesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error) 
 	return dst, err
 }
 
-func (s *messagesChatStream) event(e Event) error {
+func (s *messagesChatStream) event(e translate.Event) error {
 	if s.done {
 		return nil
 	}
@@ -269,7 +270,7 @@ func (s *messagesChatStream) event(e Event) error {
 		return nil
 	}
 	if string(e.Name) == "error" {
-		s.out = AppendEvent(s.out, "error", ErrorBody(data, 0, family.Anthropic))
+		s.out = translate.AppendEvent(s.out, "error", translate.ErrorBody(data, 0, family.Anthropic))
 		s.done = true
 		return nil
 	}
@@ -293,7 +294,7 @@ func (s *messagesChatStream) event(e Event) error {
 		}
 	}
 	if messagesChatPresent(failure) {
-		s.out = AppendEvent(s.out, "error", ErrorBody(data, 0, family.Anthropic))
+		s.out = translate.AppendEvent(s.out, "error", translate.ErrorBody(data, 0, family.Anthropic))
 		s.done = true
 		return nil
 	}

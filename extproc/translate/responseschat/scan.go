@@ -1,4 +1,4 @@
-package translate
+package responseschat
 
 import "unicode/utf8"
 

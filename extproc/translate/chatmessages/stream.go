@@ -1,22 +1,24 @@
-package translate
+package chatmessages
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // chatMessagesStream rewrites an Anthropic Messages event stream into chat
 // completions chunks. Each event is read and checked in place in one pass
-// (chat_messages_scan.go): the text and partial JSON the client gets are
+// (scan.go): the text and partial JSON the client gets are
 // the backend's string literals, copied as they are.
 type chatMessagesStream struct {
-	o       ResponseOptions
-	events  Events
-	onEvent func(Event) error // s.event, bound once
-	out     []byte            // dst while Feed runs
+	o       translate.ResponseOptions
+	events  translate.Events
+	onEvent func(translate.Event) error // s.event, bound once
+	out     []byte                      // dst while Feed runs
 
 	prefix  []byte // `{"id":…,"object":"chat.completion.chunk","created":…,"model":…`
 	tokens  chatMessagesTokens
@@ -79,13 +81,13 @@ func (s *chatMessagesStream) Write(dst, chunk []byte, end bool) ([]byte, error) 
 	return dst, nil
 }
 
-func (s *chatMessagesStream) event(ev Event) error {
+func (s *chatMessagesStream) event(ev translate.Event) error {
 	if s.done || string(ev.Name) == "ping" {
 		return nil
 	}
 	var e chatMessagesEvent
 	if !e.read(ev.Data) {
-		return &chatMessagesReadError{err: errorString("an event's data is not a JSON object: " + chatMessagesClip(ev.Data))}
+		return &chatMessagesReadError{err: errors.New("an event's data is not a JSON object: " + chatMessagesClip(ev.Data))}
 	}
 	switch string(e.typ) {
 	case `"content_block_delta"`:

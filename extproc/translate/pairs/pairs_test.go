@@ -1,9 +1,10 @@
-package translate
+package pairs
 
 import (
 	"encoding/json"
 	"testing"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -24,8 +25,21 @@ func TestEveryRouteHasATranslator(t *testing.T) {
 			}
 		}
 	}
-	if n != len(pairs) {
-		t.Errorf("%d translators registered, config routes %d pairs", len(pairs), n)
+	if n != len(All()) {
+		t.Errorf("%d translators registered, config routes %d pairs", len(All()), n)
+	}
+}
+
+// TestOnePerPair: no two translators claim the same pair (Lookup would
+// hide the second).
+func TestOnePerPair(t *testing.T) {
+	seen := map[[2]string]bool{}
+	for _, tr := range All() {
+		k := [2]string{tr.From, tr.To}
+		if seen[k] {
+			t.Errorf("two translators for %s → %s", tr.From, tr.To)
+		}
+		seen[k] = true
 	}
 }
 
@@ -41,7 +55,7 @@ func TestChatMaxTokensField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, field := range []string{"", "max_tokens", "max_completion_tokens"} {
-			out, err := Lookup(tt.from, config.FamilyChatCompletions).Request([]byte(tt.body), RequestOptions{Model: "up", MaxTokensField: field})
+			out, err := Lookup(tt.from, config.FamilyChatCompletions).Request([]byte(tt.body), translate.RequestOptions{Model: "up", MaxTokensField: field})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package translate
+package chatmessages
 
 import (
 	"context"
@@ -11,18 +11,20 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/internal/translatetest"
 )
 
 // chatMessagesServe answers every request with the translation of a golden
 // case's recorded Anthropic answer, written in 7-byte chunks the way the
 // router-level filter would pass them on.
-func chatMessagesServe(t *testing.T, name, file string, o ResponseOptions) *openai.Client {
+func chatMessagesServe(t *testing.T, name, file string, o translate.ResponseOptions) *openai.Client {
 	t.Helper()
 	in, err := readChatMessagesCase(name, file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := translateChunked(t, chatMessagesTranslator(t), o, in, 7)
+	out := translatetest.TranslateChunked(t, New(), o, in, 7)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.Stream && o.Status < 400 {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -52,7 +54,7 @@ func chatMessagesContext(t *testing.T) context.Context {
 
 func TestChatMessagesSDKJSON(t *testing.T) {
 	ctx := chatMessagesContext(t)
-	c := chatMessagesServe(t, "tool_use_multi_turn", "response.in.json", ResponseOptions{Status: 200, Created: 1764806400})
+	c := chatMessagesServe(t, "tool_use_multi_turn", "response.in.json", translate.ResponseOptions{Status: 200, Created: 1764806400})
 	got, err := c.Chat.Completions.New(ctx, chatMessagesParams())
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +74,7 @@ func TestChatMessagesSDKJSON(t *testing.T) {
 		t.Fatalf("usage %+v", got.Usage)
 	}
 
-	c = chatMessagesServe(t, "cache_usage", "response.in.json", ResponseOptions{Status: 200, Created: 1})
+	c = chatMessagesServe(t, "cache_usage", "response.in.json", translate.ResponseOptions{Status: 200, Created: 1})
 	if got, err = c.Chat.Completions.New(ctx, chatMessagesParams()); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestChatMessagesSDKJSON(t *testing.T) {
 }
 
 func TestChatMessagesSDKError(t *testing.T) {
-	c := chatMessagesServe(t, "upstream_529", "response.in.json", ResponseOptions{Status: 529})
+	c := chatMessagesServe(t, "upstream_529", "response.in.json", translate.ResponseOptions{Status: 529})
 	_, err := c.Chat.Completions.New(chatMessagesContext(t), chatMessagesParams())
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
@@ -114,7 +116,7 @@ func chatMessagesAccumulate(t *testing.T, c *openai.Client) (openai.ChatCompleti
 }
 
 func TestChatMessagesSDKStream(t *testing.T) {
-	c := chatMessagesServe(t, "stream_tool_use", "response.in.sse", ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
+	c := chatMessagesServe(t, "stream_tool_use", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
 	acc, _, err := chatMessagesAccumulate(t, c)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +137,7 @@ func TestChatMessagesSDKStream(t *testing.T) {
 		t.Fatalf("id %q model %q", acc.ID, acc.Model)
 	}
 
-	c = chatMessagesServe(t, "cache_usage", "response.in.sse", ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
+	c = chatMessagesServe(t, "cache_usage", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
 	if acc, _, err = chatMessagesAccumulate(t, c); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func TestChatMessagesSDKStream(t *testing.T) {
 		t.Fatalf("content %q usage %+v", acc.Choices[0].Message.Content, acc.Usage)
 	}
 
-	c = chatMessagesServe(t, "stream_text_no_usage", "response.in.sse", ResponseOptions{Status: 200, Stream: true, Created: 1})
+	c = chatMessagesServe(t, "stream_text_no_usage", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, Created: 1})
 	if acc, _, err = chatMessagesAccumulate(t, c); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +159,7 @@ func TestChatMessagesSDKStream(t *testing.T) {
 }
 
 func TestChatMessagesSDKStreamError(t *testing.T) {
-	c := chatMessagesServe(t, "stream_overloaded_error", "response.in.sse", ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
+	c := chatMessagesServe(t, "stream_overloaded_error", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
 	acc, chunks, err := chatMessagesAccumulate(t, c)
 	if err == nil || !strings.Contains(err.Error(), "Overloaded") {
 		t.Fatalf("err %v, want the backend's overloaded error", err)

@@ -1,19 +1,20 @@
-package translate
+package messageschat
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/internal/translatetest"
 )
 
 func TestMessagesChatGolden(t *testing.T) {
-	runGoldens(t, mustPair(t, config.FamilyAnthropicMessages, config.FamilyChatCompletions))
+	translatetest.RunGoldens(t, New())
 }
 
 func TestMessagesChatRequestEdges(t *testing.T) {
-	tr := mustPair(t, config.FamilyAnthropicMessages, config.FamilyChatCompletions)
+	tr := New()
 	const user = `{"role":"user","content":"hi"}`
 	tests := []struct {
 		name, body string
@@ -55,8 +56,8 @@ func TestMessagesChatRequestEdges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := tr.Request([]byte(tt.body), RequestOptions{Model: "m"})
-			var un *Unsupported
+			out, err := tr.Request([]byte(tt.body), translate.RequestOptions{Model: "m"})
+			var un *translate.Unsupported
 			switch {
 			case errors.As(err, &un):
 				if got := "refused " + un.Param; got != tt.want {
@@ -72,7 +73,7 @@ func TestMessagesChatRequestEdges(t *testing.T) {
 	// Hosted tools dropped: the request goes without them (and without a
 	// tool_choice forcing one), each reported.
 	var dropped []string
-	o := RequestOptions{Model: "m", Hosted: DropHosted, Dropped: func(tt string) { dropped = append(dropped, tt) }}
+	o := translate.RequestOptions{Model: "m", Hosted: translate.DropHosted, Dropped: func(tt string) { dropped = append(dropped, tt) }}
 	out, err := tr.Request([]byte(`{"model":"c","tools":[{"type":"web_search_20250305","name":"web_search"},{"name":"f","input_schema":{"type":"object"}},{"type":"computer_20250124","name":"computer"}],"tool_choice":{"type":"tool","name":"web_search"},"messages":[`+
 		user+`,{"role":"assistant","content":[{"type":"server_tool_use","id":"s1","name":"web_search","input":{}},{"type":"web_search_tool_result","tool_use_id":"s1","content":[]},{"type":"text","text":"found"}]},`+user+`]}`), o)
 	if err != nil {
@@ -86,8 +87,8 @@ func TestMessagesChatRequestEdges(t *testing.T) {
 		t.Errorf("dropped %q", got)
 	}
 	for _, bad := range []string{``, `[]`, `{"messages":{}}`, `{"messages":[{"role":"user","content":5}]}`} {
-		_, err := tr.Request([]byte(bad), RequestOptions{Model: "m"})
-		var un *Unsupported
+		_, err := tr.Request([]byte(bad), translate.RequestOptions{Model: "m"})
+		var un *translate.Unsupported
 		if err == nil || errors.As(err, &un) {
 			t.Errorf("%q: got %v, want a read error", bad, err)
 		}

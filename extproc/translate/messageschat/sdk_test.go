@@ -1,4 +1,4 @@
-package translate
+package messageschat
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
 // messagesChatBackend serves, as a Messages API, a golden case's recorded
@@ -23,11 +23,11 @@ import (
 // too (and must be), so both halves meet the SDK.
 func messagesChatBackend(t *testing.T, caseName string, status int) *anthropic.Client {
 	t.Helper()
-	tr := Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions)
+	tr := New()
 	dir := filepath.Join("testdata", "anthropic_messages_to_chat_completions", caseName)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		out, err := tr.Request(body, RequestOptions{Model: "upstream-model"})
+		out, err := tr.Request(body, translate.RequestOptions{Model: "upstream-model"})
 		if err != nil {
 			t.Errorf("request: %v\n%s", err, body)
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -55,7 +55,7 @@ func messagesChatBackend(t *testing.T, caseName string, status int) *anthropic.C
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		resp := tr.NewResponse(ResponseOptions{Status: status, Stream: kind == "sse", RequestID: "sg-sdk"})
+		resp := tr.NewResponse(translate.ResponseOptions{Status: status, Stream: kind == "sse", RequestID: "sg-sdk"})
 		if kind == "sse" {
 			w.Header().Set("Content-Type", "text/event-stream")
 		} else {

@@ -1,4 +1,4 @@
-package translate
+package responseschat
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
@@ -367,15 +368,15 @@ func responsesChatAppendEscaped(b []byte, s string) []byte {
 // responsesChatJSON holds a chat completion to its end and writes it as a
 // Response object.
 type responsesChatJSON struct {
-	o    ResponseOptions
+	o    translate.ResponseOptions
 	buf  []byte
 	over bool
 }
 
-func newResponsesChatResponse(o ResponseOptions) Response {
+func newResponsesChatResponse(o translate.ResponseOptions) translate.Response {
 	switch {
 	case o.Status >= 400:
-		return newErrorResponse(o.Status, family.OpenAI)
+		return translate.NewErrorResponse(o.Status, family.OpenAI)
 	case o.Stream:
 		return newResponsesChatStream(o)
 	}
@@ -388,7 +389,7 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if r.over {
 		return dst, errResponsesChatTooLarge
 	}
-	if len(r.buf)+len(chunk) > maxBuffered {
+	if len(r.buf)+len(chunk) > translate.MaxBuffered {
 		r.over, r.buf = true, nil
 		return dst, errResponsesChatTooLarge
 	}

@@ -1,30 +1,33 @@
-package translate
+// Package responseschat translates a Responses API client's requests for a
+// chat completions backend, for requests that keep no state on the server
+// (docs/translation-responses-chat.md):
+//
+//   - request.go: the Responses request body → a chat completions request
+//     body, refusing server-side state and built-in tools with an
+//     *translate.Unsupported naming the field.
+//   - response.go: a chat completion (JSON) → a Response object, and the
+//     Response object writer the stream shares.
+//   - stream.go: chat completion chunks (SSE) → the Responses event
+//     sequence.
+package responseschat
 
 import (
 	"strconv"
 	"strings"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
-// The Responses API client → chat completions backend pair, for requests
-// that keep no state on the server (docs/translation-responses-chat.md):
-//
-//   - responses_chat_request.go: the Responses request body → a chat
-//     completions request body, refusing server-side state and built-in
-//     tools with an *Unsupported naming the field.
-//   - responses_chat_response.go: a chat completion (JSON) → a Response
-//     object, and the Response object writer the stream shares.
-//   - responses_chat_stream.go: chat completion chunks (SSE) → the
-//     Responses event sequence.
-func init() {
-	register(&Translator{
+// New is the Responses API client → chat completions backend pair.
+func New() *translate.Translator {
+	return &translate.Translator{
 		From:        config.FamilyResponses,
 		To:          config.FamilyChatCompletions,
 		Path:        "/v1/chat/completions",
 		Request:     responsesChatRequest,
 		NewResponse: newResponsesChatResponse,
-	})
+	}
 }
 
 // responsesChatAppendInt appends n in decimal.

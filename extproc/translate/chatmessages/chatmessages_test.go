@@ -1,4 +1,4 @@
-package translate
+package chatmessages
 
 import (
 	"bytes"
@@ -9,25 +9,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/internal/translatetest"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
-func chatMessagesTranslator(tb testing.TB) *Translator {
-	tb.Helper()
-	return mustPair(tb, config.FamilyChatCompletions, config.FamilyAnthropicMessages)
-}
-
 func TestChatMessagesGolden(t *testing.T) {
-	runGoldens(t, chatMessagesTranslator(t))
+	translatetest.RunGoldens(t, New())
 }
 
 func TestChatMessagesRegistered(t *testing.T) {
-	tr := chatMessagesTranslator(t)
+	tr := New()
 	if tr.Path != "/v1/messages" {
 		t.Fatalf("path %q", tr.Path)
 	}
 	b := config.Backend{Families: []string{config.FamilyAnthropicMessages}}
-	if to, ok := b.Route(config.FamilyChatCompletions); !ok || Lookup(config.FamilyChatCompletions, to) != tr {
+	if to, ok := b.Route(config.FamilyChatCompletions); !ok || to != tr.To {
 		t.Fatalf("an Anthropic backend takes chat completions as %q, %v", to, ok)
 	}
 }
@@ -66,8 +63,8 @@ func TestChatMessagesRequestRefusals(t *testing.T) {
 		{`{"messages":[{"role":"user","content":"hi"}]`, ""},
 		{`{` + user + `,"tools":[{"type":"function","function":{"name":"f","parameters":"object"}}]}`, "tools[0].function.parameters"},
 	} {
-		_, err := chatMessagesRequest([]byte(c.body), RequestOptions{Model: "m", DefaultMaxTokens: 100})
-		var un *Unsupported
+		_, err := chatMessagesRequest([]byte(c.body), translate.RequestOptions{Model: "m", DefaultMaxTokens: 100})
+		var un *translate.Unsupported
 		if !errors.As(err, &un) {
 			t.Errorf("%s: err %v, want an Unsupported", c.body, err)
 			continue
@@ -91,7 +88,7 @@ func TestChatMessagesRequestDetails(t *testing.T) {
 		{"tool_choice without tools dropped", `{"tool_choice":"required","parallel_tool_calls":false,"messages":[{"role":"user","content":"hi"}]}`,
 			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":4096}`},
 	} {
-		got, err := chatMessagesRequest([]byte(c.body), RequestOptions{Model: "m"})
+		got, err := chatMessagesRequest([]byte(c.body), translate.RequestOptions{Model: "m"})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -103,7 +100,7 @@ func TestChatMessagesRequestDetails(t *testing.T) {
 }
 
 func TestChatMessagesStreamCut(t *testing.T) {
-	r := newChatMessagesResponse(ResponseOptions{Stream: true, Status: 200, Created: 1})
+	r := newChatMessagesResponse(translate.ResponseOptions{Stream: true, Status: 200, Created: 1})
 	in := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"c\",\"usage\":{\"input_tokens\":1}}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n"
 	out, err := r.Write(nil, []byte(in), true)
@@ -119,11 +116,11 @@ func TestChatMessagesStreamCut(t *testing.T) {
 }
 
 func TestChatMessagesResponseNotAnthropic(t *testing.T) {
-	r := newChatMessagesResponse(ResponseOptions{Status: 200})
+	r := newChatMessagesResponse(translate.ResponseOptions{Status: 200})
 	if _, err := r.Write(nil, []byte("<html>"), true); err == nil {
 		t.Fatal("a body that is not JSON must be an error")
 	}
-	s := newChatMessagesResponse(ResponseOptions{Status: 200, Stream: true})
+	s := newChatMessagesResponse(translate.ResponseOptions{Status: 200, Stream: true})
 	if _, err := s.Write(nil, []byte("data: {nope\n\n"), false); err == nil {
 		t.Fatal("an event that is not JSON must be an error")
 	}
@@ -158,9 +155,9 @@ func FuzzChatMessagesRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		out, err := chatMessagesRequest(body, RequestOptions{Model: "m", DefaultMaxTokens: 64})
+		out, err := chatMessagesRequest(body, translate.RequestOptions{Model: "m", DefaultMaxTokens: 64})
 		if err != nil {
-			var un *Unsupported
+			var un *translate.Unsupported
 			if !errors.As(err, &un) {
 				t.Fatalf("error %v is not an Unsupported", err)
 			}
@@ -188,7 +185,7 @@ func FuzzChatMessagesResponseSSE(f *testing.F) {
 	}
 	f.Add([]byte("data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n"), uint8(1), false)
 	f.Fuzz(func(t *testing.T, in []byte, size uint8, usage bool) {
-		o := ResponseOptions{Status: 200, Stream: true, IncludeUsage: usage, RequestID: "r", Created: 1}
+		o := translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: usage, RequestID: "r", Created: 1}
 		run := func(n int) ([]byte, error) {
 			r := newChatMessagesResponse(o)
 			var out []byte
@@ -220,7 +217,7 @@ func FuzzChatMessagesResponseSSE(f *testing.F) {
 // BenchmarkChatMessagesSSEChunk is the cost of one upstream chunk holding
 // one typical text delta event.
 func BenchmarkChatMessagesSSEChunk(b *testing.B) {
-	r := newChatMessagesResponse(ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
+	r := newChatMessagesResponse(translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
 	start := []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01RnXXtUnT5sR3xn3DmsYtmX\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5-20250929\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":1}}}\n\n" +
 		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
 	chunk := []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" the quick brown fox jumps\"}}\n\n")
@@ -285,9 +282,9 @@ func TestChatMessagesStreamShapes(t *testing.T) {
 		}
 		b.WriteString(line + "\r\n")
 	}
-	o := ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400}
+	o := translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400}
 	for _, size := range []int{1, 5, 1 << 20} {
-		got := translateChunked(t, chatMessagesTranslator(t), o, []byte(b.String()), size)
+		got := translatetest.TranslateChunked(t, New(), o, []byte(b.String()), size)
 		if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
 			t.Fatalf("chunks of %d:\n%s\nwant:\n%s", size, got, want)
 		}

@@ -1,9 +1,10 @@
-package translate
+package responseschat
 
 import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
@@ -27,9 +28,9 @@ import (
 // in a chunk of its own after the finish_reason chunk: the final event
 // waits for it, for [DONE], or for the stream's end.
 type responsesChatStream struct {
-	o      ResponseOptions
-	events Events
-	onEvt  func(Event) error
+	o      translate.ResponseOptions
+	events translate.Events
+	onEvt  func(translate.Event) error
 	out    []byte // dst while Write runs
 	chunk  responsesChatChunk
 	delta  responsesChatDeltaChunk
@@ -46,7 +47,7 @@ type responsesChatStream struct {
 	calls     []int
 }
 
-func newResponsesChatStream(o ResponseOptions) *responsesChatStream {
+func newResponsesChatStream(o translate.ResponseOptions) *responsesChatStream {
 	s := &responsesChatStream{o: o, msg: -1}
 	s.res.echo = responsesChatEchoOf(o.Request)
 	s.res.namespaced = responsesChatNamespaced(s.res.echo.Tools)
@@ -71,7 +72,7 @@ func (s *responsesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error)
 	return dst, err
 }
 
-func (s *responsesChatStream) event(e Event) error {
+func (s *responsesChatStream) event(e translate.Event) error {
 	if s.done {
 		return nil
 	}
@@ -116,7 +117,7 @@ func (s *responsesChatStream) event(e Event) error {
 		s.start()
 	}
 	if len(c.Error) > 0 && string(c.Error) != "null" {
-		var m errMsg
+		var m translate.ErrorMessage
 		if json.Unmarshal(c.Error, &m) != nil {
 			_ = json.Unmarshal(c.Error, &m.Message)
 		}

@@ -1,19 +1,15 @@
-package translate
+package responseschat
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/internal/translatetest"
 )
 
-func responsesChatTranslator(tb testing.TB) *Translator {
-	tb.Helper()
-	return mustPair(tb, config.FamilyResponses, config.FamilyChatCompletions)
-}
-
 func TestResponsesChatGolden(t *testing.T) {
-	runGoldens(t, responsesChatTranslator(t))
+	translatetest.RunGoldens(t, New())
 }
 
 // Schemas reach the backend byte for byte: no re-encoding, no HTML
@@ -23,7 +19,7 @@ func TestResponsesChatRequestKeepsSchemaBytes(t *testing.T) {
 	schema := `{"type": "object", "properties": {"z": {"enum": ["\u00e9", "é"]}}}`
 	body := `{"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":` + params + `}],` +
 		`"text":{"format":{"type":"json_schema","name":"s","schema":` + schema + `}}}`
-	out, err := responsesChatTranslator(t).Request([]byte(body), RequestOptions{Model: "m"})
+	out, err := New().Request([]byte(body), translate.RequestOptions{Model: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +52,7 @@ func TestResponsesChatStreamShapes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := responsesChatTranslator(t).NewResponse(ResponseOptions{Status: 200, Stream: true})
+			r := New().NewResponse(translate.ResponseOptions{Status: 200, Stream: true})
 			out, err := r.Write(nil, []byte(tt.stream), true)
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +77,7 @@ func TestResponsesChatStreamShapes(t *testing.T) {
 
 func TestResponsesChatJSONErrors(t *testing.T) {
 	for _, body := range []string{`{"error":{"message":"overloaded"}}`, `not json`, `{"choices":"x"}`} {
-		r := responsesChatTranslator(t).NewResponse(ResponseOptions{Status: 200})
+		r := New().NewResponse(translate.ResponseOptions{Status: 200})
 		if out, err := r.Write(nil, []byte(body), true); err == nil {
 			t.Errorf("%s: no error, wrote %s", body, out)
 		}

@@ -1,4 +1,8 @@
-package translate
+// Package messageschat translates an Anthropic Messages client's requests
+// for a chat completions backend, and the backend's answers back. The
+// request half is request.go, the answer's response.go. The mapping, what
+// is dropped and what is refused: docs/translation-messages-chat.md.
+package messageschat
 
 import (
 	"bytes"
@@ -7,21 +11,19 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
-// Anthropic Messages client → chat completions backend. The request half
-// is here; the answer's in messages_chat_response.go. The mapping, what is
-// dropped and what is refused: docs/translation-messages-chat.md.
-
-func init() {
-	register(&Translator{
+// New is the Anthropic Messages client → chat completions backend pair.
+func New() *translate.Translator {
+	return &translate.Translator{
 		From:        config.FamilyAnthropicMessages,
 		To:          config.FamilyChatCompletions,
 		Path:        "/v1/chat/completions",
 		Request:     messagesChatRequest,
 		NewResponse: newMessagesChatResponse,
-	})
+	}
 }
 
 // messagesChatIn is the part of a Messages request the translation reads.
@@ -148,8 +150,8 @@ type messagesChatChoiceFn struct {
 	} `json:"function"`
 }
 
-func messagesChatRefuse(param, format string, args ...any) *Unsupported {
-	return &Unsupported{Param: param, Message: param + ": " + fmt.Sprintf(format, args...)}
+func messagesChatRefuse(param, format string, args ...any) *translate.Unsupported {
+	return &translate.Unsupported{Param: param, Message: param + ": " + fmt.Sprintf(format, args...)}
 }
 
 // messagesChatPresent is a raw field the client set to something other
@@ -158,7 +160,7 @@ func messagesChatPresent(r json.RawMessage) bool {
 	return len(r) > 0 && !bytes.Equal(r, []byte("null"))
 }
 
-func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
+func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
 	var in messagesChatIn
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, fmt.Errorf("translate: reading the Messages request: %w", err)
@@ -197,10 +199,10 @@ func messagesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
 			// A server tool (web search, code execution...) or an
 			// Anthropic-defined client tool (computer use, bash, text
 			// editor) whose schema only Anthropic's models know.
-			if o.Hosted != DropHosted {
+			if o.Hosted != translate.DropHosted {
 				return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
 			}
-			o.drop(t.Type)
+			o.Drop(t.Type)
 			dropped = append(dropped, t.Name)
 			continue
 		}
@@ -317,7 +319,7 @@ func messagesChatContent(parts []messagesChatOutPart) any {
 }
 
 // messagesChatTurn appends the chat messages of the i-th Messages turn.
-func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, hosted HostedPolicy) ([]messagesChatOutMsg, error) {
+func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, hosted translate.HostedPolicy) ([]messagesChatOutMsg, error) {
 	at := "messages[" + strconv.Itoa(i) + "]"
 	switch turn.Role {
 	case "user", "assistant":
@@ -403,7 +405,7 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 			"mcp_tool_use", "mcp_tool_result", "container_upload":
 			// A hosted tool's run, from an earlier answer of a native
 			// backend: history the chat backend cannot replay.
-			if hosted != DropHosted {
+			if hosted != translate.DropHosted {
 				return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
 			}
 		default:

@@ -1,4 +1,4 @@
-package translate
+package responseschat
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
@@ -109,8 +110,8 @@ type responsesChatMsgPart struct {
 	image             bool
 }
 
-func responsesChatUnsupported(param, format string, args ...any) *Unsupported {
-	return &Unsupported{Param: param, Message: fmt.Sprintf(format, args...)}
+func responsesChatUnsupported(param, format string, args ...any) *translate.Unsupported {
+	return &translate.Unsupported{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
 // responsesChatDecode unmarshals b into v; a value of the wrong type is an
@@ -153,7 +154,7 @@ func responsesChatIsNumber(b json.RawMessage) bool {
 
 // responsesChatRequest translates a Responses API request body into a
 // chat completions request body for model o.Model.
-func responsesChatRequest(body []byte, o RequestOptions) ([]byte, error) {
+func responsesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
 	var r responsesChatReq
 	if err := responsesChatDecode(body, &r, ""); err != nil {
 		return nil, err
@@ -499,7 +500,7 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 // are, a namespace's function tools flattened (responsesChatFlatName), and
 // tools chat cannot express (hosted tools, custom tools) refused or
 // dropped as o.Hosted says.
-func responsesChatAppendTools(b []byte, tools []json.RawMessage, o RequestOptions) ([]byte, error) {
+func responsesChatAppendTools(b []byte, tools []json.RawMessage, o translate.RequestOptions) ([]byte, error) {
 	if len(tools) == 0 {
 		return b, nil
 	}
@@ -530,8 +531,8 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o RequestOption
 					return nil, err
 				}
 				if it.Type != "function" {
-					if o.Hosted == DropHosted {
-						o.drop(it.Type)
+					if o.Hosted == translate.DropHosted {
+						o.Drop(it.Type)
 						continue
 					}
 					return nil, responsesChatUnsupported(ipath+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", ipath, it.Type)
@@ -542,8 +543,8 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o RequestOption
 				}
 			}
 		default:
-			if o.Hosted == DropHosted {
-				o.drop(t.Type)
+			if o.Hosted == translate.DropHosted {
+				o.Drop(t.Type)
 				continue
 			}
 			return nil, responsesChatUnsupported(path+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", path, t.Type)
@@ -587,7 +588,7 @@ func responsesChatAppendTool(b []byte, n *int, seen map[string]string, path, ns 
 	return append(b, "}}"...), nil
 }
 
-func responsesChatAppendToolChoice(b []byte, raw json.RawMessage, hosted HostedPolicy) ([]byte, error) {
+func responsesChatAppendToolChoice(b []byte, raw json.RawMessage, hosted translate.HostedPolicy) ([]byte, error) {
 	raw = bytes.TrimSpace(raw)
 	if raw[0] == '"' {
 		var s string
@@ -610,7 +611,7 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage, hosted HostedP
 	if err := responsesChatDecode(raw, &c, "tool_choice"); err != nil {
 		return nil, err
 	}
-	if c.Type != "function" && hosted == DropHosted {
+	if c.Type != "function" && hosted == translate.DropHosted {
 		return b, nil // it names a tool the request goes without: the backend chooses
 	}
 	if c.Type != "function" {
