@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // Endpoints are matched on the path suffix, so relays that mount the API
@@ -336,16 +337,6 @@ func formatReset(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// apiError is OpenAI's error body.
-type apiError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
 // fail records the outcome and then writes the error in the endpoint's
 // family (OpenAI's shape, or Anthropic's on /v1/messages*), so the record
 // is final by the time the client has the answer.
@@ -355,7 +346,7 @@ func (s *Server) fail(w http.ResponseWriter, rec *Record, status int, outcome, t
 		writeAnthropicError(w, status, msg)
 		return
 	}
-	var e apiError
+	var e openai.ErrorBody
 	e.Error.Message, e.Error.Type = msg, typ
 	if code != "" {
 		e.Error.Code = &code
