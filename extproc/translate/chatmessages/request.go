@@ -15,6 +15,8 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // New is the chat completions client → Anthropic Messages backend pair.
@@ -57,7 +59,7 @@ type chatMessagesChatRequest struct {
 	WebSearchOptions    json.RawMessage            `json:"web_search_options"`
 	User                *string                    `json:"user"`
 	SafetyIdentifier    *string                    `json:"safety_identifier"`
-	Tools               []chatMessagesChatTool     `json:"tools"`
+	Tools               []openai.ChatTool          `json:"tools"`
 	ToolChoice          json.RawMessage            `json:"tool_choice"`
 	ParallelToolCalls   *bool                      `json:"parallel_tool_calls"`
 	Stream              bool                       `json:"stream"`
@@ -66,97 +68,13 @@ type chatMessagesChatRequest struct {
 }
 
 type chatMessagesChatMessage struct {
-	Role         string                     `json:"role"`
-	Content      json.RawMessage            `json:"content"`
-	Refusal      *string                    `json:"refusal"`
-	ToolCalls    []chatMessagesChatToolCall `json:"tool_calls"`
-	ToolCallID   string                     `json:"tool_call_id"`
-	FunctionCall json.RawMessage            `json:"function_call"`
-	Audio        json.RawMessage            `json:"audio"`
-}
-
-type chatMessagesChatPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	Refusal  string `json:"refusal"`
-	ImageURL *struct {
-		URL string `json:"url"`
-	} `json:"image_url"`
-}
-
-type chatMessagesChatToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-type chatMessagesChatTool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	} `json:"function"`
-}
-
-// chatMessagesAnthropicRequest is the Anthropic Messages request written.
-type chatMessagesAnthropicRequest struct {
-	Model         string                      `json:"model"`
-	System        string                      `json:"system,omitempty"`
-	Messages      []chatMessagesTurn          `json:"messages"`
-	MaxTokens     int                         `json:"max_tokens"`
-	StopSequences []string                    `json:"stop_sequences,omitempty"`
-	Temperature   *float64                    `json:"temperature,omitempty"`
-	TopP          *float64                    `json:"top_p,omitempty"`
-	Metadata      *chatMessagesMetadata       `json:"metadata,omitempty"`
-	Tools         []chatMessagesAnthropicTool `json:"tools,omitempty"`
-	ToolChoice    *chatMessagesToolChoice     `json:"tool_choice,omitempty"`
-	Stream        bool                        `json:"stream,omitempty"`
-}
-
-type chatMessagesMetadata struct {
-	UserID string `json:"user_id"`
-}
-
-type chatMessagesTurn struct {
-	Role    string              `json:"role"`
-	Content []chatMessagesBlock `json:"content"`
-}
-
-// chatMessagesBlock is one Anthropic content block: text, image, tool_use
-// or tool_result (only the fields of its type are set).
-type chatMessagesBlock struct {
-	Type      string                   `json:"type"`
-	Text      string                   `json:"text,omitempty"`
-	Source    *chatMessagesImageSource `json:"source,omitempty"`
-	ID        string                   `json:"id,omitempty"`
-	Name      string                   `json:"name,omitempty"`
-	Input     json.RawMessage          `json:"input,omitempty"`
-	ToolUseID string                   `json:"tool_use_id,omitempty"`
-	// Content is a tool_result's: a string or text blocks.
-	Content any `json:"content,omitempty"`
-}
-
-type chatMessagesImageSource struct {
-	Type      string `json:"type"`
-	MediaType string `json:"media_type,omitempty"`
-	Data      string `json:"data,omitempty"`
-	URL       string `json:"url,omitempty"`
-}
-
-type chatMessagesAnthropicTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema"`
-}
-
-type chatMessagesToolChoice struct {
-	Type                   string `json:"type"`
-	Name                   string `json:"name,omitempty"`
-	DisableParallelToolUse bool   `json:"disable_parallel_tool_use,omitempty"`
+	Role         string            `json:"role"`
+	Content      json.RawMessage   `json:"content"`
+	Refusal      *string           `json:"refusal"`
+	ToolCalls    []openai.ToolCall `json:"tool_calls"`
+	ToolCallID   string            `json:"tool_call_id"`
+	FunctionCall json.RawMessage   `json:"function_call"`
+	Audio        json.RawMessage   `json:"audio"`
 }
 
 func chatMessagesRefuse(param, msg string) *translate.Unsupported {
@@ -180,7 +98,7 @@ func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error
 	if err := chatMessagesRefuseOptions(&in); err != nil {
 		return nil, err
 	}
-	out := chatMessagesAnthropicRequest{Model: o.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream}
+	out := anthropic.Request{Model: o.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream}
 
 	switch {
 	case in.MaxCompletionTokens != nil:
@@ -201,9 +119,9 @@ func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error
 
 	switch {
 	case in.User != nil && *in.User != "":
-		out.Metadata = &chatMessagesMetadata{UserID: *in.User}
+		out.Metadata = &anthropic.Metadata{UserID: *in.User}
 	case in.SafetyIdentifier != nil && *in.SafetyIdentifier != "":
-		out.Metadata = &chatMessagesMetadata{UserID: *in.SafetyIdentifier}
+		out.Metadata = &anthropic.Metadata{UserID: *in.SafetyIdentifier}
 	}
 
 	if err := chatMessagesTools(&in, &out); err != nil {
@@ -297,7 +215,7 @@ func chatMessagesStop(raw json.RawMessage) ([]string, error) {
 }
 
 // chatMessagesTools maps tools, tool_choice and parallel_tool_calls.
-func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRequest) error {
+func chatMessagesTools(in *chatMessagesChatRequest, out *anthropic.Request) error {
 	for i, t := range in.Tools {
 		if t.Type != "function" {
 			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].type", "this backend takes function tools only, not "+strconv.Quote(t.Type))
@@ -308,20 +226,20 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRe
 		} else if schema[0] != '{' {
 			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].function.parameters", "a tool's parameters must be a JSON Schema object")
 		}
-		out.Tools = append(out.Tools, chatMessagesAnthropicTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
+		out.Tools = append(out.Tools, anthropic.Tool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
 	}
-	var choice *chatMessagesToolChoice
+	var choice *anthropic.ToolChoice
 	if !chatMessagesAbsent(in.ToolChoice) {
 		if in.ToolChoice[0] == '"' {
 			var s string
 			_ = json.Unmarshal(in.ToolChoice, &s)
 			switch s {
 			case "none":
-				choice = &chatMessagesToolChoice{Type: "none"}
+				choice = &anthropic.ToolChoice{Type: "none"}
 			case "auto":
-				choice = &chatMessagesToolChoice{Type: "auto"}
+				choice = &anthropic.ToolChoice{Type: "auto"}
 			case "required":
-				choice = &chatMessagesToolChoice{Type: "any"}
+				choice = &anthropic.ToolChoice{Type: "any"}
 			default:
 				return chatMessagesRefuse("tool_choice", "unknown tool_choice "+strconv.Quote(s)+": want none, auto, required or a function")
 			}
@@ -338,7 +256,7 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRe
 			if c.Type != "function" {
 				return chatMessagesRefuse("tool_choice.type", "this backend takes a tool_choice of type function only, not "+strconv.Quote(c.Type))
 			}
-			choice = &chatMessagesToolChoice{Type: "tool", Name: c.Function.Name}
+			choice = &anthropic.ToolChoice{Type: "tool", Name: c.Function.Name}
 		}
 	}
 	if len(out.Tools) == 0 {
@@ -348,7 +266,7 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRe
 	}
 	if in.ParallelToolCalls != nil && !*in.ParallelToolCalls {
 		if choice == nil {
-			choice = &chatMessagesToolChoice{Type: "auto"}
+			choice = &anthropic.ToolChoice{Type: "auto"}
 		}
 		if choice.Type != "none" {
 			choice.DisableParallelToolUse = true
@@ -361,7 +279,7 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *chatMessagesAnthropicRe
 // chatMessagesMessages maps the conversation: system and developer turns
 // to the top-level system text, the rest to alternating user/assistant
 // turns (consecutive turns of one role merge).
-func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthropicRequest) error {
+func chatMessagesMessages(msgs []chatMessagesChatMessage, out *anthropic.Request) error {
 	var system []string
 	for i := range msgs {
 		m := &msgs[i]
@@ -370,7 +288,7 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthr
 			return chatMessagesRefuse(p+".function_call", "the deprecated function_call is not supported by this backend; use tool_calls")
 		}
 		var role string
-		var blocks []chatMessagesBlock
+		var blocks []anthropic.ContentBlock
 		var err error
 		switch m.Role {
 		case "system", "developer":
@@ -405,7 +323,7 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthr
 		if n := len(out.Messages); n > 0 && out.Messages[n-1].Role == role {
 			out.Messages[n-1].Content = append(out.Messages[n-1].Content, blocks...)
 		} else {
-			out.Messages = append(out.Messages, chatMessagesTurn{Role: role, Content: blocks})
+			out.Messages = append(out.Messages, anthropic.MessageParam{Role: role, Content: blocks})
 		}
 	}
 	for i := range out.Messages {
@@ -414,7 +332,7 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthr
 		}
 	}
 	if out.Messages == nil {
-		out.Messages = []chatMessagesTurn{}
+		out.Messages = []anthropic.MessageParam{}
 	}
 	out.System = strings.Join(system, "\n\n")
 	return nil
@@ -423,15 +341,15 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *chatMessagesAnthr
 // chatMessagesToolResultsFirst moves a merged user turn's tool_result
 // blocks before its other blocks, keeping the order within each kind:
 // Anthropic wants the results of the previous turn's tool calls first.
-func chatMessagesToolResultsFirst(blocks []chatMessagesBlock) {
+func chatMessagesToolResultsFirst(blocks []anthropic.ContentBlock) {
 	if slices.IsSortedFunc(blocks, chatMessagesResultOrder) {
 		return
 	}
 	slices.SortStableFunc(blocks, chatMessagesResultOrder)
 }
 
-func chatMessagesResultOrder(a, b chatMessagesBlock) int {
-	rank := func(x chatMessagesBlock) int {
+func chatMessagesResultOrder(a, b anthropic.ContentBlock) int {
+	rank := func(x anthropic.ContentBlock) int {
 		if x.Type == "tool_result" {
 			return 0
 		}
@@ -442,7 +360,7 @@ func chatMessagesResultOrder(a, b chatMessagesBlock) int {
 
 // chatMessagesParts reads a content field: a string (one text part), an
 // array of parts, or null (no parts).
-func chatMessagesParts(raw json.RawMessage, p string) (text *string, parts []chatMessagesChatPart, err error) {
+func chatMessagesParts(raw json.RawMessage, p string) (text *string, parts []openai.ContentPart, err error) {
 	if chatMessagesAbsent(raw) {
 		return nil, nil, nil
 	}
@@ -481,11 +399,11 @@ func chatMessagesText(raw json.RawMessage, p string) (string, error) {
 	return strings.Join(texts, "\n\n"), nil
 }
 
-func chatMessagesTextBlock(text string) chatMessagesBlock {
-	return chatMessagesBlock{Type: "text", Text: text}
+func chatMessagesTextBlock(text string) anthropic.ContentBlock {
+	return anthropic.ContentBlock{Type: "text", Text: text}
 }
 
-func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]chatMessagesBlock, error) {
+func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]anthropic.ContentBlock, error) {
 	s, parts, err := chatMessagesParts(raw, p)
 	if err != nil {
 		return nil, err
@@ -494,9 +412,9 @@ func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]chatMessagesBlock,
 		if *s == "" {
 			return nil, nil
 		}
-		return []chatMessagesBlock{chatMessagesTextBlock(*s)}, nil
+		return []anthropic.ContentBlock{chatMessagesTextBlock(*s)}, nil
 	}
-	blocks := make([]chatMessagesBlock, 0, len(parts))
+	blocks := make([]anthropic.ContentBlock, 0, len(parts))
 	for j, part := range parts {
 		pp := p + ".content[" + strconv.Itoa(j) + "]"
 		switch part.Type {
@@ -512,7 +430,7 @@ func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]chatMessagesBlock,
 			if err != nil {
 				return nil, err
 			}
-			blocks = append(blocks, chatMessagesBlock{Type: "image", Source: src})
+			blocks = append(blocks, anthropic.ContentBlock{Type: "image", Source: src})
 		case "input_audio":
 			return nil, chatMessagesRefuse(pp+".type", "this backend does not take audio input")
 		case "file":
@@ -526,22 +444,22 @@ func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]chatMessagesBlock,
 
 // chatMessagesImage maps an image URL: a base64 data URL to a base64
 // source, an http(s) URL to a url source.
-func chatMessagesImage(url, p string) (*chatMessagesImageSource, error) {
+func chatMessagesImage(url, p string) (*anthropic.ImageSource, error) {
 	if rest, ok := strings.CutPrefix(url, "data:"); ok {
 		media, data, ok := strings.Cut(rest, ";base64,")
 		if !ok || media == "" || strings.Contains(media, ",") {
 			return nil, chatMessagesRefuse(p, "an image data URL must be data:<media type>;base64,<data>")
 		}
-		return &chatMessagesImageSource{Type: "base64", MediaType: media, Data: data}, nil
+		return &anthropic.ImageSource{Type: "base64", MediaType: media, Data: data}, nil
 	}
 	lower := strings.ToLower(url)
 	if strings.HasPrefix(lower, "https://") || strings.HasPrefix(lower, "http://") {
-		return &chatMessagesImageSource{Type: "url", URL: url}, nil
+		return &anthropic.ImageSource{Type: "url", URL: url}, nil
 	}
 	return nil, chatMessagesRefuse(p, "an image URL must be an http(s) URL or a base64 data URL")
 }
 
-func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]chatMessagesBlock, error) {
+func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]anthropic.ContentBlock, error) {
 	if !chatMessagesAbsent(m.Audio) {
 		return nil, chatMessagesRefuse(p+".audio", "this backend cannot continue from an audio answer")
 	}
@@ -549,7 +467,7 @@ func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]chatMe
 	if err != nil {
 		return nil, err
 	}
-	blocks := make([]chatMessagesBlock, 0, len(parts)+len(m.ToolCalls)+1)
+	blocks := make([]anthropic.ContentBlock, 0, len(parts)+len(m.ToolCalls)+1)
 	switch {
 	case s != nil:
 		if *s != "" {
@@ -582,7 +500,7 @@ func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]chatMe
 		if !ok {
 			return nil, chatMessagesRefuse(pj+".function.arguments", "tool call arguments must be a JSON object")
 		}
-		blocks = append(blocks, chatMessagesBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+		blocks = append(blocks, anthropic.ContentBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
 	}
 	return blocks, nil
 }
@@ -600,19 +518,19 @@ func chatMessagesArguments(args string) (json.RawMessage, bool) {
 	return json.RawMessage(b), true
 }
 
-func chatMessagesToolResult(m *chatMessagesChatMessage, p string) ([]chatMessagesBlock, error) {
+func chatMessagesToolResult(m *chatMessagesChatMessage, p string) ([]anthropic.ContentBlock, error) {
 	s, parts, err := chatMessagesParts(m.Content, p)
 	if err != nil {
 		return nil, err
 	}
-	b := chatMessagesBlock{Type: "tool_result", ToolUseID: m.ToolCallID}
+	b := anthropic.ContentBlock{Type: "tool_result", ToolUseID: m.ToolCallID}
 	switch {
 	case s != nil:
 		if *s != "" {
 			b.Content = *s
 		}
 	case len(parts) > 0:
-		texts := make([]chatMessagesBlock, 0, len(parts))
+		texts := make([]anthropic.ContentBlock, 0, len(parts))
 		for j, part := range parts {
 			if part.Type != "text" {
 				return nil, chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "a tool message takes text parts only, not "+strconv.Quote(part.Type))
@@ -625,5 +543,5 @@ func chatMessagesToolResult(m *chatMessagesChatMessage, p string) ([]chatMessage
 			b.Content = texts
 		}
 	}
-	return []chatMessagesBlock{b}, nil
+	return []anthropic.ContentBlock{b}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
+	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
 )
 
 func newChatMessagesResponse(o translate.ResponseOptions) translate.Response {
@@ -28,14 +29,6 @@ func newChatMessagesResponse(o translate.ResponseOptions) translate.Response {
 		return s
 	}
 	return &chatMessagesJSON{o: o}
-}
-
-// chatMessagesUsage is a JSON answer's usage.
-type chatMessagesUsage struct {
-	InputTokens              int64 `json:"input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
 // chatMessagesTokens is the usage as counted so far.
@@ -77,18 +70,14 @@ type chatMessagesJSON struct {
 	buf []byte
 }
 
+// chatMessagesAnswer is the part of a message object the translation
+// reads.
 type chatMessagesAnswer struct {
-	ID         string `json:"id"`
-	Model      string `json:"model"`
-	StopReason string `json:"stop_reason"`
-	Content    []struct {
-		Type  string          `json:"type"`
-		Text  string          `json:"text"`
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
-	} `json:"content"`
-	Usage chatMessagesUsage `json:"usage"`
+	ID         string                   `json:"id"`
+	Model      string                   `json:"model"`
+	StopReason string                   `json:"stop_reason"`
+	Content    []anthropic.ContentBlock `json:"content"`
+	Usage      anthropic.Usage          `json:"usage"`
 }
 
 // errChatMessagesTooLarge: a JSON answer above translate.MaxBuffered.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // New is the Anthropic Messages client → chat completions backend pair.
@@ -33,7 +35,7 @@ type messagesChatIn struct {
 	System        json.RawMessage       `json:"system"`
 	Messages      []messagesChatInTurn  `json:"messages"`
 	Tools         []messagesChatInTool  `json:"tools"`
-	ToolChoice    *messagesChatInChoice `json:"tool_choice"`
+	ToolChoice    *anthropic.ToolChoice `json:"tool_choice"`
 	MaxTokens     json.RawMessage       `json:"max_tokens"`
 	StopSequences []string              `json:"stop_sequences"`
 	Temperature   json.RawMessage       `json:"temperature"`
@@ -81,75 +83,6 @@ type messagesChatInTool struct {
 	Strict      json.RawMessage `json:"strict"`
 }
 
-type messagesChatInChoice struct {
-	Type                   string `json:"type"`
-	Name                   string `json:"name"`
-	DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
-}
-
-// messagesChatOut is the chat completions request, in the order the
-// fields are written.
-type messagesChatOut struct {
-	Model             string                 `json:"model"`
-	Messages          []messagesChatOutMsg   `json:"messages"`
-	Tools             []messagesChatOutTool  `json:"tools,omitempty"`
-	ToolChoice        any                    `json:"tool_choice,omitempty"`
-	ParallelToolCalls *bool                  `json:"parallel_tool_calls,omitempty"`
-	MaxTokens         json.RawMessage        `json:"max_tokens,omitempty"`
-	MaxCompletion     json.RawMessage        `json:"max_completion_tokens,omitempty"`
-	Stop              []string               `json:"stop,omitempty"`
-	Temperature       json.RawMessage        `json:"temperature,omitempty"`
-	TopP              json.RawMessage        `json:"top_p,omitempty"`
-	User              *string                `json:"user,omitempty"`
-	Stream            bool                   `json:"stream,omitempty"`
-	StreamOptions     *messagesChatStreamOpt `json:"stream_options,omitempty"`
-}
-
-type messagesChatStreamOpt struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type messagesChatOutMsg struct {
-	Role       string                 `json:"role"`
-	Content    any                    `json:"content"` // string, []messagesChatOutPart or nil
-	ToolCalls  []messagesChatToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string                 `json:"tool_call_id,omitempty"`
-}
-
-type messagesChatOutPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text,omitempty"`
-	ImageURL *struct {
-		URL string `json:"url"`
-	} `json:"image_url,omitempty"`
-}
-
-type messagesChatToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-type messagesChatOutTool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Parameters  json.RawMessage `json:"parameters,omitempty"`
-		Strict      json.RawMessage `json:"strict,omitempty"`
-	} `json:"function"`
-}
-
-type messagesChatChoiceFn struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name string `json:"name"`
-	} `json:"function"`
-}
-
 func messagesChatRefuse(param, format string, args ...any) *translate.Unsupported {
 	return &translate.Unsupported{Param: param, Message: param + ": " + fmt.Sprintf(format, args...)}
 }
@@ -177,11 +110,11 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 	case messagesChatPresent(in.OutputFormat):
 		return nil, messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
 	}
-	out := messagesChatOut{Model: o.Model, Messages: make([]messagesChatOutMsg, 0, len(in.Messages)+1)}
+	out := openai.ChatRequest{Model: o.Model, Messages: make([]openai.ChatRequestMessage, 0, len(in.Messages)+1)}
 	if sys, err := messagesChatSystem(in.System, "system"); err != nil {
 		return nil, err
 	} else if sys != nil {
-		out.Messages = append(out.Messages, messagesChatOutMsg{Role: "system", Content: sys})
+		out.Messages = append(out.Messages, openai.ChatRequestMessage{Role: "system", Content: sys})
 	}
 	for i, turn := range in.Messages {
 		var err error
@@ -206,7 +139,7 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 			dropped = append(dropped, t.Name)
 			continue
 		}
-		var ot messagesChatOutTool
+		var ot openai.ChatTool
 		ot.Type = "function"
 		ot.Function.Name, ot.Function.Description = t.Name, t.Description
 		if messagesChatPresent(t.InputSchema) {
@@ -229,7 +162,7 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 			if slices.Contains(dropped, c.Name) {
 				break // the tool it forces was dropped: the backend chooses
 			}
-			var f messagesChatChoiceFn
+			var f openai.ToolChoiceFunction
 			f.Type, f.Function.Name = "function", c.Name
 			out.ToolChoice = f
 		default:
@@ -259,7 +192,7 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 	}
 	if in.Stream {
 		// Always ask for the usage chunk: the ledger reads it.
-		out.Stream, out.StreamOptions = true, &messagesChatStreamOpt{IncludeUsage: true}
+		out.Stream, out.StreamOptions = true, &openai.StreamOptions{IncludeUsage: true}
 	}
 	return messagesChatMarshal(out)
 }
@@ -296,19 +229,19 @@ func messagesChatSystem(raw json.RawMessage, at string) (any, error) {
 	if err := json.Unmarshal(raw, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s: %w", at, err)
 	}
-	var parts []messagesChatOutPart
+	var parts []openai.ContentPart
 	for j, b := range blocks {
 		if b.Type != "text" {
 			return nil, messagesChatRefuse(at+"["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
-		parts = append(parts, messagesChatOutPart{Type: "text", Text: b.Text})
+		parts = append(parts, openai.ContentPart{Type: "text", Text: b.Text})
 	}
 	return messagesChatContent(parts), nil
 }
 
 // messagesChatContent is a message's content: nil for no parts, a string
 // for one text part, the parts otherwise.
-func messagesChatContent(parts []messagesChatOutPart) any {
+func messagesChatContent(parts []openai.ContentPart) any {
 	switch {
 	case len(parts) == 0:
 		return nil
@@ -319,7 +252,7 @@ func messagesChatContent(parts []messagesChatOutPart) any {
 }
 
 // messagesChatTurn appends the chat messages of the i-th Messages turn.
-func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, hosted translate.HostedPolicy) ([]messagesChatOutMsg, error) {
+func messagesChatTurn(dst []openai.ChatRequestMessage, i int, turn messagesChatInTurn, hosted translate.HostedPolicy) ([]openai.ChatRequestMessage, error) {
 	at := "messages[" + strconv.Itoa(i) + "]"
 	switch turn.Role {
 	case "user", "assistant":
@@ -339,19 +272,19 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 		if err := json.Unmarshal(turn.Content, &s); err != nil {
 			return nil, err
 		}
-		return append(dst, messagesChatOutMsg{Role: turn.Role, Content: s}), nil
+		return append(dst, openai.ChatRequestMessage{Role: turn.Role, Content: s}), nil
 	}
 	var blocks []messagesChatInBlock
 	if err := json.Unmarshal(turn.Content, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
-	var parts, toolImages []messagesChatOutPart
-	var calls []messagesChatToolCall
+	var parts, toolImages []openai.ContentPart
+	var calls []openai.ToolCall
 	for j, b := range blocks {
 		bat := at + ".content[" + strconv.Itoa(j) + "]"
 		switch b.Type {
 		case "text":
-			parts = append(parts, messagesChatOutPart{Type: "text", Text: b.Text})
+			parts = append(parts, openai.ContentPart{Type: "text", Text: b.Text})
 		case "image":
 			if turn.Role != "user" {
 				return nil, messagesChatRefuse(bat+".type", "an image in an assistant message cannot be sent to a chat completions backend")
@@ -360,15 +293,13 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 			if err != nil {
 				return nil, err
 			}
-			p := messagesChatOutPart{Type: "image_url", ImageURL: &struct {
-				URL string `json:"url"`
-			}{URL: url}}
+			p := openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: url}}
 			parts = append(parts, p)
 		case "tool_use":
 			if turn.Role != "assistant" {
 				return nil, messagesChatRefuse(bat+".type", "tool_use belongs in an assistant message")
 			}
-			c := messagesChatToolCall{ID: b.ID, Type: "function"}
+			c := openai.ToolCall{ID: b.ID, Type: "function"}
 			c.Function.Name = b.Name
 			// The input as a model writes arguments: compact, its members
 			// and their order kept.
@@ -390,12 +321,12 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 			}
 			// Chat wants the tool messages right after the assistant
 			// message that called them: before the rest of this turn.
-			dst = append(dst, messagesChatOutMsg{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
+			dst = append(dst, openai.ChatRequestMessage{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
 			if len(images) > 0 {
 				// Tool messages carry text only: the images (a screenshot
 				// the Read tool returned) follow in the turn's user
 				// message, labelled with the call they came from.
-				toolImages = append(toolImages, messagesChatOutPart{Type: "text", Text: "[images from the result of tool call " + b.ToolUseID + "]"})
+				toolImages = append(toolImages, openai.ContentPart{Type: "text", Text: "[images from the result of tool call " + b.ToolUseID + "]"})
 				toolImages = append(toolImages, images...)
 			}
 		case "thinking", "redacted_thinking":
@@ -415,22 +346,22 @@ func messagesChatTurn(dst []messagesChatOutMsg, i int, turn messagesChatInTurn, 
 	parts = append(toolImages, parts...)
 	switch {
 	case turn.Role == "assistant":
-		m := messagesChatOutMsg{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: calls}
+		m := openai.ChatRequestMessage{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: calls}
 		if m.Content == nil && len(calls) == 0 {
 			m.Content = ""
 		}
 		dst = append(dst, m)
 	case len(parts) > 0:
-		dst = append(dst, messagesChatOutMsg{Role: "user", Content: messagesChatContent(parts)})
+		dst = append(dst, openai.ChatRequestMessage{Role: "user", Content: messagesChatContent(parts)})
 	case len(blocks) == 0:
-		dst = append(dst, messagesChatOutMsg{Role: "user", Content: ""})
+		dst = append(dst, openai.ChatRequestMessage{Role: "user", Content: ""})
 	}
 	return dst, nil
 }
 
 // messagesChatSystemTurn appends a system turn found inside messages: its
 // text (a string or text blocks) as a chat system message.
-func messagesChatSystemTurn(dst []messagesChatOutMsg, at string, content json.RawMessage) ([]messagesChatOutMsg, error) {
+func messagesChatSystemTurn(dst []openai.ChatRequestMessage, at string, content json.RawMessage) ([]openai.ChatRequestMessage, error) {
 	if !messagesChatPresent(content) {
 		return dst, nil
 	}
@@ -441,7 +372,7 @@ func messagesChatSystemTurn(dst []messagesChatOutMsg, at string, content json.Ra
 	if sys == nil {
 		return dst, nil
 	}
-	return append(dst, messagesChatOutMsg{Role: "system", Content: sys}), nil
+	return append(dst, openai.ChatRequestMessage{Role: "system", Content: sys}), nil
 }
 
 func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
@@ -461,7 +392,7 @@ func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
 // text (a string as it is, text blocks joined by a line break) and its
 // images as chat image parts. is_error has no chat equivalent: the text,
 // which says what failed, is sent.
-func messagesChatToolResult(at string, raw json.RawMessage) (string, []messagesChatOutPart, error) {
+func messagesChatToolResult(at string, raw json.RawMessage) (string, []openai.ContentPart, error) {
 	if !messagesChatPresent(raw) {
 		return "", nil, nil
 	}
@@ -475,7 +406,7 @@ func messagesChatToolResult(at string, raw json.RawMessage) (string, []messagesC
 		return "", nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
 	var text []byte
-	var images []messagesChatOutPart
+	var images []openai.ContentPart
 	texts := 0
 	for k, b := range blocks {
 		bat := at + ".content[" + strconv.Itoa(k) + "]"
@@ -491,9 +422,7 @@ func messagesChatToolResult(at string, raw json.RawMessage) (string, []messagesC
 			if err != nil {
 				return "", nil, err
 			}
-			images = append(images, messagesChatOutPart{Type: "image_url", ImageURL: &struct {
-				URL string `json:"url"`
-			}{URL: url}})
+			images = append(images, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: url}})
 		default:
 			return "", nil, messagesChatRefuse(bat+".type",
 				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text, images are moved to a user message)", b.Type)

@@ -12,6 +12,8 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
+	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // The answer half of Anthropic Messages client → chat completions
@@ -28,28 +30,12 @@ func newMessagesChatResponse(o translate.ResponseOptions) translate.Response {
 	return &messagesChatJSON{o: o}
 }
 
-// messagesChatUsage is a chat completion's usage.
-type messagesChatUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-// messagesChatUsageOut is Anthropic's usage: input_tokens counts only the
-// prompt tokens not read from the cache. Chat backends report no cache
-// writes.
-type messagesChatUsageOut struct {
-	InputTokens              int64 `json:"input_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-}
-
-func (u *messagesChatUsage) anthropic() messagesChatUsageOut {
-	cached := min(max(u.PromptTokensDetails.CachedTokens, 0), max(u.PromptTokens, 0))
-	return messagesChatUsageOut{
+// messagesChatUsage is a chat completion's usage as Anthropic states it:
+// input_tokens counts only the prompt tokens not read from the cache.
+// Chat backends report no cache writes.
+func messagesChatUsage(u *openai.Usage) anthropic.Usage {
+	cached := min(max(u.CachedTokens(), 0), max(u.PromptTokens, 0))
+	return anthropic.Usage{
 		InputTokens:          max(u.PromptTokens, 0) - cached,
 		CacheReadInputTokens: cached,
 		OutputTokens:         u.CompletionTokens,
@@ -95,40 +81,14 @@ type messagesChatAnswer struct {
 	Choices []struct {
 		Index   int `json:"index"`
 		Message struct {
-			Content      *string                `json:"content"`
-			Refusal      *string                `json:"refusal"`
-			ToolCalls    []messagesChatToolCall `json:"tool_calls"`
-			FunctionCall *struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function_call"`
+			Content      *string              `json:"content"`
+			Refusal      *string              `json:"refusal"`
+			ToolCalls    []openai.ToolCall    `json:"tool_calls"`
+			FunctionCall *openai.FunctionCall `json:"function_call"`
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *messagesChatUsage `json:"usage"`
-}
-
-type messagesChatMessage struct {
-	ID           string               `json:"id"`
-	Type         string               `json:"type"`
-	Role         string               `json:"role"`
-	Model        string               `json:"model"`
-	Content      []any                `json:"content"`
-	StopReason   any                  `json:"stop_reason"` // a string, null while streaming
-	StopSequence *string              `json:"stop_sequence"`
-	Usage        messagesChatUsageOut `json:"usage"`
-}
-
-type messagesChatTextBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-type messagesChatToolUseBlock struct {
-	Type  string          `json:"type"`
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
-	Input json.RawMessage `json:"input"`
+	Usage *openai.Usage `json:"usage"`
 }
 
 func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
@@ -159,17 +119,18 @@ func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 			break
 		}
 	}
-	m := messagesChatMessage{
+	stop := messagesChatStopReason(c.FinishReason)
+	m := anthropic.Message{
 		ID: messagesChatMessageID(a.ID, r.o.RequestID), Type: "message", Role: "assistant", Model: a.Model,
-		Content: []any{}, StopReason: messagesChatStopReason(c.FinishReason),
+		Content: []any{}, StopReason: &stop,
 	}
 	if a.Usage != nil {
-		m.Usage = a.Usage.anthropic()
+		m.Usage = messagesChatUsage(a.Usage)
 	}
 	// A refusal is the model's answer in words: it is the text.
 	for _, s := range []*string{c.Message.Content, c.Message.Refusal} {
 		if s != nil && *s != "" {
-			m.Content = append(m.Content, messagesChatTextBlock{Type: "text", Text: *s})
+			m.Content = append(m.Content, anthropic.TextBlock{Type: "text", Text: *s})
 		}
 	}
 	for i, tc := range c.Message.ToolCalls {
@@ -177,10 +138,10 @@ func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		if id == "" {
 			id = messagesChatToolID(r.o.RequestID, i)
 		}
-		m.Content = append(m.Content, messagesChatToolUseBlock{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: messagesChatInput(tc.Function.Arguments)})
+		m.Content = append(m.Content, anthropic.ToolUseBlock{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: messagesChatInput(tc.Function.Arguments)})
 	}
 	if fc := c.Message.FunctionCall; fc != nil && len(c.Message.ToolCalls) == 0 {
-		m.Content = append(m.Content, messagesChatToolUseBlock{Type: "tool_use", ID: messagesChatToolID(r.o.RequestID, 0), Name: fc.Name, Input: messagesChatInput(fc.Arguments)})
+		m.Content = append(m.Content, anthropic.ToolUseBlock{Type: "tool_use", ID: messagesChatToolID(r.o.RequestID, 0), Name: fc.Name, Input: messagesChatInput(fc.Arguments)})
 	}
 	b, err := messagesChatMarshal(m)
 	if err != nil {
@@ -417,7 +378,7 @@ func (s *messagesChatStream) start(rawID, rawModel []byte) {
 	var id, model string
 	_ = json.Unmarshal(rawID, &id)
 	_ = json.Unmarshal(rawModel, &model)
-	msg := messagesChatMessage{ID: messagesChatMessageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
+	msg := anthropic.Message{ID: messagesChatMessageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
 	b, _ := messagesChatMarshal(msg) // stop_reason is null until message_delta
 	s.out = append(s.out, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)
 	s.out = append(s.out, b...)
@@ -499,11 +460,11 @@ func (s *messagesChatStream) stop() {
 	s.out = append(s.out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
 	s.out = append(s.out, messagesChatStopReason(s.finish)...)
 	s.out = append(s.out, "\",\"stop_sequence\":null},\"usage\":{"...)
-	var usage messagesChatUsage
+	var usage openai.Usage
 	if len(s.usage) == 0 || json.Unmarshal(s.usage, &usage) != nil {
 		s.out = append(s.out, "\"output_tokens\":0"...)
 	} else {
-		u := usage.anthropic()
+		u := messagesChatUsage(&usage)
 		s.out = append(s.out, "\"input_tokens\":"...)
 		s.out = strconv.AppendInt(s.out, u.InputTokens, 10)
 		s.out = append(s.out, ",\"cache_read_input_tokens\":"...)

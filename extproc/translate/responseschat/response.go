@@ -9,6 +9,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // responsesChatChunk is a chat completion (JSON) or one chunk of a chat
@@ -18,7 +19,7 @@ type responsesChatChunk struct {
 	Created float64               `json:"created"`
 	Model   string                `json:"model"`
 	Choices []responsesChatChoice `json:"choices"`
-	Usage   *responsesChatUsage   `json:"usage"`
+	Usage   *openai.Usage         `json:"usage"`
 	Error   json.RawMessage       `json:"error"`
 }
 
@@ -30,30 +31,9 @@ type responsesChatChoice struct {
 }
 
 type responsesChatDelta struct {
-	Content   string                  `json:"content"`
-	Refusal   string                  `json:"refusal"`
-	ToolCalls []responsesChatToolCall `json:"tool_calls"`
-}
-
-type responsesChatToolCall struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-type responsesChatUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	TotalTokens         int64 `json:"total_tokens"`
-	PromptTokensDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	CompletionTokensDetails struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-	} `json:"completion_tokens_details"`
+	Content   string                 `json:"content"`
+	Refusal   string                 `json:"refusal"`
+	ToolCalls []openai.ToolCallDelta `json:"tool_calls"`
 }
 
 // responsesChatItemKind is an output item's type.
@@ -89,7 +69,7 @@ type responsesChatResult struct {
 	errCode    string // error.code of a failed response
 	errMessage string
 	items      []responsesChatOut
-	usage      *responsesChatUsage
+	usage      *openai.Usage
 	echo       responsesChatEcho
 	// namespaced maps the chat names of the request's namespaced
 	// functions back to them (nil when it declared none).
@@ -265,11 +245,11 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 		b = append(b, `,"usage":{"input_tokens":`...)
 		b = responsesChatAppendInt(b, u.PromptTokens)
 		b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
-		b = responsesChatAppendInt(b, u.PromptTokensDetails.CachedTokens)
+		b = responsesChatAppendInt(b, u.CachedTokens())
 		b = append(b, `},"output_tokens":`...)
 		b = responsesChatAppendInt(b, u.CompletionTokens)
 		b = append(b, `,"output_tokens_details":{"reasoning_tokens":`...)
-		b = responsesChatAppendInt(b, u.CompletionTokensDetails.ReasoningTokens)
+		b = responsesChatAppendInt(b, u.ReasoningTokens())
 		b = append(b, `},"total_tokens":`...)
 		total := u.TotalTokens
 		if total == 0 {

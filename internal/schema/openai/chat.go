@@ -154,10 +154,12 @@ type ChatRequestMessage struct {
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 }
 
-// ContentPart is one part of a message's content: text or image_url.
+// ContentPart is one part of a message's content: text, image_url, or
+// an assistant message's refusal.
 type ContentPart struct {
 	Type     string    `json:"type"`
 	Text     string    `json:"text,omitempty"`
+	Refusal  string    `json:"refusal,omitempty"`
 	ImageURL *ImageURL `json:"image_url,omitempty"`
 }
 
