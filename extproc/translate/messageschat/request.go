@@ -98,17 +98,8 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, fmt.Errorf("translate: reading the Messages request: %w", err)
 	}
-	switch {
-	case messagesChatPresent(in.TopK):
-		return nil, messagesChatRefuse("top_k", "chat completions backends take no top_k")
-	case messagesChatPresent(in.MCPServers):
-		return nil, messagesChatRefuse("mcp_servers", "MCP servers run by the API are not available through a chat completions backend")
-	case messagesChatPresent(in.Container):
-		return nil, messagesChatRefuse("container", "code execution containers are not available through a chat completions backend")
-	case in.OutputConfig != nil && messagesChatPresent(in.OutputConfig.Format):
-		return nil, messagesChatRefuse("output_config.format", "structured outputs are not translated to a chat completions backend")
-	case messagesChatPresent(in.OutputFormat):
-		return nil, messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
+	if err := messagesChatRefuseOptions(&in); err != nil {
+		return nil, err
 	}
 	out := openai.ChatRequest{Model: o.Model, Messages: make([]openai.ChatRequestMessage, 0, len(in.Messages)+1)}
 	if sys, err := messagesChatSystem(in.System, "system"); err != nil {
@@ -126,52 +117,8 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 		return nil, messagesChatRefuse("messages["+strconv.Itoa(n-1)+"].role",
 			"a final assistant message (a prefill the answer continues) has no equivalent in chat completions")
 	}
-	var dropped []string // names of dropped tools, for tool_choice
-	for i, t := range in.Tools {
-		if t.Type != "" && t.Type != "custom" {
-			// A server tool (web search, code execution...) or an
-			// Anthropic-defined client tool (computer use, bash, text
-			// editor) whose schema only Anthropic's models know.
-			if o.Hosted != translate.DropHosted {
-				return nil, messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
-			}
-			o.Drop(t.Type)
-			dropped = append(dropped, t.Name)
-			continue
-		}
-		var ot openai.ChatTool
-		ot.Type = "function"
-		ot.Function.Name, ot.Function.Description = t.Name, t.Description
-		if messagesChatPresent(t.InputSchema) {
-			ot.Function.Parameters = t.InputSchema
-		}
-		if messagesChatPresent(t.Strict) {
-			ot.Function.Strict = t.Strict
-		}
-		out.Tools = append(out.Tools, ot)
-	}
-	if c := in.ToolChoice; c != nil && len(out.Tools) > 0 {
-		switch c.Type {
-		case "auto":
-			out.ToolChoice = "auto"
-		case "any":
-			out.ToolChoice = "required"
-		case "none":
-			out.ToolChoice = "none"
-		case "tool":
-			if slices.Contains(dropped, c.Name) {
-				break // the tool it forces was dropped: the backend chooses
-			}
-			var f openai.ToolChoiceFunction
-			f.Type, f.Function.Name = "function", c.Name
-			out.ToolChoice = f
-		default:
-			return nil, messagesChatRefuse("tool_choice.type", "unknown tool_choice type %q", c.Type)
-		}
-		if c.DisableParallelToolUse && c.Type != "none" {
-			f := false
-			out.ParallelToolCalls = &f
-		}
+	if err := messagesChatTools(&in, &out, o); err != nil {
+		return nil, err
 	}
 	if messagesChatPresent(in.MaxTokens) {
 		if o.ChatMaxTokens() == "max_completion_tokens" {
@@ -195,6 +142,76 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 		out.Stream, out.StreamOptions = true, &openai.StreamOptions{IncludeUsage: true}
 	}
 	return messagesChatMarshal(out)
+}
+
+// messagesChatRefuseOptions refuses the request options a chat
+// completions backend has no equivalent of.
+func messagesChatRefuseOptions(in *messagesChatIn) error {
+	switch {
+	case messagesChatPresent(in.TopK):
+		return messagesChatRefuse("top_k", "chat completions backends take no top_k")
+	case messagesChatPresent(in.MCPServers):
+		return messagesChatRefuse("mcp_servers", "MCP servers run by the API are not available through a chat completions backend")
+	case messagesChatPresent(in.Container):
+		return messagesChatRefuse("container", "code execution containers are not available through a chat completions backend")
+	case in.OutputConfig != nil && messagesChatPresent(in.OutputConfig.Format):
+		return messagesChatRefuse("output_config.format", "structured outputs are not translated to a chat completions backend")
+	case messagesChatPresent(in.OutputFormat):
+		return messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
+	}
+	return nil
+}
+
+// messagesChatTools maps tools, tool_choice and disable_parallel_tool_use.
+// A server tool or Anthropic-defined tool is refused or, under
+// DropHosted, dropped together with a tool_choice that forces it.
+func messagesChatTools(in *messagesChatIn, out *openai.ChatRequest, o translate.RequestOptions) error {
+	var dropped []string // names of dropped tools, for tool_choice
+	for i, t := range in.Tools {
+		if t.Type != "" && t.Type != "custom" {
+			// A server tool (web search, code execution...) or an
+			// Anthropic-defined client tool (computer use, bash, text
+			// editor) whose schema only Anthropic's models know.
+			if o.Hosted != translate.DropHosted {
+				return messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+			}
+			o.Drop(t.Type)
+			dropped = append(dropped, t.Name)
+			continue
+		}
+		ot := openai.ChatTool{Type: "function", Function: openai.FunctionTool{Name: t.Name, Description: t.Description}}
+		if messagesChatPresent(t.InputSchema) {
+			ot.Function.Parameters = t.InputSchema
+		}
+		if messagesChatPresent(t.Strict) {
+			ot.Function.Strict = t.Strict
+		}
+		out.Tools = append(out.Tools, ot)
+	}
+	c := in.ToolChoice
+	if c == nil || len(out.Tools) == 0 {
+		return nil
+	}
+	switch c.Type {
+	case "auto":
+		out.ToolChoice = "auto"
+	case "any":
+		out.ToolChoice = "required"
+	case "none":
+		out.ToolChoice = "none"
+	case "tool":
+		if slices.Contains(dropped, c.Name) {
+			break // the tool it forces was dropped: the backend chooses
+		}
+		out.ToolChoice = openai.ToolChoiceFunction{Type: "function", Function: openai.FunctionName{Name: c.Name}}
+	default:
+		return messagesChatRefuse("tool_choice.type", "unknown tool_choice type %q", c.Type)
+	}
+	if c.DisableParallelToolUse && c.Type != "none" {
+		f := false
+		out.ParallelToolCalls = &f
+	}
+	return nil
 }
 
 // messagesChatMarshal writes v compactly without HTML escaping, so raw
@@ -278,85 +295,116 @@ func messagesChatTurn(dst []openai.ChatRequestMessage, i int, turn messagesChatI
 	if err := json.Unmarshal(turn.Content, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
-	var parts, toolImages []openai.ContentPart
-	var calls []openai.ToolCall
+	t := messagesChatTurnOut{role: turn.Role, hosted: hosted, dst: dst}
 	for j, b := range blocks {
-		bat := at + ".content[" + strconv.Itoa(j) + "]"
-		switch b.Type {
-		case "text":
-			parts = append(parts, openai.ContentPart{Type: "text", Text: b.Text})
-		case "image":
-			if turn.Role != "user" {
-				return nil, messagesChatRefuse(bat+".type", "an image in an assistant message cannot be sent to a chat completions backend")
-			}
-			url, err := messagesChatImageURL(bat, b)
-			if err != nil {
-				return nil, err
-			}
-			p := openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: url}}
-			parts = append(parts, p)
-		case "tool_use":
-			if turn.Role != "assistant" {
-				return nil, messagesChatRefuse(bat+".type", "tool_use belongs in an assistant message")
-			}
-			c := openai.ToolCall{ID: b.ID, Type: "function"}
-			c.Function.Name = b.Name
-			// The input as a model writes arguments: compact, its members
-			// and their order kept.
-			c.Function.Arguments = "{}"
-			if messagesChatPresent(b.Input) {
-				var buf bytes.Buffer
-				if json.Compact(&buf, b.Input) == nil {
-					c.Function.Arguments = buf.String()
-				}
-			}
-			calls = append(calls, c)
-		case "tool_result":
-			if turn.Role != "user" {
-				return nil, messagesChatRefuse(bat+".type", "tool_result belongs in a user message")
-			}
-			text, images, err := messagesChatToolResult(bat, b.Content)
-			if err != nil {
-				return nil, err
-			}
-			// Chat wants the tool messages right after the assistant
-			// message that called them: before the rest of this turn.
-			dst = append(dst, openai.ChatRequestMessage{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
-			if len(images) > 0 {
-				// Tool messages carry text only: the images (a screenshot
-				// the Read tool returned) follow in the turn's user
-				// message, labelled with the call they came from.
-				toolImages = append(toolImages, openai.ContentPart{Type: "text", Text: "[images from the result of tool call " + b.ToolUseID + "]"})
-				toolImages = append(toolImages, images...)
-			}
-		case "thinking", "redacted_thinking":
-			// The backend's model did not write them and cannot read them.
-		case "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
-			"bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result",
-			"mcp_tool_use", "mcp_tool_result", "container_upload":
-			// A hosted tool's run, from an earlier answer of a native
-			// backend: history the chat backend cannot replay.
-			if hosted != translate.DropHosted {
-				return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
-			}
-		default:
-			return nil, messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+		if err := t.block(at+".content["+strconv.Itoa(j)+"]", b); err != nil {
+			return nil, err
 		}
 	}
-	parts = append(toolImages, parts...)
+	return t.finish(len(blocks) == 0), nil
+}
+
+// messagesChatTurnOut collects the chat messages of one Messages turn of
+// content blocks: its tool results go out at once as tool messages, the
+// rest as the turn's own message (finish).
+type messagesChatTurnOut struct {
+	role              string
+	hosted            translate.HostedPolicy
+	dst               []openai.ChatRequestMessage
+	parts, toolImages []openai.ContentPart
+	calls             []openai.ToolCall
+}
+
+// block takes one content block; bat is where it is, for refusals.
+func (t *messagesChatTurnOut) block(bat string, b messagesChatInBlock) error {
+	switch b.Type {
+	case "text":
+		t.parts = append(t.parts, openai.ContentPart{Type: "text", Text: b.Text})
+	case "image":
+		if t.role != "user" {
+			return messagesChatRefuse(bat+".type", "an image in an assistant message cannot be sent to a chat completions backend")
+		}
+		url, err := messagesChatImageURL(bat, b)
+		if err != nil {
+			return err
+		}
+		t.parts = append(t.parts, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: url}})
+	case "tool_use":
+		if t.role != "assistant" {
+			return messagesChatRefuse(bat+".type", "tool_use belongs in an assistant message")
+		}
+		t.calls = append(t.calls, messagesChatToolCall(b))
+	case "tool_result":
+		if t.role != "user" {
+			return messagesChatRefuse(bat+".type", "tool_result belongs in a user message")
+		}
+		return t.toolResult(bat, b)
+	case "thinking", "redacted_thinking":
+		// The backend's model did not write them and cannot read them.
+	case "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+		"bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result",
+		"mcp_tool_use", "mcp_tool_result", "container_upload":
+		// A hosted tool's run, from an earlier answer of a native
+		// backend: history the chat backend cannot replay.
+		if t.hosted != translate.DropHosted {
+			return messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+		}
+	default:
+		return messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+	}
+	return nil
+}
+
+// messagesChatToolCall is a tool_use block as a chat tool call, its input
+// as a model writes arguments: compact, its members and their order kept.
+func messagesChatToolCall(b messagesChatInBlock) openai.ToolCall {
+	c := openai.ToolCall{ID: b.ID, Type: "function", Function: openai.FunctionCall{Name: b.Name, Arguments: "{}"}}
+	if messagesChatPresent(b.Input) {
+		var buf bytes.Buffer
+		if json.Compact(&buf, b.Input) == nil {
+			c.Function.Arguments = buf.String()
+		}
+	}
+	return c
+}
+
+// toolResult appends a tool_result as a tool message. Chat wants the tool
+// messages right after the assistant message that called them: before the
+// rest of this turn.
+func (t *messagesChatTurnOut) toolResult(bat string, b messagesChatInBlock) error {
+	text, images, err := messagesChatToolResult(bat, b.Content)
+	if err != nil {
+		return err
+	}
+	t.dst = append(t.dst, openai.ChatRequestMessage{Role: "tool", Content: text, ToolCallID: b.ToolUseID})
+	if len(images) > 0 {
+		// Tool messages carry text only: the images (a screenshot the
+		// Read tool returned) follow in the turn's user message,
+		// labelled with the call they came from.
+		t.toolImages = append(t.toolImages, openai.ContentPart{Type: "text", Text: "[images from the result of tool call " + b.ToolUseID + "]"})
+		t.toolImages = append(t.toolImages, images...)
+	}
+	return nil
+}
+
+// finish appends the turn's own message: the assistant's text and tool
+// calls, or the user's tool-result images and parts (an empty user turn
+// stays one, empty).
+func (t *messagesChatTurnOut) finish(noBlocks bool) []openai.ChatRequestMessage {
+	parts := append(t.toolImages, t.parts...)
 	switch {
-	case turn.Role == "assistant":
-		m := openai.ChatRequestMessage{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: calls}
-		if m.Content == nil && len(calls) == 0 {
+	case t.role == "assistant":
+		m := openai.ChatRequestMessage{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: t.calls}
+		if m.Content == nil && len(t.calls) == 0 {
 			m.Content = ""
 		}
-		dst = append(dst, m)
+		return append(t.dst, m)
 	case len(parts) > 0:
-		dst = append(dst, openai.ChatRequestMessage{Role: "user", Content: messagesChatContent(parts)})
-	case len(blocks) == 0:
-		dst = append(dst, openai.ChatRequestMessage{Role: "user", Content: ""})
+		return append(t.dst, openai.ChatRequestMessage{Role: "user", Content: messagesChatContent(parts)})
+	case noBlocks:
+		return append(t.dst, openai.ChatRequestMessage{Role: "user", Content: ""})
 	}
-	return dst, nil
+	return t.dst
 }
 
 // messagesChatSystemTurn appends a system turn found inside messages: its

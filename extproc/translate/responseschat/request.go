@@ -159,23 +159,9 @@ func responsesChatRequest(body []byte, o translate.RequestOptions) ([]byte, erro
 	if err := responsesChatDecode(body, &r, ""); err != nil {
 		return nil, err
 	}
-	// Server-side state the chat completions family has no place for.
-	if r.PreviousResponseID != nil && *r.PreviousResponseID != "" {
-		return nil, responsesChatUnsupported("previous_response_id", "previous_response_id: this model's backend speaks chat completions, which keeps no responses; send the whole conversation in input instead")
+	if err := responsesChatRefuseState(&r); err != nil {
+		return nil, err
 	}
-	if !responsesChatIsNull(r.Conversation) {
-		return nil, responsesChatUnsupported("conversation", "conversation: this model's backend speaks chat completions, which keeps no conversations; send the whole conversation in input instead")
-	}
-	if r.Background != nil && *r.Background {
-		return nil, responsesChatUnsupported("background", "background: this model's backend speaks chat completions, which cannot run a response in the background")
-	}
-	if !responsesChatIsNull(r.Prompt) {
-		return nil, responsesChatUnsupported("prompt", "prompt: this model's backend speaks chat completions, which has no stored prompt templates")
-	}
-	if r.Truncation != nil && *r.Truncation == "auto" {
-		return nil, responsesChatUnsupported("truncation", `truncation: "auto" is not supported by this model's backend (chat completions); use "disabled"`)
-	}
-
 	var msgs []responsesChatMsg
 	if r.Instructions != nil && *r.Instructions != "" {
 		msgs = append(msgs, responsesChatMsg{role: "system", parts: []responsesChatMsgPart{{text: *r.Instructions}}})
@@ -202,6 +188,35 @@ func responsesChatRequest(body []byte, o translate.RequestOptions) ([]byte, erro
 			return nil, err
 		}
 	}
+	if b, err = responsesChatAppendOptions(b, &r, o); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// responsesChatRefuseState refuses server-side state the chat completions
+// family has no place for.
+func responsesChatRefuseState(r *responsesChatReq) error {
+	switch {
+	case r.PreviousResponseID != nil && *r.PreviousResponseID != "":
+		return responsesChatUnsupported("previous_response_id", "previous_response_id: this model's backend speaks chat completions, which keeps no responses; send the whole conversation in input instead")
+	case !responsesChatIsNull(r.Conversation):
+		return responsesChatUnsupported("conversation", "conversation: this model's backend speaks chat completions, which keeps no conversations; send the whole conversation in input instead")
+	case r.Background != nil && *r.Background:
+		return responsesChatUnsupported("background", "background: this model's backend speaks chat completions, which cannot run a response in the background")
+	case !responsesChatIsNull(r.Prompt):
+		return responsesChatUnsupported("prompt", "prompt: this model's backend speaks chat completions, which has no stored prompt templates")
+	case r.Truncation != nil && *r.Truncation == "auto":
+		return responsesChatUnsupported("truncation", `truncation: "auto" is not supported by this model's backend (chat completions); use "disabled"`)
+	}
+	return nil
+}
+
+// responsesChatAppendOptions appends the request's options after its tools:
+// parallel_tool_calls, the text format, the reasoning effort, the output
+// cap, sampling, the end user and streaming.
+func responsesChatAppendOptions(b []byte, r *responsesChatReq, o translate.RequestOptions) ([]byte, error) {
+	var err error
 	if r.ParallelToolCalls != nil {
 		b = append(b, `,"parallel_tool_calls":`...)
 		b = strconv.AppendBool(b, *r.ParallelToolCalls)
@@ -246,7 +261,7 @@ func responsesChatRequest(body []byte, o translate.RequestOptions) ([]byte, erro
 		// Always with usage: the ledger reads it from the backend's stream.
 		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	}
-	return append(b, '}'), nil
+	return b, nil
 }
 
 // responsesChatInput appends the messages of the request's input: a string

@@ -85,30 +85,42 @@ func (s *responsesChatStream) event(e translate.Event) error {
 	}
 	// Most chunks are one delta: read without encoding/json.
 	if s.started && !s.noScan && responsesChatScanDelta(e.Data, &s.delta) {
-		d := &s.delta
-		if d.content != nil {
-			s.text(d.content, false)
-		}
-		if d.refusal != nil {
-			s.text(d.refusal, true)
-		}
-		if d.hasArgs {
-			s.toolCall(d.argsIndex, "", "", d.args)
-		}
-		if d.finish != nil {
-			s.finishing = true
-			s.res.finish(string(d.finish))
-		}
-		if s.finishing && s.res.usage != nil {
-			s.complete()
-		}
-		return nil
+		s.scanned(&s.delta)
+	} else if err := s.decode(e.Data); err != nil || s.done {
+		return err
 	}
+	if s.finishing && s.res.usage != nil {
+		s.complete()
+	}
+	return nil
+}
+
+// scanned translates a chunk the one-pass scanner read.
+func (s *responsesChatStream) scanned(d *responsesChatDeltaChunk) {
+	if d.content != nil {
+		s.text(d.content, false)
+	}
+	if d.refusal != nil {
+		s.text(d.refusal, true)
+	}
+	if d.hasArgs {
+		s.toolCall(d.argsIndex, "", "", d.args)
+	}
+	if d.finish != nil {
+		s.finishing = true
+		s.res.finish(string(d.finish))
+	}
+}
+
+// decode translates any other chunk through encoding/json: the first one
+// (which starts the Response), a tool call's opening delta, usage, an
+// error.
+func (s *responsesChatStream) decode(data []byte) error {
 	c := &s.chunk
 	ch := c.Choices[:cap(c.Choices)]
 	clear(ch)
 	*c = responsesChatChunk{Choices: ch[:0]}
-	if err := json.Unmarshal(e.Data, c); err != nil {
+	if err := json.Unmarshal(data, c); err != nil {
 		return fmt.Errorf("translate: reading a chat completion chunk: %w", err)
 	}
 	if !s.started {
@@ -117,51 +129,56 @@ func (s *responsesChatStream) event(e translate.Event) error {
 		s.start()
 	}
 	if len(c.Error) > 0 && string(c.Error) != "null" {
-		var m translate.ErrorMessage
-		if json.Unmarshal(c.Error, &m) != nil {
-			_ = json.Unmarshal(c.Error, &m.Message)
-		}
-		code, _ := m.Code.(string)
-		if code == "" {
-			code = "server_error"
-		}
-		if m.Message == "" {
-			m.Message = "the backend's stream failed"
-		}
-		s.fail(code, m.Message)
+		s.chunkError(c.Error)
 		return nil
 	}
 	for i := range c.Choices {
-		ch := &c.Choices[i]
-		if ch.Index != 0 {
-			continue // a Response has one answer
-		}
-		if ch.Delta.Content != "" {
-			s.esc = responsesChatAppendEscaped(s.esc[:0], ch.Delta.Content)
-			s.text(s.esc, false)
-		}
-		if ch.Delta.Refusal != "" {
-			s.esc = responsesChatAppendEscaped(s.esc[:0], ch.Delta.Refusal)
-			s.text(s.esc, true)
-		}
-		for j := range ch.Delta.ToolCalls {
-			tc := &ch.Delta.ToolCalls[j]
-			s.esc = responsesChatAppendEscaped(s.esc[:0], tc.Function.Arguments)
-			s.toolCall(tc.Index, tc.ID, tc.Function.Name, s.esc)
-		}
-		if ch.FinishReason != "" {
-			s.finishing = true
-			s.res.finish(ch.FinishReason)
+		if c.Choices[i].Index == 0 { // a Response has one answer
+			s.choice(&c.Choices[i].Delta, c.Choices[i].FinishReason)
 		}
 	}
 	if c.Usage != nil {
 		s.res.usage = c.Usage
 		c.Usage = nil // the result keeps it
 	}
-	if s.finishing && s.res.usage != nil {
-		s.complete()
-	}
 	return nil
+}
+
+// choice translates the delta of the answer's choice.
+func (s *responsesChatStream) choice(d *responsesChatDelta, finish string) {
+	if d.Content != "" {
+		s.esc = responsesChatAppendEscaped(s.esc[:0], d.Content)
+		s.text(s.esc, false)
+	}
+	if d.Refusal != "" {
+		s.esc = responsesChatAppendEscaped(s.esc[:0], d.Refusal)
+		s.text(s.esc, true)
+	}
+	for j := range d.ToolCalls {
+		tc := &d.ToolCalls[j]
+		s.esc = responsesChatAppendEscaped(s.esc[:0], tc.Function.Arguments)
+		s.toolCall(tc.Index, tc.ID, tc.Function.Name, s.esc)
+	}
+	if finish != "" {
+		s.finishing = true
+		s.res.finish(finish)
+	}
+}
+
+// chunkError ends the Response as failed with the error a chunk carries.
+func (s *responsesChatStream) chunkError(raw json.RawMessage) {
+	var m translate.ErrorMessage
+	if json.Unmarshal(raw, &m) != nil {
+		_ = json.Unmarshal(raw, &m.Message)
+	}
+	code, _ := m.Code.(string)
+	if code == "" {
+		code = "server_error"
+	}
+	if m.Message == "" {
+		m.Message = "the backend's stream failed"
+	}
+	s.fail(code, m.Message)
 }
 
 // begin writes an event's name and the start of its data object, through
