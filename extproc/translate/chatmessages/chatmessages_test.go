@@ -63,7 +63,7 @@ func TestChatMessagesRequestRefusals(t *testing.T) {
 		{`{"messages":[{"role":"user","content":"hi"}]`, ""},
 		{`{` + user + `,"tools":[{"type":"function","function":{"name":"f","parameters":"object"}}]}`, "tools[0].function.parameters"},
 	} {
-		_, err := chatMessagesRequest([]byte(c.body), translate.RequestOptions{Model: "m", DefaultMaxTokens: 100})
+		_, err := translateRequest([]byte(c.body), translate.RequestOptions{Model: "m", DefaultMaxTokens: 100})
 		var un *translate.Unsupported
 		if !errors.As(err, &un) {
 			t.Errorf("%s: err %v, want an Unsupported", c.body, err)
@@ -88,7 +88,7 @@ func TestChatMessagesRequestDetails(t *testing.T) {
 		{"tool_choice without tools dropped", `{"tool_choice":"required","parallel_tool_calls":false,"messages":[{"role":"user","content":"hi"}]}`,
 			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":4096}`},
 	} {
-		got, err := chatMessagesRequest([]byte(c.body), translate.RequestOptions{Model: "m"})
+		got, err := translateRequest([]byte(c.body), translate.RequestOptions{Model: "m"})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -100,14 +100,14 @@ func TestChatMessagesRequestDetails(t *testing.T) {
 }
 
 func TestChatMessagesStreamCut(t *testing.T) {
-	r := newChatMessagesResponse(translate.ResponseOptions{Stream: true, Status: 200, Created: 1})
+	r := newResponse(translate.ResponseOptions{Stream: true, Status: 200, Created: 1})
 	in := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"c\",\"usage\":{\"input_tokens\":1}}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n"
 	out, err := r.Write(nil, []byte(in), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(string(out), `data: {"error":{"message":"`+chatMessagesCutMessage+`","type":"api_error","param":null,"code":null}}`+"\n\n") {
+	if !strings.HasSuffix(string(out), `data: {"error":{"message":"`+cutMessage+`","type":"api_error","param":null,"code":null}}`+"\n\n") {
 		t.Fatalf("a cut stream must end in an error event:\n%s", out)
 	}
 	if bytes.Contains(out, []byte("[DONE]")) {
@@ -116,19 +116,19 @@ func TestChatMessagesStreamCut(t *testing.T) {
 }
 
 func TestChatMessagesResponseNotAnthropic(t *testing.T) {
-	r := newChatMessagesResponse(translate.ResponseOptions{Status: 200})
+	r := newResponse(translate.ResponseOptions{Status: 200})
 	if _, err := r.Write(nil, []byte("<html>"), true); err == nil {
 		t.Fatal("a body that is not JSON must be an error")
 	}
-	s := newChatMessagesResponse(translate.ResponseOptions{Status: 200, Stream: true})
+	s := newResponse(translate.ResponseOptions{Status: 200, Stream: true})
 	if _, err := s.Write(nil, []byte("data: {nope\n\n"), false); err == nil {
 		t.Fatal("an event that is not JSON must be an error")
 	}
 }
 
-// chatMessagesCheckSSE fails unless out is data lines of JSON (or [DONE])
+// checkSSE fails unless out is data lines of JSON (or [DONE])
 // each followed by a blank line.
-func chatMessagesCheckSSE(t *testing.T, out []byte) {
+func checkSSE(t *testing.T, out []byte) {
 	t.Helper()
 	for _, ev := range strings.SplitAfter(string(out), "\n\n") {
 		if ev == "" {
@@ -155,7 +155,7 @@ func FuzzChatMessagesRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		out, err := chatMessagesRequest(body, translate.RequestOptions{Model: "m", DefaultMaxTokens: 64})
+		out, err := translateRequest(body, translate.RequestOptions{Model: "m", DefaultMaxTokens: 64})
 		if err != nil {
 			var un *translate.Unsupported
 			if !errors.As(err, &un) {
@@ -187,7 +187,7 @@ func FuzzChatMessagesResponseSSE(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, size uint8, usage bool) {
 		o := translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: usage, RequestID: "r", Created: 1}
 		run := func(n int) ([]byte, error) {
-			r := newChatMessagesResponse(o)
+			r := newResponse(o)
 			var out []byte
 			var err error
 			if len(in) == 0 {
@@ -202,7 +202,7 @@ func FuzzChatMessagesResponseSSE(f *testing.F) {
 			return out, nil
 		}
 		whole, werr := run(len(in) + 1)
-		chatMessagesCheckSSE(t, whole)
+		checkSSE(t, whole)
 		n := int(size)%64 + 1
 		got, gerr := run(n)
 		if (werr == nil) != (gerr == nil) {
@@ -217,7 +217,7 @@ func FuzzChatMessagesResponseSSE(f *testing.F) {
 // BenchmarkChatMessagesSSEChunk is the cost of one upstream chunk holding
 // one typical text delta event.
 func BenchmarkChatMessagesSSEChunk(b *testing.B) {
-	r := newChatMessagesResponse(translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
+	r := newResponse(translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
 	start := []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01RnXXtUnT5sR3xn3DmsYtmX\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5-20250929\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":1}}}\n\n" +
 		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
 	chunk := []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" the quick brown fox jumps\"}}\n\n")

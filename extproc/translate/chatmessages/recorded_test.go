@@ -44,7 +44,7 @@ func TestChatMessagesRecordedShapes(t *testing.T) {
 				client := anthropic.NewClient(aoption.WithBaseURL(srv.URL), aoption.WithAPIKey("k"), aoption.WithMaxRetries(0))
 				params := anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 64,
 					Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
-				ctx := chatMessagesContext(t)
+				ctx := sdkContext(t)
 				wantErr := status >= 400 || c.Name() == "stream_overloaded_error"
 				if filepath.Ext(file) == ".json" {
 					m, err := client.Messages.New(ctx, params)

@@ -25,22 +25,22 @@ func New() *translate.Translator {
 		From:        config.FamilyChatCompletions,
 		To:          config.FamilyAnthropicMessages,
 		Path:        "/v1/messages",
-		Request:     chatMessagesRequest,
-		NewResponse: newChatMessagesResponse,
+		Request:     translateRequest,
+		NewResponse: newResponse,
 	}
 }
 
-// chatMessagesFallbackMaxTokens is sent as max_tokens when neither the
+// fallbackMaxTokens is sent as max_tokens when neither the
 // client nor RequestOptions.DefaultMaxTokens names a cap: Anthropic refuses
 // a request without one.
-const chatMessagesFallbackMaxTokens = 4096
+const fallbackMaxTokens = 4096
 
-// chatMessagesChatRequest is the part of a chat completions request this
+// chatRequest is the part of a chat completions request this
 // translation reads. Fields it does not name (seed, service_tier, store,
 // metadata, reasoning_effort, stream_options, …) are dropped by not being
 // read. Polymorphic or refused-when-present fields stay raw.
-type chatMessagesChatRequest struct {
-	Messages            []chatMessagesChatMessage  `json:"messages"`
+type chatRequest struct {
+	Messages            []chatMessage              `json:"messages"`
 	MaxCompletionTokens *int                       `json:"max_completion_tokens"`
 	MaxTokens           *int                       `json:"max_tokens"`
 	Stop                json.RawMessage            `json:"stop"`
@@ -67,7 +67,7 @@ type chatMessagesChatRequest struct {
 	FunctionCall        json.RawMessage            `json:"function_call"`
 }
 
-type chatMessagesChatMessage struct {
+type chatMessage struct {
 	Role         string            `json:"role"`
 	Content      json.RawMessage   `json:"content"`
 	Refusal      *string           `json:"refusal"`
@@ -77,25 +77,25 @@ type chatMessagesChatMessage struct {
 	Audio        json.RawMessage   `json:"audio"`
 }
 
-func chatMessagesRefuse(param, msg string) *translate.Unsupported {
+func refuse(param, msg string) *translate.Unsupported {
 	return &translate.Unsupported{Param: param, Message: msg}
 }
 
-// chatMessagesAbsent: a raw field not sent or sent as null.
-func chatMessagesAbsent(raw json.RawMessage) bool {
+// isAbsent: a raw field not sent or sent as null.
+func isAbsent(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
-	var in chatMessagesChatRequest
+func translateRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
+	var in chatRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, chatMessagesRefuse(te.Field, "the request's "+te.Field+" has the wrong type ("+te.Value+")")
+			return nil, refuse(te.Field, "the request's "+te.Field+" has the wrong type ("+te.Value+")")
 		}
-		return nil, chatMessagesRefuse("", "the request body is not a JSON chat completions request")
+		return nil, refuse("", "the request body is not a JSON chat completions request")
 	}
-	if err := chatMessagesRefuseOptions(&in); err != nil {
+	if err := refuseOptions(&in); err != nil {
 		return nil, err
 	}
 	out := anthropic.Request{Model: o.Model, Temperature: in.Temperature, TopP: in.TopP, Stream: in.Stream}
@@ -108,10 +108,10 @@ func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error
 	case o.DefaultMaxTokens > 0:
 		out.MaxTokens = o.DefaultMaxTokens
 	default:
-		out.MaxTokens = chatMessagesFallbackMaxTokens
+		out.MaxTokens = fallbackMaxTokens
 	}
 
-	stop, err := chatMessagesStop(in.Stop)
+	stop, err := stopSequences(in.Stop)
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +124,10 @@ func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error
 		out.Metadata = &anthropic.Metadata{UserID: *in.SafetyIdentifier}
 	}
 
-	if err := chatMessagesTools(&in, &out); err != nil {
+	if err := mapTools(&in, &out); err != nil {
 		return nil, err
 	}
-	if err := chatMessagesMessages(in.Messages, &out); err != nil {
+	if err := mapMessages(in.Messages, &out); err != nil {
 		return nil, err
 	}
 
@@ -141,66 +141,66 @@ func chatMessagesRequest(body []byte, o translate.RequestOptions) ([]byte, error
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
-// chatMessagesRefuseOptions refuses the request options Anthropic Messages
+// refuseOptions refuses the request options Anthropic Messages
 // has no equivalent of (a silent drop would change the answer's meaning).
-func chatMessagesRefuseOptions(in *chatMessagesChatRequest) error {
+func refuseOptions(in *chatRequest) error {
 	switch {
-	case !chatMessagesAbsent(in.Functions):
-		return chatMessagesRefuse("functions", "the deprecated functions parameter is not supported by this backend; use tools")
-	case !chatMessagesAbsent(in.FunctionCall):
-		return chatMessagesRefuse("function_call", "the deprecated function_call parameter is not supported by this backend; use tool_choice")
+	case !isAbsent(in.Functions):
+		return refuse("functions", "the deprecated functions parameter is not supported by this backend; use tools")
+	case !isAbsent(in.FunctionCall):
+		return refuse("function_call", "the deprecated function_call parameter is not supported by this backend; use tool_choice")
 	case in.N != nil && *in.N > 1:
-		return chatMessagesRefuse("n", "this backend returns one choice per request: n must be 1")
+		return refuse("n", "this backend returns one choice per request: n must be 1")
 	case in.Logprobs != nil && *in.Logprobs:
-		return chatMessagesRefuse("logprobs", "this backend does not return log probabilities")
+		return refuse("logprobs", "this backend does not return log probabilities")
 	case in.TopLogprobs != nil && *in.TopLogprobs > 0:
-		return chatMessagesRefuse("top_logprobs", "this backend does not return log probabilities")
-	case !chatMessagesAbsent(in.Audio):
-		return chatMessagesRefuse("audio", "this backend does not produce audio output")
-	case !chatMessagesAbsent(in.Prediction):
-		return chatMessagesRefuse("prediction", "this backend does not support predicted outputs")
+		return refuse("top_logprobs", "this backend does not return log probabilities")
+	case !isAbsent(in.Audio):
+		return refuse("audio", "this backend does not produce audio output")
+	case !isAbsent(in.Prediction):
+		return refuse("prediction", "this backend does not support predicted outputs")
 	case in.PresencePenalty != nil && *in.PresencePenalty != 0:
-		return chatMessagesRefuse("presence_penalty", "this backend does not support presence_penalty")
+		return refuse("presence_penalty", "this backend does not support presence_penalty")
 	case in.FrequencyPenalty != nil && *in.FrequencyPenalty != 0:
-		return chatMessagesRefuse("frequency_penalty", "this backend does not support frequency_penalty")
+		return refuse("frequency_penalty", "this backend does not support frequency_penalty")
 	case len(in.LogitBias) > 0:
-		return chatMessagesRefuse("logit_bias", "this backend does not support logit_bias")
-	case !chatMessagesAbsent(in.WebSearchOptions):
-		return chatMessagesRefuse("web_search_options", "this backend does not support web_search_options")
+		return refuse("logit_bias", "this backend does not support logit_bias")
+	case !isAbsent(in.WebSearchOptions):
+		return refuse("web_search_options", "this backend does not support web_search_options")
 	case in.Temperature != nil && *in.Temperature > 1:
-		return chatMessagesRefuse("temperature", "this backend takes a temperature between 0 and 1")
+		return refuse("temperature", "this backend takes a temperature between 0 and 1")
 	}
 	for _, m := range in.Modalities {
 		if m == "audio" {
-			return chatMessagesRefuse("modalities", "this backend does not produce audio output")
+			return refuse("modalities", "this backend does not produce audio output")
 		}
 	}
-	if !chatMessagesAbsent(in.ResponseFormat) {
+	if !isAbsent(in.ResponseFormat) {
 		var rf struct {
 			Type string `json:"type"`
 		}
 		if json.Unmarshal(in.ResponseFormat, &rf) != nil || rf.Type != "text" {
-			return chatMessagesRefuse("response_format", "this backend does not support response_format "+strconv.Quote(rf.Type)+": only text")
+			return refuse("response_format", "this backend does not support response_format "+strconv.Quote(rf.Type)+": only text")
 		}
 	}
 	return nil
 }
 
-// chatMessagesStop reads stop (a string or an array of strings); empty
+// stopSequences reads stop (a string or an array of strings); empty
 // sequences are dropped.
-func chatMessagesStop(raw json.RawMessage) ([]string, error) {
-	if chatMessagesAbsent(raw) {
+func stopSequences(raw json.RawMessage) ([]string, error) {
+	if isAbsent(raw) {
 		return nil, nil
 	}
 	var list []string
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, chatMessagesRefuse("stop", "stop must be a string or an array of strings")
+			return nil, refuse("stop", "stop must be a string or an array of strings")
 		}
 		list = []string{s}
 	} else if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, chatMessagesRefuse("stop", "stop must be a string or an array of strings")
+		return nil, refuse("stop", "stop must be a string or an array of strings")
 	}
 	out := list[:0]
 	for _, s := range list {
@@ -214,22 +214,22 @@ func chatMessagesStop(raw json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
-// chatMessagesTools maps tools, tool_choice and parallel_tool_calls.
-func chatMessagesTools(in *chatMessagesChatRequest, out *anthropic.Request) error {
+// mapTools maps tools, tool_choice and parallel_tool_calls.
+func mapTools(in *chatRequest, out *anthropic.Request) error {
 	for i, t := range in.Tools {
 		if t.Type != "function" {
-			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].type", "this backend takes function tools only, not "+strconv.Quote(t.Type))
+			return refuse("tools["+strconv.Itoa(i)+"].type", "this backend takes function tools only, not "+strconv.Quote(t.Type))
 		}
 		schema := t.Function.Parameters
-		if chatMessagesAbsent(schema) {
+		if isAbsent(schema) {
 			schema = json.RawMessage(`{"type":"object"}`)
 		} else if schema[0] != '{' {
-			return chatMessagesRefuse("tools["+strconv.Itoa(i)+"].function.parameters", "a tool's parameters must be a JSON Schema object")
+			return refuse("tools["+strconv.Itoa(i)+"].function.parameters", "a tool's parameters must be a JSON Schema object")
 		}
 		out.Tools = append(out.Tools, anthropic.Tool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
 	}
 	var choice *anthropic.ToolChoice
-	if !chatMessagesAbsent(in.ToolChoice) {
+	if !isAbsent(in.ToolChoice) {
 		if in.ToolChoice[0] == '"' {
 			var s string
 			_ = json.Unmarshal(in.ToolChoice, &s)
@@ -241,7 +241,7 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *anthropic.Request) erro
 			case "required":
 				choice = &anthropic.ToolChoice{Type: "any"}
 			default:
-				return chatMessagesRefuse("tool_choice", "unknown tool_choice "+strconv.Quote(s)+": want none, auto, required or a function")
+				return refuse("tool_choice", "unknown tool_choice "+strconv.Quote(s)+": want none, auto, required or a function")
 			}
 		} else {
 			var c struct {
@@ -251,10 +251,10 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *anthropic.Request) erro
 				} `json:"function"`
 			}
 			if err := json.Unmarshal(in.ToolChoice, &c); err != nil {
-				return chatMessagesRefuse("tool_choice", "tool_choice must be a string or an object")
+				return refuse("tool_choice", "tool_choice must be a string or an object")
 			}
 			if c.Type != "function" {
-				return chatMessagesRefuse("tool_choice.type", "this backend takes a tool_choice of type function only, not "+strconv.Quote(c.Type))
+				return refuse("tool_choice.type", "this backend takes a tool_choice of type function only, not "+strconv.Quote(c.Type))
 			}
 			choice = &anthropic.ToolChoice{Type: "tool", Name: c.Function.Name}
 		}
@@ -276,16 +276,16 @@ func chatMessagesTools(in *chatMessagesChatRequest, out *anthropic.Request) erro
 	return nil
 }
 
-// chatMessagesMessages maps the conversation: system and developer turns
+// mapMessages maps the conversation: system and developer turns
 // to the top-level system text, the rest to alternating user/assistant
 // turns (consecutive turns of one role merge).
-func chatMessagesMessages(msgs []chatMessagesChatMessage, out *anthropic.Request) error {
+func mapMessages(msgs []chatMessage, out *anthropic.Request) error {
 	var system []string
 	for i := range msgs {
 		m := &msgs[i]
 		p := "messages[" + strconv.Itoa(i) + "]"
-		if !chatMessagesAbsent(m.FunctionCall) {
-			return chatMessagesRefuse(p+".function_call", "the deprecated function_call is not supported by this backend; use tool_calls")
+		if !isAbsent(m.FunctionCall) {
+			return refuse(p+".function_call", "the deprecated function_call is not supported by this backend; use tool_calls")
 		}
 		var role string
 		var blocks []anthropic.ContentBlock
@@ -293,7 +293,7 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *anthropic.Request
 		switch m.Role {
 		case "system", "developer":
 			var text string
-			if text, err = chatMessagesText(m.Content, p); err != nil {
+			if text, err = textContent(m.Content, p); err != nil {
 				return err
 			}
 			if text != "" {
@@ -302,17 +302,17 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *anthropic.Request
 			continue
 		case "user":
 			role = "user"
-			blocks, err = chatMessagesUserBlocks(m.Content, p)
+			blocks, err = userBlocks(m.Content, p)
 		case "assistant":
 			role = "assistant"
-			blocks, err = chatMessagesAssistantBlocks(m, p)
+			blocks, err = assistantBlocks(m, p)
 		case "tool":
 			role = "user"
-			blocks, err = chatMessagesToolResult(m, p)
+			blocks, err = toolResult(m, p)
 		case "function":
-			return chatMessagesRefuse(p+".role", "the deprecated function role is not supported by this backend; use tool")
+			return refuse(p+".role", "the deprecated function role is not supported by this backend; use tool")
 		default:
-			return chatMessagesRefuse(p+".role", "unknown message role "+strconv.Quote(m.Role))
+			return refuse(p+".role", "unknown message role "+strconv.Quote(m.Role))
 		}
 		if err != nil {
 			return err
@@ -328,7 +328,7 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *anthropic.Request
 	}
 	for i := range out.Messages {
 		if out.Messages[i].Role == "user" {
-			chatMessagesToolResultsFirst(out.Messages[i].Content)
+			toolResultsFirst(out.Messages[i].Content)
 		}
 	}
 	if out.Messages == nil {
@@ -338,17 +338,17 @@ func chatMessagesMessages(msgs []chatMessagesChatMessage, out *anthropic.Request
 	return nil
 }
 
-// chatMessagesToolResultsFirst moves a merged user turn's tool_result
+// toolResultsFirst moves a merged user turn's tool_result
 // blocks before its other blocks, keeping the order within each kind:
 // Anthropic wants the results of the previous turn's tool calls first.
-func chatMessagesToolResultsFirst(blocks []anthropic.ContentBlock) {
-	if slices.IsSortedFunc(blocks, chatMessagesResultOrder) {
+func toolResultsFirst(blocks []anthropic.ContentBlock) {
+	if slices.IsSortedFunc(blocks, resultOrder) {
 		return
 	}
-	slices.SortStableFunc(blocks, chatMessagesResultOrder)
+	slices.SortStableFunc(blocks, resultOrder)
 }
 
-func chatMessagesResultOrder(a, b anthropic.ContentBlock) int {
+func resultOrder(a, b anthropic.ContentBlock) int {
 	rank := func(x anthropic.ContentBlock) int {
 		if x.Type == "tool_result" {
 			return 0
@@ -358,29 +358,29 @@ func chatMessagesResultOrder(a, b anthropic.ContentBlock) int {
 	return rank(a) - rank(b)
 }
 
-// chatMessagesParts reads a content field: a string (one text part), an
+// contentParts reads a content field: a string (one text part), an
 // array of parts, or null (no parts).
-func chatMessagesParts(raw json.RawMessage, p string) (text *string, parts []openai.ContentPart, err error) {
-	if chatMessagesAbsent(raw) {
+func contentParts(raw json.RawMessage, p string) (text *string, parts []openai.ContentPart, err error) {
+	if isAbsent(raw) {
 		return nil, nil, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, nil, chatMessagesRefuse(p+".content", "content must be a string or an array of parts")
+			return nil, nil, refuse(p+".content", "content must be a string or an array of parts")
 		}
 		return &s, nil, nil
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return nil, nil, chatMessagesRefuse(p+".content", "content must be a string or an array of parts")
+		return nil, nil, refuse(p+".content", "content must be a string or an array of parts")
 	}
 	return nil, parts, nil
 }
 
-// chatMessagesText reads a content that may only hold text (system,
+// textContent reads a content that may only hold text (system,
 // developer), parts joined by a blank line.
-func chatMessagesText(raw json.RawMessage, p string) (string, error) {
-	s, parts, err := chatMessagesParts(raw, p)
+func textContent(raw json.RawMessage, p string) (string, error) {
+	s, parts, err := contentParts(raw, p)
 	if err != nil || s != nil {
 		if s != nil {
 			return *s, nil
@@ -390,7 +390,7 @@ func chatMessagesText(raw json.RawMessage, p string) (string, error) {
 	var texts []string
 	for j, part := range parts {
 		if part.Type != "text" {
-			return "", chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "this message takes text parts only, not "+strconv.Quote(part.Type))
+			return "", refuse(p+".content["+strconv.Itoa(j)+"].type", "this message takes text parts only, not "+strconv.Quote(part.Type))
 		}
 		if part.Text != "" {
 			texts = append(texts, part.Text)
@@ -399,12 +399,12 @@ func chatMessagesText(raw json.RawMessage, p string) (string, error) {
 	return strings.Join(texts, "\n\n"), nil
 }
 
-func chatMessagesTextBlock(text string) anthropic.ContentBlock {
+func textBlock(text string) anthropic.ContentBlock {
 	return anthropic.ContentBlock{Type: "text", Text: text}
 }
 
-func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]anthropic.ContentBlock, error) {
-	s, parts, err := chatMessagesParts(raw, p)
+func userBlocks(raw json.RawMessage, p string) ([]anthropic.ContentBlock, error) {
+	s, parts, err := contentParts(raw, p)
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +412,7 @@ func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]anthropic.ContentB
 		if *s == "" {
 			return nil, nil
 		}
-		return []anthropic.ContentBlock{chatMessagesTextBlock(*s)}, nil
+		return []anthropic.ContentBlock{textBlock(*s)}, nil
 	}
 	blocks := make([]anthropic.ContentBlock, 0, len(parts))
 	for j, part := range parts {
@@ -420,35 +420,35 @@ func chatMessagesUserBlocks(raw json.RawMessage, p string) ([]anthropic.ContentB
 		switch part.Type {
 		case "text":
 			if part.Text != "" {
-				blocks = append(blocks, chatMessagesTextBlock(part.Text))
+				blocks = append(blocks, textBlock(part.Text))
 			}
 		case "image_url":
 			if part.ImageURL == nil {
-				return nil, chatMessagesRefuse(pp+".image_url", "an image_url part needs image_url.url")
+				return nil, refuse(pp+".image_url", "an image_url part needs image_url.url")
 			}
-			src, err := chatMessagesImage(part.ImageURL.URL, pp+".image_url.url")
+			src, err := imageSource(part.ImageURL.URL, pp+".image_url.url")
 			if err != nil {
 				return nil, err
 			}
 			blocks = append(blocks, anthropic.ContentBlock{Type: "image", Source: src})
 		case "input_audio":
-			return nil, chatMessagesRefuse(pp+".type", "this backend does not take audio input")
+			return nil, refuse(pp+".type", "this backend does not take audio input")
 		case "file":
-			return nil, chatMessagesRefuse(pp+".type", "this backend does not take file parts through chat completions")
+			return nil, refuse(pp+".type", "this backend does not take file parts through chat completions")
 		default:
-			return nil, chatMessagesRefuse(pp+".type", "unknown content part type "+strconv.Quote(part.Type))
+			return nil, refuse(pp+".type", "unknown content part type "+strconv.Quote(part.Type))
 		}
 	}
 	return blocks, nil
 }
 
-// chatMessagesImage maps an image URL: a base64 data URL to a base64
+// imageSource maps an image URL: a base64 data URL to a base64
 // source, an http(s) URL to a url source.
-func chatMessagesImage(url, p string) (*anthropic.ImageSource, error) {
+func imageSource(url, p string) (*anthropic.ImageSource, error) {
 	if rest, ok := strings.CutPrefix(url, "data:"); ok {
 		media, data, ok := strings.Cut(rest, ";base64,")
 		if !ok || media == "" || strings.Contains(media, ",") {
-			return nil, chatMessagesRefuse(p, "an image data URL must be data:<media type>;base64,<data>")
+			return nil, refuse(p, "an image data URL must be data:<media type>;base64,<data>")
 		}
 		return &anthropic.ImageSource{Type: "base64", MediaType: media, Data: data}, nil
 	}
@@ -456,14 +456,14 @@ func chatMessagesImage(url, p string) (*anthropic.ImageSource, error) {
 	if strings.HasPrefix(lower, "https://") || strings.HasPrefix(lower, "http://") {
 		return &anthropic.ImageSource{Type: "url", URL: url}, nil
 	}
-	return nil, chatMessagesRefuse(p, "an image URL must be an http(s) URL or a base64 data URL")
+	return nil, refuse(p, "an image URL must be an http(s) URL or a base64 data URL")
 }
 
-func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]anthropic.ContentBlock, error) {
-	if !chatMessagesAbsent(m.Audio) {
-		return nil, chatMessagesRefuse(p+".audio", "this backend cannot continue from an audio answer")
+func assistantBlocks(m *chatMessage, p string) ([]anthropic.ContentBlock, error) {
+	if !isAbsent(m.Audio) {
+		return nil, refuse(p+".audio", "this backend cannot continue from an audio answer")
 	}
-	s, parts, err := chatMessagesParts(m.Content, p)
+	s, parts, err := contentParts(m.Content, p)
 	if err != nil {
 		return nil, err
 	}
@@ -471,43 +471,43 @@ func chatMessagesAssistantBlocks(m *chatMessagesChatMessage, p string) ([]anthro
 	switch {
 	case s != nil:
 		if *s != "" {
-			blocks = append(blocks, chatMessagesTextBlock(*s))
+			blocks = append(blocks, textBlock(*s))
 		}
 	case parts != nil:
 		for j, part := range parts {
 			switch part.Type {
 			case "text":
 				if part.Text != "" {
-					blocks = append(blocks, chatMessagesTextBlock(part.Text))
+					blocks = append(blocks, textBlock(part.Text))
 				}
 			case "refusal":
 				if part.Refusal != "" {
-					blocks = append(blocks, chatMessagesTextBlock(part.Refusal))
+					blocks = append(blocks, textBlock(part.Refusal))
 				}
 			default:
-				return nil, chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "an assistant message takes text and refusal parts only, not "+strconv.Quote(part.Type))
+				return nil, refuse(p+".content["+strconv.Itoa(j)+"].type", "an assistant message takes text and refusal parts only, not "+strconv.Quote(part.Type))
 			}
 		}
 	case m.Refusal != nil && *m.Refusal != "":
-		blocks = append(blocks, chatMessagesTextBlock(*m.Refusal))
+		blocks = append(blocks, textBlock(*m.Refusal))
 	}
 	for j, tc := range m.ToolCalls {
 		pj := p + ".tool_calls[" + strconv.Itoa(j) + "]"
 		if tc.Type != "function" && tc.Type != "" {
-			return nil, chatMessagesRefuse(pj+".type", "this backend takes function tool calls only, not "+strconv.Quote(tc.Type))
+			return nil, refuse(pj+".type", "this backend takes function tool calls only, not "+strconv.Quote(tc.Type))
 		}
-		input, ok := chatMessagesArguments(tc.Function.Arguments)
+		input, ok := toolInput(tc.Function.Arguments)
 		if !ok {
-			return nil, chatMessagesRefuse(pj+".function.arguments", "tool call arguments must be a JSON object")
+			return nil, refuse(pj+".function.arguments", "tool call arguments must be a JSON object")
 		}
 		blocks = append(blocks, anthropic.ContentBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
 	}
 	return blocks, nil
 }
 
-// chatMessagesArguments parses a tool call's arguments string as the
+// toolInput parses a tool call's arguments string as the
 // tool_use input, which must be a JSON object; empty arguments are {}.
-func chatMessagesArguments(args string) (json.RawMessage, bool) {
+func toolInput(args string) (json.RawMessage, bool) {
 	b := bytes.TrimSpace([]byte(args))
 	if len(b) == 0 {
 		return json.RawMessage("{}"), true
@@ -518,8 +518,8 @@ func chatMessagesArguments(args string) (json.RawMessage, bool) {
 	return json.RawMessage(b), true
 }
 
-func chatMessagesToolResult(m *chatMessagesChatMessage, p string) ([]anthropic.ContentBlock, error) {
-	s, parts, err := chatMessagesParts(m.Content, p)
+func toolResult(m *chatMessage, p string) ([]anthropic.ContentBlock, error) {
+	s, parts, err := contentParts(m.Content, p)
 	if err != nil {
 		return nil, err
 	}
@@ -533,10 +533,10 @@ func chatMessagesToolResult(m *chatMessagesChatMessage, p string) ([]anthropic.C
 		texts := make([]anthropic.ContentBlock, 0, len(parts))
 		for j, part := range parts {
 			if part.Type != "text" {
-				return nil, chatMessagesRefuse(p+".content["+strconv.Itoa(j)+"].type", "a tool message takes text parts only, not "+strconv.Quote(part.Type))
+				return nil, refuse(p+".content["+strconv.Itoa(j)+"].type", "a tool message takes text parts only, not "+strconv.Quote(part.Type))
 			}
 			if part.Text != "" {
-				texts = append(texts, chatMessagesTextBlock(part.Text))
+				texts = append(texts, textBlock(part.Text))
 			}
 		}
 		if len(texts) > 0 {

@@ -19,26 +19,26 @@ import (
 	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
 )
 
-func newChatMessagesResponse(o translate.ResponseOptions) translate.Response {
+func newResponse(o translate.ResponseOptions) translate.Response {
 	switch {
 	case o.Status >= 400:
 		return translate.NewErrorResponse(o.Status, family.OpenAI)
 	case o.Stream:
-		s := &chatMessagesStream{o: o}
+		s := &sseResponse{o: o}
 		s.onEvent = s.event
 		return s
 	}
-	return &chatMessagesJSON{o: o}
+	return &jsonResponse{o: o}
 }
 
-// chatMessagesTokens is the usage as counted so far.
-type chatMessagesTokens struct {
+// tokenCounts is the usage as counted so far.
+type tokenCounts struct {
 	input, output, cacheCreation, cacheRead int64
 }
 
 // appendJSON writes the chat completions usage object: Anthropic counts
 // cached input apart from input_tokens, OpenAI's prompt_tokens include it.
-func (t *chatMessagesTokens) appendJSON(b []byte) []byte {
+func (t *tokenCounts) appendJSON(b []byte) []byte {
 	prompt := t.input + t.cacheRead + t.cacheCreation
 	b = append(b, `{"prompt_tokens":`...)
 	b = strconv.AppendInt(b, prompt, 10)
@@ -51,8 +51,8 @@ func (t *chatMessagesTokens) appendJSON(b []byte) []byte {
 	return append(b, "}}"...)
 }
 
-// chatMessagesFinish maps Anthropic's stop_reason to a finish_reason.
-func chatMessagesFinish(stop string) string {
+// finishReason maps Anthropic's stop_reason to a finish_reason.
+func finishReason(stop string) string {
 	switch stop {
 	case "max_tokens", "model_context_window_exceeded":
 		return "length"
@@ -64,15 +64,15 @@ func chatMessagesFinish(stop string) string {
 	return "stop" // end_turn, stop_sequence, pause_turn, and none given
 }
 
-// chatMessagesJSON holds a JSON answer to its end.
-type chatMessagesJSON struct {
+// jsonResponse holds a JSON answer to its end.
+type jsonResponse struct {
 	o   translate.ResponseOptions
 	buf []byte
 }
 
-// chatMessagesAnswer is the part of a message object the translation
+// messageAnswer is the part of a message object the translation
 // reads.
-type chatMessagesAnswer struct {
+type messageAnswer struct {
 	ID         string                   `json:"id"`
 	Model      string                   `json:"model"`
 	StopReason string                   `json:"stop_reason"`
@@ -80,23 +80,23 @@ type chatMessagesAnswer struct {
 	Usage      anthropic.Usage          `json:"usage"`
 }
 
-// errChatMessagesTooLarge: a JSON answer above translate.MaxBuffered.
-var errChatMessagesTooLarge = errors.New("translate: the backend's answer exceeds the translation buffer")
+// errTooLarge: a JSON answer above translate.MaxBuffered.
+var errTooLarge = errors.New("translate: the backend's answer exceeds the translation buffer")
 
-func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if len(r.buf)+len(chunk) > translate.MaxBuffered {
-		return dst, errChatMessagesTooLarge
+		return dst, errTooLarge
 	}
 	r.buf = append(r.buf, chunk...)
 	if !end {
 		return dst, nil
 	}
-	var a chatMessagesAnswer
+	var a messageAnswer
 	if err := json.Unmarshal(r.buf, &a); err != nil {
-		return dst, &chatMessagesReadError{err: err}
+		return dst, &readError{err: err}
 	}
 	u := a.Usage
-	tokens := chatMessagesTokens{input: u.InputTokens, output: u.OutputTokens, cacheCreation: u.CacheCreationInputTokens, cacheRead: u.CacheReadInputTokens}
+	tokens := tokenCounts{input: u.InputTokens, output: u.OutputTokens, cacheCreation: u.CacheCreationInputTokens, cacheRead: u.CacheReadInputTokens}
 
 	b := dst
 	b = append(b, `{"id":`...)
@@ -136,14 +136,14 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		b = append(b, `,"type":"function","function":{"name":`...)
 		b = jsonstr.Append(b, c.Name)
 		b = append(b, `,"arguments":`...)
-		b = jsonstr.Append(b, chatMessagesCompact(c.Input))
+		b = jsonstr.Append(b, compactInput(c.Input))
 		b = append(b, "}}"...)
 	}
 	if calls > 0 {
 		b = append(b, ']')
 	}
 	b = append(b, `},"logprobs":null,"finish_reason":`...)
-	b = jsonstr.Append(b, chatMessagesFinish(a.StopReason))
+	b = jsonstr.Append(b, finishReason(a.StopReason))
 	b = append(b, `}],"usage":`...)
 	b = tokens.appendJSON(b)
 	b = append(b, '}')
@@ -151,9 +151,9 @@ func (r *chatMessagesJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	return b, nil
 }
 
-// chatMessagesCompact is a tool input as the compact JSON text a client
+// compactInput is a tool input as the compact JSON text a client
 // reads as arguments ({} when the backend sent none).
-func chatMessagesCompact(input json.RawMessage) string {
+func compactInput(input json.RawMessage) string {
 	if len(input) == 0 || string(input) == "null" {
 		return "{}"
 	}
@@ -164,11 +164,11 @@ func chatMessagesCompact(input json.RawMessage) string {
 	return buf.String()
 }
 
-// chatMessagesReadError is a backend body that is not Anthropic's shape.
-type chatMessagesReadError struct{ err error }
+// readError is a backend body that is not Anthropic's shape.
+type readError struct{ err error }
 
-func (e *chatMessagesReadError) Error() string {
+func (e *readError) Error() string {
 	return "translate: the backend's answer is not an Anthropic message: " + e.err.Error()
 }
 
-func (e *chatMessagesReadError) Unwrap() error { return e.err }
+func (e *readError) Unwrap() error { return e.err }

@@ -15,10 +15,10 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/translate/internal/translatetest"
 )
 
-// chatMessagesServe answers every request with the translation of a golden
+// sdkServe answers every request with the translation of a golden
 // case's recorded Anthropic answer, written in 7-byte chunks the way the
 // router-level filter would pass them on.
-func chatMessagesServe(t *testing.T, name, file string, o translate.ResponseOptions) *openai.Client {
+func sdkServe(t *testing.T, name, file string, o translate.ResponseOptions) *openai.Client {
 	t.Helper()
 	in, err := readChatMessagesCase(name, file)
 	if err != nil {
@@ -39,23 +39,23 @@ func chatMessagesServe(t *testing.T, name, file string, o translate.ResponseOpti
 	return &c
 }
 
-func chatMessagesParams() openai.ChatCompletionNewParams {
+func sdkParams() openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{
 		Model:    "gpt-4o",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 	}
 }
 
-func chatMessagesContext(t *testing.T) context.Context {
+func sdkContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 func TestChatMessagesSDKJSON(t *testing.T) {
-	ctx := chatMessagesContext(t)
-	c := chatMessagesServe(t, "tool_use_multi_turn", "response.in.json", translate.ResponseOptions{Status: 200, Created: 1764806400})
-	got, err := c.Chat.Completions.New(ctx, chatMessagesParams())
+	ctx := sdkContext(t)
+	c := sdkServe(t, "tool_use_multi_turn", "response.in.json", translate.ResponseOptions{Status: 200, Created: 1764806400})
+	got, err := c.Chat.Completions.New(ctx, sdkParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +74,8 @@ func TestChatMessagesSDKJSON(t *testing.T) {
 		t.Fatalf("usage %+v", got.Usage)
 	}
 
-	c = chatMessagesServe(t, "cache_usage", "response.in.json", translate.ResponseOptions{Status: 200, Created: 1})
-	if got, err = c.Chat.Completions.New(ctx, chatMessagesParams()); err != nil {
+	c = sdkServe(t, "cache_usage", "response.in.json", translate.ResponseOptions{Status: 200, Created: 1})
+	if got, err = c.Chat.Completions.New(ctx, sdkParams()); err != nil {
 		t.Fatal(err)
 	}
 	if u := got.Usage; u.PromptTokens != 2308 || u.PromptTokensDetails.CachedTokens != 2048 || u.TotalTokens != 2350 {
@@ -87,8 +87,8 @@ func TestChatMessagesSDKJSON(t *testing.T) {
 }
 
 func TestChatMessagesSDKError(t *testing.T) {
-	c := chatMessagesServe(t, "upstream_529", "response.in.json", translate.ResponseOptions{Status: 529})
-	_, err := c.Chat.Completions.New(chatMessagesContext(t), chatMessagesParams())
+	c := sdkServe(t, "upstream_529", "response.in.json", translate.ResponseOptions{Status: 529})
+	_, err := c.Chat.Completions.New(sdkContext(t), sdkParams())
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("err %v, want an *openai.Error", err)
@@ -98,11 +98,11 @@ func TestChatMessagesSDKError(t *testing.T) {
 	}
 }
 
-func chatMessagesAccumulate(t *testing.T, c *openai.Client) (openai.ChatCompletionAccumulator, int, error) {
+func sdkAccumulate(t *testing.T, c *openai.Client) (openai.ChatCompletionAccumulator, int, error) {
 	t.Helper()
-	params := chatMessagesParams()
+	params := sdkParams()
 	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	stream := c.Chat.Completions.NewStreaming(chatMessagesContext(t), params)
+	stream := c.Chat.Completions.NewStreaming(sdkContext(t), params)
 	defer stream.Close()
 	var acc openai.ChatCompletionAccumulator
 	chunks := 0
@@ -116,8 +116,8 @@ func chatMessagesAccumulate(t *testing.T, c *openai.Client) (openai.ChatCompleti
 }
 
 func TestChatMessagesSDKStream(t *testing.T) {
-	c := chatMessagesServe(t, "stream_tool_use", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
-	acc, _, err := chatMessagesAccumulate(t, c)
+	c := sdkServe(t, "stream_tool_use", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1764806400})
+	acc, _, err := sdkAccumulate(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,8 @@ func TestChatMessagesSDKStream(t *testing.T) {
 		t.Fatalf("id %q model %q", acc.ID, acc.Model)
 	}
 
-	c = chatMessagesServe(t, "cache_usage", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
-	if acc, _, err = chatMessagesAccumulate(t, c); err != nil {
+	c = sdkServe(t, "cache_usage", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
+	if acc, _, err = sdkAccumulate(t, c); err != nil {
 		t.Fatal(err)
 	}
 	if acc.Choices[0].Message.Content != "Per section 4.2, the notice period is 30 days." ||
@@ -146,8 +146,8 @@ func TestChatMessagesSDKStream(t *testing.T) {
 		t.Fatalf("content %q usage %+v", acc.Choices[0].Message.Content, acc.Usage)
 	}
 
-	c = chatMessagesServe(t, "stream_text_no_usage", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, Created: 1})
-	if acc, _, err = chatMessagesAccumulate(t, c); err != nil {
+	c = sdkServe(t, "stream_text_no_usage", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, Created: 1})
+	if acc, _, err = sdkAccumulate(t, c); err != nil {
 		t.Fatal(err)
 	}
 	if want := "Hello! \"Quoted\" text,\nnew line & <tags> — ünïcödé 😀 Bye."; acc.Choices[0].Message.Content != want || acc.Choices[0].FinishReason != "stop" {
@@ -159,8 +159,8 @@ func TestChatMessagesSDKStream(t *testing.T) {
 }
 
 func TestChatMessagesSDKStreamError(t *testing.T) {
-	c := chatMessagesServe(t, "stream_overloaded_error", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
-	acc, chunks, err := chatMessagesAccumulate(t, c)
+	c := sdkServe(t, "stream_overloaded_error", "response.in.sse", translate.ResponseOptions{Status: 200, Stream: true, IncludeUsage: true, Created: 1})
+	acc, chunks, err := sdkAccumulate(t, c)
 	if err == nil || !strings.Contains(err.Error(), "Overloaded") {
 		t.Fatalf("err %v, want the backend's overloaded error", err)
 	}

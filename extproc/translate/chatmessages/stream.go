@@ -10,34 +10,34 @@ import (
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
-// chatMessagesStream rewrites an Anthropic Messages event stream into chat
+// sseResponse rewrites an Anthropic Messages event stream into chat
 // completions chunks. Each event is read and checked in place in one pass
 // (scan.go): the text and partial JSON the client gets are
 // the backend's string literals, copied as they are.
-type chatMessagesStream struct {
+type sseResponse struct {
 	o       translate.ResponseOptions
 	events  translate.Events
 	onEvent func(translate.Event) error // s.event, bound once
 	out     []byte                      // dst while Feed runs
 
 	prefix  []byte // `{"id":…,"object":"chat.completion.chunk","created":…,"model":…`
-	tokens  chatMessagesTokens
+	tokens  tokenCounts
 	tools   []int // content block index → tool call index + 1 (0: not a tool)
 	ntools  int
 	started bool // the prefix is set
 	done    bool // message_stop or an error written: nothing more is sent
 }
 
-// chatMessagesEvent is what one stream event holds for the client, as raw
+// streamEvent is what one stream event holds for the client, as raw
 // JSON values (nil when absent).
-type chatMessagesEvent struct {
+type streamEvent struct {
 	typ, index, message, block, delta, usage, err []byte
 }
 
 // read takes an event's members; false when data is not one valid JSON
 // object.
-func (e *chatMessagesEvent) read(data []byte) bool {
-	*e = chatMessagesEvent{}
+func (e *streamEvent) read(data []byte) bool {
+	*e = streamEvent{}
 	m := chatMessagesMembers{b: data}
 	for m.next() {
 		switch string(m.key) {
@@ -60,10 +60,10 @@ func (e *chatMessagesEvent) read(data []byte) bool {
 	return m.ok()
 }
 
-// chatMessagesCutMessage: the backend's stream ended before message_stop.
-const chatMessagesCutMessage = "the backend's stream ended before the answer was complete"
+// cutMessage: the backend's stream ended before message_stop.
+const cutMessage = "the backend's stream ended before the answer was complete"
 
-func (s *chatMessagesStream) Write(dst, chunk []byte, end bool) ([]byte, error) {
+func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if s.done {
 		return dst, nil
 	}
@@ -76,18 +76,18 @@ func (s *chatMessagesStream) Write(dst, chunk []byte, end bool) ([]byte, error) 
 	if end && !s.done {
 		// A stream cut short is an error to the client, never a clean end.
 		s.done = true
-		dst = s.appendError(dst, "api_error", chatMessagesCutMessage)
+		dst = s.appendError(dst, "api_error", cutMessage)
 	}
 	return dst, nil
 }
 
-func (s *chatMessagesStream) event(ev translate.Event) error {
+func (s *sseResponse) event(ev translate.Event) error {
 	if s.done || string(ev.Name) == "ping" {
 		return nil
 	}
-	var e chatMessagesEvent
+	var e streamEvent
 	if !e.read(ev.Data) {
-		return &chatMessagesReadError{err: errors.New("an event's data is not a JSON object: " + chatMessagesClip(ev.Data))}
+		return &readError{err: errors.New("an event's data is not a JSON object: " + clip(ev.Data))}
 	}
 	switch string(e.typ) {
 	case `"content_block_delta"`:
@@ -110,7 +110,7 @@ func (s *chatMessagesStream) event(ev translate.Event) error {
 		}
 		s.out = s.appendChunkOpen(s.out)
 		s.out = append(s.out, `{},"logprobs":null,"finish_reason":"`...)
-		s.out = append(s.out, chatMessagesFinish(string(stop))...)
+		s.out = append(s.out, finishReason(string(stop))...)
 		s.out = append(s.out, "\"}]}\n\n"...)
 	case `"message_stop"`:
 		s.start(nil, nil)
@@ -133,7 +133,7 @@ func (s *chatMessagesStream) event(ev translate.Event) error {
 			v.Type = "api_error"
 		}
 		if v.Message == "" {
-			v.Message = chatMessagesClip(ev.Data)
+			v.Message = clip(ev.Data)
 		}
 		s.out = s.appendError(s.out, v.Type, v.Message)
 		s.done = true
@@ -142,7 +142,7 @@ func (s *chatMessagesStream) event(ev translate.Event) error {
 	return nil
 }
 
-func chatMessagesClip(b []byte) string {
+func clip(b []byte) string {
 	if len(b) > 256 {
 		b = b[:256]
 	}
@@ -151,7 +151,7 @@ func chatMessagesClip(b []byte) string {
 
 // read takes the usage fields an event sends (numbers; null or absent
 // fields keep what an earlier event said).
-func (t *chatMessagesTokens) read(usage []byte) {
+func (t *tokenCounts) read(usage []byte) {
 	for m := (chatMessagesMembers{b: usage}); m.next(); {
 		n, ok := chatMessagesInt(m.val)
 		if !ok {
@@ -170,7 +170,7 @@ func (t *chatMessagesTokens) read(usage []byte) {
 	}
 }
 
-func (s *chatMessagesStream) messageStart(msg []byte) {
+func (s *sseResponse) messageStart(msg []byte) {
 	var id, model, usage []byte
 	for m := (chatMessagesMembers{b: msg}); m.next(); {
 		switch string(m.key) {
@@ -190,7 +190,7 @@ func (s *chatMessagesStream) messageStart(msg []byte) {
 
 // start sets the chunk prefix from message_start's raw id and model (or,
 // if a stream skipped it, from the gateway's request id).
-func (s *chatMessagesStream) start(id, model []byte) {
+func (s *sseResponse) start(id, model []byte) {
 	if s.started {
 		return
 	}
@@ -214,16 +214,16 @@ func (s *chatMessagesStream) start(id, model []byte) {
 }
 
 // appendChunkOpen writes a chunk up to its delta's value.
-func (s *chatMessagesStream) appendChunkOpen(b []byte) []byte {
+func (s *sseResponse) appendChunkOpen(b []byte) []byte {
 	b = append(b, "data: "...)
 	b = append(b, s.prefix...)
 	return append(b, `,"choices":[{"index":0,"delta":`...)
 }
 
-// chatMessagesChunkClose ends a chunk whose delta is open one level deep.
-const chatMessagesChunkClose = `},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+// chunkClose ends a chunk whose delta is open one level deep.
+const chunkClose = `},"logprobs":null,"finish_reason":null}]}` + "\n\n"
 
-func (s *chatMessagesStream) delta(e *chatMessagesEvent) {
+func (s *sseResponse) delta(e *streamEvent) {
 	s.start(nil, nil)
 	var typ, text, partial []byte
 	for m := (chatMessagesMembers{b: e.delta}); m.next(); {
@@ -244,7 +244,7 @@ func (s *chatMessagesStream) delta(e *chatMessagesEvent) {
 		s.out = s.appendChunkOpen(s.out)
 		s.out = append(s.out, `{"content":`...)
 		s.out = append(s.out, text...)
-		s.out = append(s.out, chatMessagesChunkClose...)
+		s.out = append(s.out, chunkClose...)
 	case `"input_json_delta"`:
 		index, ok := chatMessagesInt(e.index)
 		if !ok || index >= int64(len(s.tools)) || s.tools[index] == 0 {
@@ -258,16 +258,16 @@ func (s *chatMessagesStream) delta(e *chatMessagesEvent) {
 		s.out = strconv.AppendInt(s.out, int64(s.tools[index]-1), 10)
 		s.out = append(s.out, `,"function":{"arguments":`...)
 		s.out = append(s.out, partial...)
-		s.out = append(s.out, `}}]`+chatMessagesChunkClose...)
+		s.out = append(s.out, `}}]`+chunkClose...)
 	}
 	// thinking_delta, signature_delta, citations_delta: not the client's.
 }
 
-// chatMessagesMaxBlocks bounds the content block index a stream may name
+// maxBlocks bounds the content block index a stream may name
 // (the index table grows to it).
-const chatMessagesMaxBlocks = 4096
+const maxBlocks = 4096
 
-func (s *chatMessagesStream) blockStart(e *chatMessagesEvent) {
+func (s *sseResponse) blockStart(e *streamEvent) {
 	s.start(nil, nil)
 	var typ, id, name, text []byte
 	for m := (chatMessagesMembers{b: e.block}); m.next(); {
@@ -285,7 +285,7 @@ func (s *chatMessagesStream) blockStart(e *chatMessagesEvent) {
 	switch string(typ) {
 	case `"tool_use"`:
 		index, ok := chatMessagesInt(e.index)
-		if !ok || index >= chatMessagesMaxBlocks {
+		if !ok || index >= maxBlocks {
 			return
 		}
 		for int64(len(s.tools)) <= index {
@@ -297,25 +297,25 @@ func (s *chatMessagesStream) blockStart(e *chatMessagesEvent) {
 		s.out = append(s.out, `{"tool_calls":[{"index":`...)
 		s.out = strconv.AppendInt(s.out, int64(s.ntools-1), 10)
 		s.out = append(s.out, `,"id":`...)
-		s.out = chatMessagesAppendRawString(s.out, id)
+		s.out = appendRawString(s.out, id)
 		s.out = append(s.out, `,"type":"function","function":{"name":`...)
-		s.out = chatMessagesAppendRawString(s.out, name)
-		s.out = append(s.out, `,"arguments":""}}]`+chatMessagesChunkClose...)
+		s.out = appendRawString(s.out, name)
+		s.out = append(s.out, `,"arguments":""}}]`+chunkClose...)
 	case `"text"`:
 		// A text block starts empty; were it not, its text comes first.
 		if len(text) > 2 && chatMessagesIsString(text) {
 			s.out = s.appendChunkOpen(s.out)
 			s.out = append(s.out, `{"content":`...)
 			s.out = append(s.out, text...)
-			s.out = append(s.out, chatMessagesChunkClose...)
+			s.out = append(s.out, chunkClose...)
 		}
 	}
 	// thinking, redacted_thinking, server tool blocks: not the client's.
 }
 
-// chatMessagesAppendRawString appends a raw JSON string literal, or ""
+// appendRawString appends a raw JSON string literal, or ""
 // when the value is not one.
-func chatMessagesAppendRawString(b []byte, raw []byte) []byte {
+func appendRawString(b []byte, raw []byte) []byte {
 	if !chatMessagesIsString(raw) {
 		return append(b, `""`...)
 	}
@@ -324,7 +324,7 @@ func chatMessagesAppendRawString(b []byte, raw []byte) []byte {
 
 // appendError writes an error event the way OpenAI streams one: a data
 // line with an error object, after which the client reads nothing more.
-func (s *chatMessagesStream) appendError(b []byte, typ, msg string) []byte {
+func (s *sseResponse) appendError(b []byte, typ, msg string) []byte {
 	_, body := family.OpenAI.Render(&family.Error{Message: msg, Type: typ})
 	b = append(b, "data: "...)
 	b = append(b, body...)

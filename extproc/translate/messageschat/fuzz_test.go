@@ -10,7 +10,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
-func messagesChatSeeds(f *testing.F, name string) {
+func seeds(f *testing.F, name string) {
 	paths, _ := filepath.Glob(filepath.Join("testdata", "anthropic_messages_to_chat_completions", "*", name))
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
@@ -22,7 +22,7 @@ func messagesChatSeeds(f *testing.F, name string) {
 }
 
 func FuzzMessagesChatRequest(f *testing.F) {
-	messagesChatSeeds(f, "request.in.json")
+	seeds(f, "request.in.json")
 	tr := New()
 	f.Fuzz(func(t *testing.T, body []byte, _ uint8) {
 		out, err := tr.Request(body, translate.RequestOptions{Model: "m"})
@@ -40,7 +40,7 @@ func FuzzMessagesChatRequest(f *testing.F) {
 }
 
 func FuzzMessagesChatResponseSSE(f *testing.F) {
-	messagesChatSeeds(f, "response.in.sse")
+	seeds(f, "response.in.sse")
 	tr := New()
 	f.Fuzz(func(t *testing.T, in []byte, size uint8) {
 		run := func(size int) ([]byte, bool) {

@@ -23,18 +23,18 @@ func New() *translate.Translator {
 		From:        config.FamilyAnthropicMessages,
 		To:          config.FamilyChatCompletions,
 		Path:        "/v1/chat/completions",
-		Request:     messagesChatRequest,
-		NewResponse: newMessagesChatResponse,
+		Request:     translateRequest,
+		NewResponse: newResponse,
 	}
 }
 
-// messagesChatIn is the part of a Messages request the translation reads.
+// messagesRequest is the part of a Messages request the translation reads.
 // Fields it does not name are dropped (the Messages API's hints such as
 // thinking, service_tier, speed, inference_geo, diagnostics, cache_control).
-type messagesChatIn struct {
+type messagesRequest struct {
 	System        json.RawMessage       `json:"system"`
-	Messages      []messagesChatInTurn  `json:"messages"`
-	Tools         []messagesChatInTool  `json:"tools"`
+	Messages      []inTurn              `json:"messages"`
+	Tools         []inTool              `json:"tools"`
 	ToolChoice    *anthropic.ToolChoice `json:"tool_choice"`
 	MaxTokens     json.RawMessage       `json:"max_tokens"`
 	StopSequences []string              `json:"stop_sequences"`
@@ -53,13 +53,13 @@ type messagesChatIn struct {
 	OutputFormat json.RawMessage `json:"output_format"`
 }
 
-type messagesChatInTurn struct {
+type inTurn struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 }
 
-// messagesChatInBlock is any content block; Type says which fields apply.
-type messagesChatInBlock struct {
+// inBlock is any content block; Type says which fields apply.
+type inBlock struct {
 	Type   string `json:"type"`
 	Text   string `json:"text"`
 	Source *struct {
@@ -75,7 +75,7 @@ type messagesChatInBlock struct {
 	Content   json.RawMessage `json:"content"` // tool_result: a string or blocks
 }
 
-type messagesChatInTool struct {
+type inTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
@@ -83,44 +83,44 @@ type messagesChatInTool struct {
 	Strict      json.RawMessage `json:"strict"`
 }
 
-func messagesChatRefuse(param, format string, args ...any) *translate.Unsupported {
+func refuse(param, format string, args ...any) *translate.Unsupported {
 	return &translate.Unsupported{Param: param, Message: param + ": " + fmt.Sprintf(format, args...)}
 }
 
-// messagesChatPresent is a raw field the client set to something other
+// present is a raw field the client set to something other
 // than null.
-func messagesChatPresent(r json.RawMessage) bool {
+func present(r json.RawMessage) bool {
 	return len(r) > 0 && !bytes.Equal(r, []byte("null"))
 }
 
-func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
-	var in messagesChatIn
+func translateRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
+	var in messagesRequest
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, fmt.Errorf("translate: reading the Messages request: %w", err)
 	}
-	if err := messagesChatRefuseOptions(&in); err != nil {
+	if err := refuseOptions(&in); err != nil {
 		return nil, err
 	}
 	out := openai.ChatRequest{Model: o.Model, Messages: make([]openai.ChatRequestMessage, 0, len(in.Messages)+1)}
-	if sys, err := messagesChatSystem(in.System, "system"); err != nil {
+	if sys, err := systemContent(in.System, "system"); err != nil {
 		return nil, err
 	} else if sys != nil {
 		out.Messages = append(out.Messages, openai.ChatRequestMessage{Role: "system", Content: sys})
 	}
 	for i, turn := range in.Messages {
 		var err error
-		if out.Messages, err = messagesChatTurn(out.Messages, i, turn, o.Hosted); err != nil {
+		if out.Messages, err = mapTurn(out.Messages, i, turn, o.Hosted); err != nil {
 			return nil, err
 		}
 	}
 	if n := len(in.Messages); n > 0 && in.Messages[n-1].Role == "assistant" {
-		return nil, messagesChatRefuse("messages["+strconv.Itoa(n-1)+"].role",
+		return nil, refuse("messages["+strconv.Itoa(n-1)+"].role",
 			"a final assistant message (a prefill the answer continues) has no equivalent in chat completions")
 	}
-	if err := messagesChatTools(&in, &out, o); err != nil {
+	if err := mapTools(&in, &out, o); err != nil {
 		return nil, err
 	}
-	if messagesChatPresent(in.MaxTokens) {
+	if present(in.MaxTokens) {
 		if o.ChatMaxTokens() == "max_completion_tokens" {
 			out.MaxCompletion = in.MaxTokens
 		} else {
@@ -128,10 +128,10 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 		}
 	}
 	out.Stop = in.StopSequences
-	if messagesChatPresent(in.Temperature) {
+	if present(in.Temperature) {
 		out.Temperature = in.Temperature
 	}
-	if messagesChatPresent(in.TopP) {
+	if present(in.TopP) {
 		out.TopP = in.TopP
 	}
 	if in.Metadata != nil && in.Metadata.UserID != nil && *in.Metadata.UserID != "" {
@@ -141,31 +141,31 @@ func messagesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error
 		// Always ask for the usage chunk: the ledger reads it.
 		out.Stream, out.StreamOptions = true, &openai.StreamOptions{IncludeUsage: true}
 	}
-	return messagesChatMarshal(out)
+	return marshal(out)
 }
 
-// messagesChatRefuseOptions refuses the request options a chat
+// refuseOptions refuses the request options a chat
 // completions backend has no equivalent of.
-func messagesChatRefuseOptions(in *messagesChatIn) error {
+func refuseOptions(in *messagesRequest) error {
 	switch {
-	case messagesChatPresent(in.TopK):
-		return messagesChatRefuse("top_k", "chat completions backends take no top_k")
-	case messagesChatPresent(in.MCPServers):
-		return messagesChatRefuse("mcp_servers", "MCP servers run by the API are not available through a chat completions backend")
-	case messagesChatPresent(in.Container):
-		return messagesChatRefuse("container", "code execution containers are not available through a chat completions backend")
-	case in.OutputConfig != nil && messagesChatPresent(in.OutputConfig.Format):
-		return messagesChatRefuse("output_config.format", "structured outputs are not translated to a chat completions backend")
-	case messagesChatPresent(in.OutputFormat):
-		return messagesChatRefuse("output_format", "structured outputs are not translated to a chat completions backend")
+	case present(in.TopK):
+		return refuse("top_k", "chat completions backends take no top_k")
+	case present(in.MCPServers):
+		return refuse("mcp_servers", "MCP servers run by the API are not available through a chat completions backend")
+	case present(in.Container):
+		return refuse("container", "code execution containers are not available through a chat completions backend")
+	case in.OutputConfig != nil && present(in.OutputConfig.Format):
+		return refuse("output_config.format", "structured outputs are not translated to a chat completions backend")
+	case present(in.OutputFormat):
+		return refuse("output_format", "structured outputs are not translated to a chat completions backend")
 	}
 	return nil
 }
 
-// messagesChatTools maps tools, tool_choice and disable_parallel_tool_use.
+// mapTools maps tools, tool_choice and disable_parallel_tool_use.
 // A server tool or Anthropic-defined tool is refused or, under
 // DropHosted, dropped together with a tool_choice that forces it.
-func messagesChatTools(in *messagesChatIn, out *openai.ChatRequest, o translate.RequestOptions) error {
+func mapTools(in *messagesRequest, out *openai.ChatRequest, o translate.RequestOptions) error {
 	var dropped []string // names of dropped tools, for tool_choice
 	for i, t := range in.Tools {
 		if t.Type != "" && t.Type != "custom" {
@@ -173,17 +173,17 @@ func messagesChatTools(in *messagesChatIn, out *openai.ChatRequest, o translate.
 			// Anthropic-defined client tool (computer use, bash, text
 			// editor) whose schema only Anthropic's models know.
 			if o.Hosted != translate.DropHosted {
-				return messagesChatRefuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
+				return refuse("tools["+strconv.Itoa(i)+"].type", "the server tool %q is not available through a chat completions backend", t.Type)
 			}
 			o.Drop(t.Type)
 			dropped = append(dropped, t.Name)
 			continue
 		}
 		ot := openai.ChatTool{Type: "function", Function: openai.FunctionTool{Name: t.Name, Description: t.Description}}
-		if messagesChatPresent(t.InputSchema) {
+		if present(t.InputSchema) {
 			ot.Function.Parameters = t.InputSchema
 		}
-		if messagesChatPresent(t.Strict) {
+		if present(t.Strict) {
 			ot.Function.Strict = t.Strict
 		}
 		out.Tools = append(out.Tools, ot)
@@ -205,7 +205,7 @@ func messagesChatTools(in *messagesChatIn, out *openai.ChatRequest, o translate.
 		}
 		out.ToolChoice = openai.ToolChoiceFunction{Type: "function", Function: openai.FunctionName{Name: c.Name}}
 	default:
-		return messagesChatRefuse("tool_choice.type", "unknown tool_choice type %q", c.Type)
+		return refuse("tool_choice.type", "unknown tool_choice type %q", c.Type)
 	}
 	if c.DisableParallelToolUse && c.Type != "none" {
 		f := false
@@ -214,9 +214,9 @@ func messagesChatTools(in *messagesChatIn, out *openai.ChatRequest, o translate.
 	return nil
 }
 
-// messagesChatMarshal writes v compactly without HTML escaping, so raw
+// marshal writes v compactly without HTML escaping, so raw
 // schemas and tool inputs keep their bytes.
-func messagesChatMarshal(v any) ([]byte, error) {
+func marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -226,10 +226,10 @@ func messagesChatMarshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// messagesChatSystem is the system prompt: a string, or text blocks (one
+// systemContent is the system prompt: a string, or text blocks (one
 // block becomes a string, several stay separate text parts).
-func messagesChatSystem(raw json.RawMessage, at string) (any, error) {
-	if !messagesChatPresent(raw) {
+func systemContent(raw json.RawMessage, at string) (any, error) {
+	if !present(raw) {
 		return nil, nil
 	}
 	if raw[0] == '"' {
@@ -242,23 +242,23 @@ func messagesChatSystem(raw json.RawMessage, at string) (any, error) {
 		}
 		return s, nil
 	}
-	var blocks []messagesChatInBlock
+	var blocks []inBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s: %w", at, err)
 	}
 	var parts []openai.ContentPart
 	for j, b := range blocks {
 		if b.Type != "text" {
-			return nil, messagesChatRefuse(at+"["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
+			return nil, refuse(at+"["+strconv.Itoa(j)+"].type", "a system block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
 		parts = append(parts, openai.ContentPart{Type: "text", Text: b.Text})
 	}
-	return messagesChatContent(parts), nil
+	return messageContent(parts), nil
 }
 
-// messagesChatContent is a message's content: nil for no parts, a string
+// messageContent is a message's content: nil for no parts, a string
 // for one text part, the parts otherwise.
-func messagesChatContent(parts []openai.ContentPart) any {
+func messageContent(parts []openai.ContentPart) any {
 	switch {
 	case len(parts) == 0:
 		return nil
@@ -268,8 +268,8 @@ func messagesChatContent(parts []openai.ContentPart) any {
 	return parts
 }
 
-// messagesChatTurn appends the chat messages of the i-th Messages turn.
-func messagesChatTurn(dst []openai.ChatRequestMessage, i int, turn messagesChatInTurn, hosted translate.HostedPolicy) ([]openai.ChatRequestMessage, error) {
+// mapTurn appends the chat messages of the i-th Messages turn.
+func mapTurn(dst []openai.ChatRequestMessage, i int, turn inTurn, hosted translate.HostedPolicy) ([]openai.ChatRequestMessage, error) {
 	at := "messages[" + strconv.Itoa(i) + "]"
 	switch turn.Role {
 	case "user", "assistant":
@@ -277,12 +277,12 @@ func messagesChatTurn(dst []openai.ChatRequestMessage, i int, turn messagesChatI
 		// A system turn inside messages (Claude Code sends its environment
 		// block so): a chat system message at the same place, so the text
 		// keeps its order relative to the turns around it.
-		return messagesChatSystemTurn(dst, at, turn.Content)
+		return systemTurn(dst, at, turn.Content)
 	default:
-		return nil, messagesChatRefuse(at+".role", "unknown role %q", turn.Role)
+		return nil, refuse(at+".role", "unknown role %q", turn.Role)
 	}
-	if !messagesChatPresent(turn.Content) {
-		return nil, messagesChatRefuse(at+".content", "a message needs content")
+	if !present(turn.Content) {
+		return nil, refuse(at+".content", "a message needs content")
 	}
 	if turn.Content[0] == '"' {
 		var s string
@@ -291,11 +291,11 @@ func messagesChatTurn(dst []openai.ChatRequestMessage, i int, turn messagesChatI
 		}
 		return append(dst, openai.ChatRequestMessage{Role: turn.Role, Content: s}), nil
 	}
-	var blocks []messagesChatInBlock
+	var blocks []inBlock
 	if err := json.Unmarshal(turn.Content, &blocks); err != nil {
 		return nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
-	t := messagesChatTurnOut{role: turn.Role, hosted: hosted, dst: dst}
+	t := turnOut{role: turn.Role, hosted: hosted, dst: dst}
 	for j, b := range blocks {
 		if err := t.block(at+".content["+strconv.Itoa(j)+"]", b); err != nil {
 			return nil, err
@@ -304,10 +304,10 @@ func messagesChatTurn(dst []openai.ChatRequestMessage, i int, turn messagesChatI
 	return t.finish(len(blocks) == 0), nil
 }
 
-// messagesChatTurnOut collects the chat messages of one Messages turn of
+// turnOut collects the chat messages of one Messages turn of
 // content blocks: its tool results go out at once as tool messages, the
 // rest as the turn's own message (finish).
-type messagesChatTurnOut struct {
+type turnOut struct {
 	role              string
 	hosted            translate.HostedPolicy
 	dst               []openai.ChatRequestMessage
@@ -316,27 +316,27 @@ type messagesChatTurnOut struct {
 }
 
 // block takes one content block; bat is where it is, for refusals.
-func (t *messagesChatTurnOut) block(bat string, b messagesChatInBlock) error {
+func (t *turnOut) block(bat string, b inBlock) error {
 	switch b.Type {
 	case "text":
 		t.parts = append(t.parts, openai.ContentPart{Type: "text", Text: b.Text})
 	case "image":
 		if t.role != "user" {
-			return messagesChatRefuse(bat+".type", "an image in an assistant message cannot be sent to a chat completions backend")
+			return refuse(bat+".type", "an image in an assistant message cannot be sent to a chat completions backend")
 		}
-		url, err := messagesChatImageURL(bat, b)
+		url, err := imageURL(bat, b)
 		if err != nil {
 			return err
 		}
 		t.parts = append(t.parts, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: url}})
 	case "tool_use":
 		if t.role != "assistant" {
-			return messagesChatRefuse(bat+".type", "tool_use belongs in an assistant message")
+			return refuse(bat+".type", "tool_use belongs in an assistant message")
 		}
-		t.calls = append(t.calls, messagesChatToolCall(b))
+		t.calls = append(t.calls, toolCall(b))
 	case "tool_result":
 		if t.role != "user" {
-			return messagesChatRefuse(bat+".type", "tool_result belongs in a user message")
+			return refuse(bat+".type", "tool_result belongs in a user message")
 		}
 		return t.toolResult(bat, b)
 	case "thinking", "redacted_thinking":
@@ -347,19 +347,19 @@ func (t *messagesChatTurnOut) block(bat string, b messagesChatInBlock) error {
 		// A hosted tool's run, from an earlier answer of a native
 		// backend: history the chat backend cannot replay.
 		if t.hosted != translate.DropHosted {
-			return messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+			return refuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
 		}
 	default:
-		return messagesChatRefuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
+		return refuse(bat+".type", "a content block of type %q cannot be sent to a chat completions backend", b.Type)
 	}
 	return nil
 }
 
-// messagesChatToolCall is a tool_use block as a chat tool call, its input
+// toolCall is a tool_use block as a chat tool call, its input
 // as a model writes arguments: compact, its members and their order kept.
-func messagesChatToolCall(b messagesChatInBlock) openai.ToolCall {
+func toolCall(b inBlock) openai.ToolCall {
 	c := openai.ToolCall{ID: b.ID, Type: "function", Function: openai.FunctionCall{Name: b.Name, Arguments: "{}"}}
-	if messagesChatPresent(b.Input) {
+	if present(b.Input) {
 		var buf bytes.Buffer
 		if json.Compact(&buf, b.Input) == nil {
 			c.Function.Arguments = buf.String()
@@ -371,8 +371,8 @@ func messagesChatToolCall(b messagesChatInBlock) openai.ToolCall {
 // toolResult appends a tool_result as a tool message. Chat wants the tool
 // messages right after the assistant message that called them: before the
 // rest of this turn.
-func (t *messagesChatTurnOut) toolResult(bat string, b messagesChatInBlock) error {
-	text, images, err := messagesChatToolResult(bat, b.Content)
+func (t *turnOut) toolResult(bat string, b inBlock) error {
+	text, images, err := toolResultContent(bat, b.Content)
 	if err != nil {
 		return err
 	}
@@ -390,30 +390,30 @@ func (t *messagesChatTurnOut) toolResult(bat string, b messagesChatInBlock) erro
 // finish appends the turn's own message: the assistant's text and tool
 // calls, or the user's tool-result images and parts (an empty user turn
 // stays one, empty).
-func (t *messagesChatTurnOut) finish(noBlocks bool) []openai.ChatRequestMessage {
+func (t *turnOut) finish(noBlocks bool) []openai.ChatRequestMessage {
 	parts := append(t.toolImages, t.parts...)
 	switch {
 	case t.role == "assistant":
-		m := openai.ChatRequestMessage{Role: "assistant", Content: messagesChatContent(parts), ToolCalls: t.calls}
+		m := openai.ChatRequestMessage{Role: "assistant", Content: messageContent(parts), ToolCalls: t.calls}
 		if m.Content == nil && len(t.calls) == 0 {
 			m.Content = ""
 		}
 		return append(t.dst, m)
 	case len(parts) > 0:
-		return append(t.dst, openai.ChatRequestMessage{Role: "user", Content: messagesChatContent(parts)})
+		return append(t.dst, openai.ChatRequestMessage{Role: "user", Content: messageContent(parts)})
 	case noBlocks:
 		return append(t.dst, openai.ChatRequestMessage{Role: "user", Content: ""})
 	}
 	return t.dst
 }
 
-// messagesChatSystemTurn appends a system turn found inside messages: its
+// systemTurn appends a system turn found inside messages: its
 // text (a string or text blocks) as a chat system message.
-func messagesChatSystemTurn(dst []openai.ChatRequestMessage, at string, content json.RawMessage) ([]openai.ChatRequestMessage, error) {
-	if !messagesChatPresent(content) {
+func systemTurn(dst []openai.ChatRequestMessage, at string, content json.RawMessage) ([]openai.ChatRequestMessage, error) {
+	if !present(content) {
 		return dst, nil
 	}
-	sys, err := messagesChatSystem(content, at+".content")
+	sys, err := systemContent(content, at+".content")
 	if err != nil {
 		return nil, err
 	}
@@ -423,9 +423,9 @@ func messagesChatSystemTurn(dst []openai.ChatRequestMessage, at string, content 
 	return append(dst, openai.ChatRequestMessage{Role: "system", Content: sys}), nil
 }
 
-func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
+func imageURL(at string, b inBlock) (string, error) {
 	if b.Source == nil {
-		return "", messagesChatRefuse(at+".source", "an image needs a source")
+		return "", refuse(at+".source", "an image needs a source")
 	}
 	switch b.Source.Type {
 	case "base64":
@@ -433,15 +433,15 @@ func messagesChatImageURL(at string, b messagesChatInBlock) (string, error) {
 	case "url":
 		return b.Source.URL, nil
 	}
-	return "", messagesChatRefuse(at+".source.type", "an image source of type %q cannot be sent to a chat completions backend", b.Source.Type)
+	return "", refuse(at+".source.type", "an image source of type %q cannot be sent to a chat completions backend", b.Source.Type)
 }
 
-// messagesChatToolResult is a tool_result's content as the tool message's
+// toolResultContent is a tool_result's content as the tool message's
 // text (a string as it is, text blocks joined by a line break) and its
 // images as chat image parts. is_error has no chat equivalent: the text,
 // which says what failed, is sent.
-func messagesChatToolResult(at string, raw json.RawMessage) (string, []openai.ContentPart, error) {
-	if !messagesChatPresent(raw) {
+func toolResultContent(at string, raw json.RawMessage) (string, []openai.ContentPart, error) {
+	if !present(raw) {
 		return "", nil, nil
 	}
 	if raw[0] == '"' {
@@ -449,7 +449,7 @@ func messagesChatToolResult(at string, raw json.RawMessage) (string, []openai.Co
 		err := json.Unmarshal(raw, &s)
 		return s, nil, err
 	}
-	var blocks []messagesChatInBlock
+	var blocks []inBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
 		return "", nil, fmt.Errorf("translate: reading %s.content: %w", at, err)
 	}
@@ -466,13 +466,13 @@ func messagesChatToolResult(at string, raw json.RawMessage) (string, []openai.Co
 			texts++
 			text = append(text, b.Text...)
 		case "image":
-			url, err := messagesChatImageURL(bat, b)
+			url, err := imageURL(bat, b)
 			if err != nil {
 				return "", nil, err
 			}
 			images = append(images, openai.ContentPart{Type: "image_url", ImageURL: &openai.ImageURL{URL: url}})
 		default:
-			return "", nil, messagesChatRefuse(bat+".type",
+			return "", nil, refuse(bat+".type",
 				"a tool result block of type %q cannot be sent to a chat completions backend (tool messages carry text, images are moved to a user message)", b.Type)
 		}
 	}

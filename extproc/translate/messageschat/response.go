@@ -20,20 +20,20 @@ import (
 // backend: a chat completion (JSON or chunk stream) written as a Messages
 // answer (message object or its event stream).
 
-func newMessagesChatResponse(o translate.ResponseOptions) translate.Response {
+func newResponse(o translate.ResponseOptions) translate.Response {
 	switch {
 	case o.Status >= 400:
 		return translate.NewErrorResponse(o.Status, family.Anthropic)
 	case o.Stream:
-		return &messagesChatStream{o: o}
+		return &sseResponse{o: o}
 	}
-	return &messagesChatJSON{o: o}
+	return &jsonResponse{o: o}
 }
 
-// messagesChatUsage is a chat completion's usage as Anthropic states it:
+// anthropicUsage is a chat completion's usage as Anthropic states it:
 // input_tokens counts only the prompt tokens not read from the cache.
 // Chat backends report no cache writes.
-func messagesChatUsage(u *openai.Usage) anthropic.Usage {
+func anthropicUsage(u *openai.Usage) anthropic.Usage {
 	cached := min(max(u.CachedTokens(), 0), max(u.PromptTokens, 0))
 	return anthropic.Usage{
 		InputTokens:          max(u.PromptTokens, 0) - cached,
@@ -42,10 +42,10 @@ func messagesChatUsage(u *openai.Usage) anthropic.Usage {
 	}
 }
 
-// messagesChatStopReason maps a chat finish_reason to a Messages
+// stopReason maps a chat finish_reason to a Messages
 // stop_reason. Chat does not say which stop sequence ended the answer, so
 // a stop sequence reads as end_turn.
-func messagesChatStopReason(finish string) string {
+func stopReason(finish string) string {
 	switch finish {
 	case "length":
 		return "max_tokens"
@@ -57,9 +57,9 @@ func messagesChatStopReason(finish string) string {
 	return "end_turn"
 }
 
-// messagesChatMessageID is "msg_" and the chat id without its "chatcmpl-"
+// messageID is "msg_" and the chat id without its "chatcmpl-"
 // prefix, or the gateway's request id when the backend sent none.
-func messagesChatMessageID(id, requestID string) string {
+func messageID(id, requestID string) string {
 	id, _ = strings.CutPrefix(id, "chatcmpl-")
 	if id == "" {
 		id = requestID
@@ -69,13 +69,13 @@ func messagesChatMessageID(id, requestID string) string {
 
 // ---- JSON answers ----
 
-type messagesChatJSON struct {
+type jsonResponse struct {
 	o    translate.ResponseOptions
 	buf  []byte
 	over bool
 }
 
-type messagesChatAnswer struct {
+type chatAnswer struct {
 	ID      string `json:"id"`
 	Model   string `json:"model"`
 	Choices []struct {
@@ -91,7 +91,7 @@ type messagesChatAnswer struct {
 	Usage *openai.Usage `json:"usage"`
 }
 
-func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if !r.over {
 		if len(r.buf)+len(chunk) > translate.MaxBuffered {
 			r.over, r.buf = true, nil
@@ -105,7 +105,7 @@ func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if r.over {
 		return dst, errors.New("translate: the backend's chat completion exceeds 16 MiB")
 	}
-	var a messagesChatAnswer
+	var a chatAnswer
 	if err := json.Unmarshal(r.buf, &a); err != nil {
 		return dst, fmt.Errorf("translate: reading the backend's chat completion: %w", err)
 	}
@@ -119,13 +119,13 @@ func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 			break
 		}
 	}
-	stop := messagesChatStopReason(c.FinishReason)
+	stop := stopReason(c.FinishReason)
 	m := anthropic.Message{
-		ID: messagesChatMessageID(a.ID, r.o.RequestID), Type: "message", Role: "assistant", Model: a.Model,
+		ID: messageID(a.ID, r.o.RequestID), Type: "message", Role: "assistant", Model: a.Model,
 		Content: []any{}, StopReason: &stop,
 	}
 	if a.Usage != nil {
-		m.Usage = messagesChatUsage(a.Usage)
+		m.Usage = anthropicUsage(a.Usage)
 	}
 	// A refusal is the model's answer in words: it is the text.
 	for _, s := range []*string{c.Message.Content, c.Message.Refusal} {
@@ -136,31 +136,31 @@ func (r *messagesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	for i, tc := range c.Message.ToolCalls {
 		id := tc.ID
 		if id == "" {
-			id = messagesChatToolID(r.o.RequestID, i)
+			id = toolID(r.o.RequestID, i)
 		}
-		m.Content = append(m.Content, anthropic.ToolUseBlock{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: messagesChatInput(tc.Function.Arguments)})
+		m.Content = append(m.Content, anthropic.ToolUseBlock{Type: "tool_use", ID: id, Name: tc.Function.Name, Input: toolInput(tc.Function.Arguments)})
 	}
 	if fc := c.Message.FunctionCall; fc != nil && len(c.Message.ToolCalls) == 0 {
-		m.Content = append(m.Content, anthropic.ToolUseBlock{Type: "tool_use", ID: messagesChatToolID(r.o.RequestID, 0), Name: fc.Name, Input: messagesChatInput(fc.Arguments)})
+		m.Content = append(m.Content, anthropic.ToolUseBlock{Type: "tool_use", ID: toolID(r.o.RequestID, 0), Name: fc.Name, Input: toolInput(fc.Arguments)})
 	}
-	b, err := messagesChatMarshal(m)
+	b, err := marshal(m)
 	if err != nil {
 		return dst, err
 	}
 	return append(dst, b...), nil
 }
 
-// messagesChatToolID names a tool call the backend gave no id.
-func messagesChatToolID(requestID string, i int) string {
+// toolID names a tool call the backend gave no id.
+func toolID(requestID string, i int) string {
 	return "toolu_" + requestID + "_" + strconv.Itoa(i)
 }
 
-// messagesChatInput is a tool call's arguments as a tool_use input, which
+// toolInput is a tool call's arguments as a tool_use input, which
 // must be an object: empty arguments are {}; arguments that are not a JSON
 // object (a model's malformed call) are kept as text under "arguments",
 // so the client sees what the model wrote and its schema check fails
 // instead of its JSON parser.
-func messagesChatInput(args string) json.RawMessage {
+func toolInput(args string) json.RawMessage {
 	t := bytes.TrimSpace([]byte(args))
 	if len(t) == 0 {
 		return json.RawMessage("{}")
@@ -174,11 +174,11 @@ func messagesChatInput(args string) json.RawMessage {
 
 // ---- streams ----
 
-// messagesChatStream translates a chat chunk stream event by event. A
+// sseResponse translates a chat chunk stream event by event. A
 // chunk is checked with json.Valid and then walked in place: its text and
 // argument strings are copied as their JSON tokens, never decoded, so a
 // text delta costs no allocation.
-type messagesChatStream struct {
+type sseResponse struct {
 	o      translate.ResponseOptions
 	events translate.Events
 	out    []byte // what the event being handled appends
@@ -194,16 +194,16 @@ type messagesChatStream struct {
 	tools    []int  // the chat tool call indexes given a block
 }
 
-// messagesChatLegacyCall is the tool call index a legacy function_call
+// legacyCall is the tool call index a legacy function_call
 // delta is handled under.
-const messagesChatLegacyCall = -1
+const legacyCall = -1
 
-// messagesChatString is a raw JSON value that is a non-empty string.
-func messagesChatString(r []byte) bool {
+// isString is a raw JSON value that is a non-empty string.
+func isString(r []byte) bool {
 	return len(r) > 2 && r[0] == '"'
 }
 
-func (s *messagesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error) {
+func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	s.out = dst
 	err := s.events.Feed(chunk, end, s.event)
 	if err == nil && end && !s.done {
@@ -217,7 +217,7 @@ func (s *messagesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error) 
 	return dst, err
 }
 
-func (s *messagesChatStream) event(e translate.Event) error {
+func (s *sseResponse) event(e translate.Event) error {
 	if s.done {
 		return nil
 	}
@@ -254,7 +254,7 @@ func (s *messagesChatStream) event(e translate.Event) error {
 			failure = v
 		}
 	}
-	if messagesChatPresent(failure) {
+	if present(failure) {
 		s.out = translate.AppendEvent(s.out, "error", translate.ErrorBody(data, 0, family.Anthropic))
 		s.done = true
 		return nil
@@ -279,7 +279,7 @@ func (s *messagesChatStream) event(e translate.Event) error {
 
 // choice translates one choices[] entry of a chunk: Messages has one
 // answer, so only choice 0 (chat may have been asked for n).
-func (s *messagesChatStream) choice(ch []byte) error {
+func (s *sseResponse) choice(ch []byte) error {
 	obj, _ := messagesChatEnter(ch, '{')
 	index := 0
 	var delta, finish []byte
@@ -314,10 +314,10 @@ func (s *messagesChatStream) choice(ch []byte) error {
 			fcall = v
 		}
 	}
-	if messagesChatString(content) {
+	if isString(content) {
 		s.text(content)
 	}
-	if messagesChatString(refusal) {
+	if isString(refusal) {
 		s.text(refusal) // a refusal is the model's answer in words
 	}
 	list, _ := messagesChatEnter(calls, '[')
@@ -339,26 +339,26 @@ func (s *messagesChatStream) choice(ch []byte) error {
 				fn = v
 			}
 		}
-		name, args := messagesChatFunction(fn)
+		name, args := readFunction(fn)
 		if !s.tool(index, id, name, args) {
 			return nil
 		}
 	}
 	if len(fcall) > 0 && fcall[0] == '{' {
-		name, args := messagesChatFunction(fcall)
-		if !s.tool(messagesChatLegacyCall, nil, name, args) {
+		name, args := readFunction(fcall)
+		if !s.tool(legacyCall, nil, name, args) {
 			return nil
 		}
 	}
-	if messagesChatString(finish) {
+	if isString(finish) {
 		s.closeBlock()
 		s.finish = string(finish[1 : len(finish)-1])
 	}
 	return nil
 }
 
-// messagesChatFunction is a function object's name and arguments, raw.
-func messagesChatFunction(fn []byte) (name, args []byte) {
+// readFunction is a function object's name and arguments, raw.
+func readFunction(fn []byte) (name, args []byte) {
 	f, _ := messagesChatEnter(fn, '{')
 	for k, v, ok := f.member(); ok; k, v, ok = f.member() {
 		switch string(k) {
@@ -373,19 +373,19 @@ func messagesChatFunction(fn []byte) (name, args []byte) {
 
 // start writes message_start. Usage is known only at the end: it is 0
 // here and stated in message_delta.
-func (s *messagesChatStream) start(rawID, rawModel []byte) {
+func (s *sseResponse) start(rawID, rawModel []byte) {
 	s.started = true
 	var id, model string
 	_ = json.Unmarshal(rawID, &id)
 	_ = json.Unmarshal(rawModel, &model)
-	msg := anthropic.Message{ID: messagesChatMessageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
-	b, _ := messagesChatMarshal(msg) // stop_reason is null until message_delta
+	msg := anthropic.Message{ID: messageID(id, s.o.RequestID), Type: "message", Role: "assistant", Model: model, Content: []any{}}
+	b, _ := marshal(msg) // stop_reason is null until message_delta
 	s.out = append(s.out, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)
 	s.out = append(s.out, b...)
 	s.out = append(s.out, "}\n\n"...)
 }
 
-func (s *messagesChatStream) text(raw []byte) {
+func (s *sseResponse) text(raw []byte) {
 	if s.open != 't' {
 		s.closeBlock()
 		s.open = 't'
@@ -405,8 +405,8 @@ func (s *messagesChatStream) text(raw []byte) {
 // backends number every call 0). A fragment without an id for a call whose
 // block was already closed ends the stream in an error (false): the
 // backend interleaved parallel calls, and blocks cannot reopen.
-func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
-	named := messagesChatString(id)
+func (s *sseResponse) tool(index int, id, name, args []byte) bool {
+	named := isString(id)
 	if s.open != 'f' || s.openTool != index || named && !bytes.Equal(id, s.openID) {
 		if !named && slices.Contains(s.tools, index) {
 			s.fail("api_error", "the backend interleaved the arguments of parallel tool calls, which a Messages stream cannot express")
@@ -419,20 +419,20 @@ func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
 		s.out = append(s.out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
 		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
 		s.out = append(s.out, ",\"content_block\":{\"type\":\"tool_use\",\"id\":"...)
-		if messagesChatString(id) {
+		if isString(id) {
 			s.out = append(s.out, id...)
 		} else {
-			s.out = jsonstr.Append(s.out, messagesChatToolID(s.o.RequestID, len(s.tools)-1))
+			s.out = jsonstr.Append(s.out, toolID(s.o.RequestID, len(s.tools)-1))
 		}
 		s.out = append(s.out, ",\"name\":"...)
-		if messagesChatString(name) {
+		if isString(name) {
 			s.out = append(s.out, name...)
 		} else {
 			s.out = append(s.out, `""`...)
 		}
 		s.out = append(s.out, ",\"input\":{}}}\n\n"...)
 	}
-	if messagesChatString(args) {
+	if isString(args) {
 		s.out = append(s.out, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
 		s.out = strconv.AppendInt(s.out, int64(s.next), 10)
 		s.out = append(s.out, ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":"...)
@@ -442,7 +442,7 @@ func (s *messagesChatStream) tool(index int, id, name, args []byte) bool {
 	return true
 }
 
-func (s *messagesChatStream) closeBlock() {
+func (s *sseResponse) closeBlock() {
 	if s.open == 0 {
 		return
 	}
@@ -455,16 +455,16 @@ func (s *messagesChatStream) closeBlock() {
 
 // stop writes message_delta (stop reason and the whole answer's usage)
 // and message_stop.
-func (s *messagesChatStream) stop() {
+func (s *sseResponse) stop() {
 	s.closeBlock()
 	s.out = append(s.out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
-	s.out = append(s.out, messagesChatStopReason(s.finish)...)
+	s.out = append(s.out, stopReason(s.finish)...)
 	s.out = append(s.out, "\",\"stop_sequence\":null},\"usage\":{"...)
 	var usage openai.Usage
 	if len(s.usage) == 0 || json.Unmarshal(s.usage, &usage) != nil {
 		s.out = append(s.out, "\"output_tokens\":0"...)
 	} else {
-		u := messagesChatUsage(&usage)
+		u := anthropicUsage(&usage)
 		s.out = append(s.out, "\"input_tokens\":"...)
 		s.out = strconv.AppendInt(s.out, u.InputTokens, 10)
 		s.out = append(s.out, ",\"cache_read_input_tokens\":"...)
@@ -477,7 +477,7 @@ func (s *messagesChatStream) stop() {
 }
 
 // fail ends the stream with an Anthropic error event.
-func (s *messagesChatStream) fail(typ, message string) {
+func (s *sseResponse) fail(typ, message string) {
 	s.out = append(s.out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"...)
 	s.out = strconv.AppendQuote(s.out, typ)
 	s.out = append(s.out, ",\"message\":"...)

@@ -18,10 +18,10 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
-// messagesChatBackend serves, as a Messages API, a golden case's recorded
+// sdkBackend serves, as a Messages API, a golden case's recorded
 // chat answer translated back: the request the SDK sends is translated
 // too (and must be), so both halves meet the SDK.
-func messagesChatBackend(t *testing.T, caseName string, status int) *anthropic.Client {
+func sdkBackend(t *testing.T, caseName string, status int) *anthropic.Client {
 	t.Helper()
 	tr := New()
 	dir := filepath.Join("testdata", "anthropic_messages_to_chat_completions", caseName)
@@ -77,7 +77,7 @@ func messagesChatBackend(t *testing.T, caseName string, status int) *anthropic.C
 	return &c
 }
 
-func messagesChatSDKParams() anthropic.MessageNewParams {
+func sdkParams() anthropic.MessageNewParams {
 	return anthropic.MessageNewParams{
 		Model:     "claude-sonnet-4-5",
 		MaxTokens: 1024,
@@ -97,8 +97,8 @@ func sdkContext(t *testing.T) context.Context {
 }
 
 func TestMessagesChatSDKJSON(t *testing.T) {
-	c := messagesChatBackend(t, "tool_use_multi_turn", 200)
-	msg, err := c.Messages.New(sdkContext(t), messagesChatSDKParams())
+	c := sdkBackend(t, "tool_use_multi_turn", 200)
+	msg, err := c.Messages.New(sdkContext(t), sdkParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +114,8 @@ func TestMessagesChatSDKJSON(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 
-	c = messagesChatBackend(t, "cached_tokens", 200)
-	if msg, err = c.Messages.New(sdkContext(t), messagesChatSDKParams()); err != nil {
+	c = sdkBackend(t, "cached_tokens", 200)
+	if msg, err = c.Messages.New(sdkContext(t), sdkParams()); err != nil {
 		t.Fatal(err)
 	}
 	if msg.Content[0].Text != "The contract says the lease ends in March." || msg.StopReason != anthropic.StopReasonEndTurn {
@@ -127,8 +127,8 @@ func TestMessagesChatSDKJSON(t *testing.T) {
 }
 
 func TestMessagesChatSDKError(t *testing.T) {
-	c := messagesChatBackend(t, "upstream_429", 429)
-	_, err := c.Messages.New(sdkContext(t), messagesChatSDKParams())
+	c := sdkBackend(t, "upstream_429", 429)
+	_, err := c.Messages.New(sdkContext(t), sdkParams())
 	var apiErr *anthropic.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 {
 		t.Fatalf("got %v, want a 429 *anthropic.Error", err)
@@ -139,8 +139,8 @@ func TestMessagesChatSDKError(t *testing.T) {
 }
 
 func TestMessagesChatSDKStream(t *testing.T) {
-	c := messagesChatBackend(t, "stream_tool_calls", 200)
-	p := messagesChatSDKParams()
+	c := sdkBackend(t, "stream_tool_calls", 200)
+	p := sdkParams()
 	stream := c.Messages.NewStreaming(sdkContext(t), p)
 	var msg anthropic.Message
 	for stream.Next() {
@@ -166,7 +166,7 @@ func TestMessagesChatSDKStream(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 
-	c = messagesChatBackend(t, "stream_text", 200)
+	c = sdkBackend(t, "stream_text", 200)
 	stream = c.Messages.NewStreaming(sdkContext(t), p)
 	msg = anthropic.Message{}
 	for stream.Next() {
@@ -186,8 +186,8 @@ func TestMessagesChatSDKStream(t *testing.T) {
 func TestMessagesChatSDKStreamError(t *testing.T) {
 	for _, name := range []string{"stream_error", "stream_truncated"} {
 		t.Run(name, func(t *testing.T) {
-			c := messagesChatBackend(t, name, 200)
-			stream := c.Messages.NewStreaming(sdkContext(t), messagesChatSDKParams())
+			c := sdkBackend(t, name, 200)
+			stream := c.Messages.NewStreaming(sdkContext(t), sdkParams())
 			var msg anthropic.Message
 			for stream.Next() {
 				if err := msg.Accumulate(stream.Current()); err != nil {

@@ -18,7 +18,7 @@ func BenchmarkResponsesChatSSEChunk(b *testing.B) {
 func benchmarkResponsesChatSSEChunk(b *testing.B, decode bool) {
 	first := []byte(`data: {"id":"chatcmpl-CXfY5fStream","object":"chat.completion.chunk","created":1764806412,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_6f2eabb9a5","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n")
 	chunk := []byte(`data: {"id":"chatcmpl-CXfY5fStream","object":"chat.completion.chunk","created":1764806412,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_6f2eabb9a5","choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"hJ3kQ"}` + "\n\n")
-	r := newResponsesChatStream(translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg-bench"})
+	r := newStream(translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg-bench"})
 	r.noScan = decode
 	dst, err := r.Write(nil, first, false)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
-// responsesChatSeeds adds every golden case's file of that name to the
+// fuzzSeeds adds every golden case's file of that name to the
 // corpus.
-func responsesChatSeeds(f *testing.F, name string, add func([]byte)) {
+func fuzzSeeds(f *testing.F, name string, add func([]byte)) {
 	paths, _ := filepath.Glob(filepath.Join("testdata", "responses_to_chat_completions", "*", name))
 	if len(paths) == 0 {
 		f.Fatalf("no %s seeds", name)
@@ -30,7 +30,7 @@ func responsesChatSeeds(f *testing.F, name string, add func([]byte)) {
 
 func FuzzResponsesChatRequest(f *testing.F) {
 	tr := New()
-	responsesChatSeeds(f, "request.in.json", func(b []byte) { f.Add(b) })
+	fuzzSeeds(f, "request.in.json", func(b []byte) { f.Add(b) })
 	f.Fuzz(func(t *testing.T, body []byte) {
 		out, err := tr.Request(body, translate.RequestOptions{Model: "m"})
 		if err != nil {
@@ -48,11 +48,11 @@ func FuzzResponsesChatRequest(f *testing.F) {
 
 func FuzzResponsesChatResponseSSE(f *testing.F) {
 	tr := New()
-	responsesChatSeeds(f, "response.in.sse", func(b []byte) { f.Add(b, uint8(7)) })
+	fuzzSeeds(f, "response.in.sse", func(b []byte) { f.Add(b, uint8(7)) })
 	f.Fuzz(func(t *testing.T, in []byte, size uint8) {
 		o := translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg-fuzz", Created: 1}
-		whole, werr := responsesChatFeed(tr, o, in, len(in))
-		chunked, cerr := responsesChatFeed(tr, o, in, int(size)+1)
+		whole, werr := feedChunks(tr, o, in, len(in))
+		chunked, cerr := feedChunks(tr, o, in, int(size)+1)
 		if (werr == nil) != (cerr == nil) || !bytes.Equal(whole, chunked) {
 			t.Fatalf("chunks of %d translate differently (%v, %v):\n%s\nwhole:\n%s", int(size)+1, cerr, werr, chunked, whole)
 		}
@@ -80,16 +80,16 @@ func FuzzResponsesChatResponseSSE(f *testing.F) {
 			t.Fatalf("a finished stream has %d events:\n%s", n, whole)
 		}
 		// The fast path reads what encoding/json reads.
-		slow := newResponsesChatStream(o)
+		slow := newStream(o)
 		slow.noScan = true
 		decoded, serr := slow.Write(nil, in, true)
-		if werr == nil && serr == nil && !reflect.DeepEqual(responsesChatEvents(t, whole), responsesChatEvents(t, decoded)) {
+		if werr == nil && serr == nil && !reflect.DeepEqual(decodeEvents(t, whole), decodeEvents(t, decoded)) {
 			t.Fatalf("the fast path translates differently:\n%s\nencoding/json:\n%s", whole, decoded)
 		}
 	})
 }
 
-func responsesChatFeed(tr *translate.Translator, o translate.ResponseOptions, in []byte, size int) ([]byte, error) {
+func feedChunks(tr *translate.Translator, o translate.ResponseOptions, in []byte, size int) ([]byte, error) {
 	r := tr.NewResponse(o)
 	var out []byte
 	if len(in) == 0 {

@@ -11,26 +11,26 @@ import (
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
-// responsesChatReq is the part of a Responses API request body
+// responsesRequest is the part of a Responses API request body
 // (POST /v1/responses) the translation reads. Fields it does not name are
 // dropped (docs/translation-responses-chat.md lists them). Polymorphic
 // fields stay raw until their shape is known; numbers the backend gets
 // unchanged stay raw so they keep their bytes.
-type responsesChatReq struct {
-	Model             string              `json:"model"`
-	Instructions      *string             `json:"instructions"`
-	Input             json.RawMessage     `json:"input"`
-	Tools             []json.RawMessage   `json:"tools"`
-	ToolChoice        json.RawMessage     `json:"tool_choice"`
-	ParallelToolCalls *bool               `json:"parallel_tool_calls"`
-	MaxOutputTokens   json.RawMessage     `json:"max_output_tokens"`
-	Temperature       json.RawMessage     `json:"temperature"`
-	TopP              json.RawMessage     `json:"top_p"`
-	User              *string             `json:"user"`
-	SafetyIdentifier  *string             `json:"safety_identifier"`
-	Text              *responsesChatText  `json:"text"`
-	Reasoning         *responsesChatReasn `json:"reasoning"`
-	Stream            *bool               `json:"stream"`
+type responsesRequest struct {
+	Model             string            `json:"model"`
+	Instructions      *string           `json:"instructions"`
+	Input             json.RawMessage   `json:"input"`
+	Tools             []json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls *bool             `json:"parallel_tool_calls"`
+	MaxOutputTokens   json.RawMessage   `json:"max_output_tokens"`
+	Temperature       json.RawMessage   `json:"temperature"`
+	TopP              json.RawMessage   `json:"top_p"`
+	User              *string           `json:"user"`
+	SafetyIdentifier  *string           `json:"safety_identifier"`
+	Text              *textOptions      `json:"text"`
+	Reasoning         *reasn            `json:"reasoning"`
+	Stream            *bool             `json:"stream"`
 
 	// Server-side state: refused.
 	PreviousResponseID *string         `json:"previous_response_id"`
@@ -40,18 +40,18 @@ type responsesChatReq struct {
 	Truncation         *string         `json:"truncation"`
 }
 
-type responsesChatText struct {
+type textOptions struct {
 	Format json.RawMessage `json:"format"`
 }
 
-type responsesChatReasn struct {
+type reasn struct {
 	Effort *string `json:"effort"`
 }
 
-// responsesChatItem is one input item: a message (type "message", or a
+// inputItem is one input item: a message (type "message", or a
 // role and no type), a function_call, a function_call_output, or an item
 // the translation drops or refuses by its type.
-type responsesChatItem struct {
+type inputItem struct {
 	Type      string          `json:"type"`
 	Role      string          `json:"role"`
 	Content   json.RawMessage `json:"content"`
@@ -62,9 +62,9 @@ type responsesChatItem struct {
 	Output    json.RawMessage `json:"output"`
 }
 
-// responsesChatPart is one content part of an input message or of a
+// inputPart is one content part of an input message or of a
 // function_call_output's output list.
-type responsesChatPart struct {
+type inputPart struct {
 	Type     string  `json:"type"`
 	Text     string  `json:"text"`
 	Refusal  string  `json:"refusal"`
@@ -73,7 +73,7 @@ type responsesChatPart struct {
 	Detail   string  `json:"detail"`
 }
 
-type responsesChatTool struct {
+type functionTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
 	Description *string         `json:"description"`
@@ -83,40 +83,40 @@ type responsesChatTool struct {
 	Tools []json.RawMessage `json:"tools"`
 }
 
-// responsesChatNamespaceSep joins a namespace and a function's name into
+// namespaceSep joins a namespace and a function's name into
 // the one chat function name: "<namespace>__<name>". The answer's half
-// splits only names the request declared (responsesChatNamespaced), so a
+// splits only names the request declared (namespacedTools), so a
 // plain function whose name holds "__" is left alone.
-const responsesChatNamespaceSep = "__"
+const namespaceSep = "__"
 
-func responsesChatFlatName(namespace, name string) string {
+func flatName(namespace, name string) string {
 	if namespace == "" {
 		return name
 	}
-	return namespace + responsesChatNamespaceSep + name
+	return namespace + namespaceSep + name
 }
 
-// responsesChatMsg is one chat message before it is written.
-type responsesChatMsg struct {
+// chatMsg is one chat message before it is written.
+type chatMsg struct {
 	role       string
-	parts      []responsesChatMsgPart
-	toolCalls  []responsesChatItem // function_call items of an assistant message
-	toolCallID string              // role tool
+	parts      []msgPart
+	toolCalls  []inputItem // function_call items of an assistant message
+	toolCallID string      // role tool
 }
 
-// responsesChatMsgPart is a text part, or an image when url is set.
-type responsesChatMsgPart struct {
+// msgPart is a text part, or an image when url is set.
+type msgPart struct {
 	text, url, detail string
 	image             bool
 }
 
-func responsesChatUnsupported(param, format string, args ...any) *translate.Unsupported {
+func unsupported(param, format string, args ...any) *translate.Unsupported {
 	return &translate.Unsupported{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// responsesChatDecode unmarshals b into v; a value of the wrong type is an
+// decodeField unmarshals b into v; a value of the wrong type is an
 // *Unsupported naming the field under path.
-func responsesChatDecode(b []byte, v any, path string) error {
+func decodeField(b []byte, v any, path string) error {
 	err := json.Unmarshal(b, v)
 	if err == nil {
 		return nil
@@ -133,40 +133,40 @@ func responsesChatDecode(b []byte, v any, path string) error {
 		if p == "" {
 			return fmt.Errorf("translate: the responses request body is a JSON %s, not an object", te.Value)
 		}
-		return responsesChatUnsupported(p, "%s: a JSON %s is not valid here", p, te.Value)
+		return unsupported(p, "%s: a JSON %s is not valid here", p, te.Value)
 	}
 	if path == "" {
 		return fmt.Errorf("translate: responses request body: %w", err)
 	}
-	return responsesChatUnsupported(path, "%s: %v", path, err)
+	return unsupported(path, "%s: %v", path, err)
 }
 
-func responsesChatIsNull(b json.RawMessage) bool {
+func isNull(b json.RawMessage) bool {
 	b = bytes.TrimSpace(b)
 	return len(b) == 0 || string(b) == "null"
 }
 
-// responsesChatIsNumber accepts a JSON number (already valid JSON).
-func responsesChatIsNumber(b json.RawMessage) bool {
+// isNumber accepts a JSON number (already valid JSON).
+func isNumber(b json.RawMessage) bool {
 	b = bytes.TrimSpace(b)
 	return len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9')
 }
 
-// responsesChatRequest translates a Responses API request body into a
+// translateRequest translates a Responses API request body into a
 // chat completions request body for model o.Model.
-func responsesChatRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
-	var r responsesChatReq
-	if err := responsesChatDecode(body, &r, ""); err != nil {
+func translateRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
+	var r responsesRequest
+	if err := decodeField(body, &r, ""); err != nil {
 		return nil, err
 	}
-	if err := responsesChatRefuseState(&r); err != nil {
+	if err := refuseState(&r); err != nil {
 		return nil, err
 	}
-	var msgs []responsesChatMsg
+	var msgs []chatMsg
 	if r.Instructions != nil && *r.Instructions != "" {
-		msgs = append(msgs, responsesChatMsg{role: "system", parts: []responsesChatMsgPart{{text: *r.Instructions}}})
+		msgs = append(msgs, chatMsg{role: "system", parts: []msgPart{{text: *r.Instructions}}})
 	}
-	msgs, err := responsesChatInput(msgs, r.Input)
+	msgs, err := inputMessages(msgs, r.Input)
 	if err != nil {
 		return nil, err
 	}
@@ -179,50 +179,50 @@ func responsesChatRequest(body []byte, o translate.RequestOptions) ([]byte, erro
 	b = append(b, `{"model":`...)
 	b = jsonstr.Append(b, model)
 	b = append(b, `,"messages":`...)
-	b = responsesChatAppendMessages(b, msgs)
-	if b, err = responsesChatAppendTools(b, r.Tools, o); err != nil {
+	b = appendMessages(b, msgs)
+	if b, err = appendTools(b, r.Tools, o); err != nil {
 		return nil, err
 	}
-	if !responsesChatIsNull(r.ToolChoice) {
-		if b, err = responsesChatAppendToolChoice(b, r.ToolChoice, o.Hosted); err != nil {
+	if !isNull(r.ToolChoice) {
+		if b, err = appendToolChoice(b, r.ToolChoice, o.Hosted); err != nil {
 			return nil, err
 		}
 	}
-	if b, err = responsesChatAppendOptions(b, &r, o); err != nil {
+	if b, err = appendOptions(b, &r, o); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
 }
 
-// responsesChatRefuseState refuses server-side state the chat completions
+// refuseState refuses server-side state the chat completions
 // family has no place for.
-func responsesChatRefuseState(r *responsesChatReq) error {
+func refuseState(r *responsesRequest) error {
 	switch {
 	case r.PreviousResponseID != nil && *r.PreviousResponseID != "":
-		return responsesChatUnsupported("previous_response_id", "previous_response_id: this model's backend speaks chat completions, which keeps no responses; send the whole conversation in input instead")
-	case !responsesChatIsNull(r.Conversation):
-		return responsesChatUnsupported("conversation", "conversation: this model's backend speaks chat completions, which keeps no conversations; send the whole conversation in input instead")
+		return unsupported("previous_response_id", "previous_response_id: this model's backend speaks chat completions, which keeps no responses; send the whole conversation in input instead")
+	case !isNull(r.Conversation):
+		return unsupported("conversation", "conversation: this model's backend speaks chat completions, which keeps no conversations; send the whole conversation in input instead")
 	case r.Background != nil && *r.Background:
-		return responsesChatUnsupported("background", "background: this model's backend speaks chat completions, which cannot run a response in the background")
-	case !responsesChatIsNull(r.Prompt):
-		return responsesChatUnsupported("prompt", "prompt: this model's backend speaks chat completions, which has no stored prompt templates")
+		return unsupported("background", "background: this model's backend speaks chat completions, which cannot run a response in the background")
+	case !isNull(r.Prompt):
+		return unsupported("prompt", "prompt: this model's backend speaks chat completions, which has no stored prompt templates")
 	case r.Truncation != nil && *r.Truncation == "auto":
-		return responsesChatUnsupported("truncation", `truncation: "auto" is not supported by this model's backend (chat completions); use "disabled"`)
+		return unsupported("truncation", `truncation: "auto" is not supported by this model's backend (chat completions); use "disabled"`)
 	}
 	return nil
 }
 
-// responsesChatAppendOptions appends the request's options after its tools:
+// appendOptions appends the request's options after its tools:
 // parallel_tool_calls, the text format, the reasoning effort, the output
 // cap, sampling, the end user and streaming.
-func responsesChatAppendOptions(b []byte, r *responsesChatReq, o translate.RequestOptions) ([]byte, error) {
+func appendOptions(b []byte, r *responsesRequest, o translate.RequestOptions) ([]byte, error) {
 	var err error
 	if r.ParallelToolCalls != nil {
 		b = append(b, `,"parallel_tool_calls":`...)
 		b = strconv.AppendBool(b, *r.ParallelToolCalls)
 	}
-	if r.Text != nil && !responsesChatIsNull(r.Text.Format) {
-		if b, err = responsesChatAppendFormat(b, r.Text.Format); err != nil {
+	if r.Text != nil && !isNull(r.Text.Format) {
+		if b, err = appendFormat(b, r.Text.Format); err != nil {
 			return nil, err
 		}
 	}
@@ -238,11 +238,11 @@ func responsesChatAppendOptions(b []byte, r *responsesChatReq, o translate.Reque
 		{"temperature", "temperature", r.Temperature},
 		{"top_p", "top_p", r.TopP},
 	} {
-		if responsesChatIsNull(f.v) {
+		if isNull(f.v) {
 			continue
 		}
-		if !responsesChatIsNumber(f.v) {
-			return nil, responsesChatUnsupported(f.name, "%s must be a number", f.name)
+		if !isNumber(f.v) {
+			return nil, unsupported(f.name, "%s must be a number", f.name)
 		}
 		b = append(b, `,"`...)
 		b = append(b, f.chat...)
@@ -264,81 +264,81 @@ func responsesChatAppendOptions(b []byte, r *responsesChatReq, o translate.Reque
 	return b, nil
 }
 
-// responsesChatInput appends the messages of the request's input: a string
+// inputMessages appends the messages of the request's input: a string
 // (one user message) or a list of items.
-func responsesChatInput(msgs []responsesChatMsg, input json.RawMessage) ([]responsesChatMsg, error) {
+func inputMessages(msgs []chatMsg, input json.RawMessage) ([]chatMsg, error) {
 	input = bytes.TrimSpace(input)
-	if responsesChatIsNull(input) {
+	if isNull(input) {
 		return msgs, nil
 	}
 	if input[0] == '"' {
 		var s string
-		if err := responsesChatDecode(input, &s, "input"); err != nil {
+		if err := decodeField(input, &s, "input"); err != nil {
 			return nil, err
 		}
-		return append(msgs, responsesChatMsg{role: "user", parts: []responsesChatMsgPart{{text: s}}}), nil
+		return append(msgs, chatMsg{role: "user", parts: []msgPart{{text: s}}}), nil
 	}
 	var items []json.RawMessage
-	if err := responsesChatDecode(input, &items, "input"); err != nil {
+	if err := decodeField(input, &items, "input"); err != nil {
 		return nil, err
 	}
 	// Images of tool outputs (Codex's view_image) wait for the end of the
 	// run of tool messages: chat wants those right after the calling
 	// assistant message, and carries images in user messages only.
-	var images []responsesChatMsgPart
+	var images []msgPart
 	for i, raw := range items {
 		path := "input[" + strconv.Itoa(i) + "]"
-		var it responsesChatItem
-		if err := responsesChatDecode(raw, &it, path); err != nil {
+		var it inputItem
+		if err := decodeField(raw, &it, path); err != nil {
 			return nil, err
 		}
 		if it.Type != "function_call_output" && len(images) > 0 {
-			msgs, images = append(msgs, responsesChatMsg{role: "user", parts: images}), nil
+			msgs, images = append(msgs, chatMsg{role: "user", parts: images}), nil
 		}
 		switch {
 		case it.Type == "message" || it.Type == "" && it.Role != "":
-			m, err := responsesChatMessage(it, path)
+			m, err := itemMessage(it, path)
 			if err != nil {
 				return nil, err
 			}
 			msgs = append(msgs, m)
 		case it.Type == "function_call":
 			if it.CallID == "" || it.Name == "" {
-				return nil, responsesChatUnsupported(path+".call_id", "%s: a function_call needs a call_id and a name", path)
+				return nil, unsupported(path+".call_id", "%s: a function_call needs a call_id and a name", path)
 			}
 			// Consecutive calls, and the assistant message right before
 			// them, are one chat assistant message.
 			if n := len(msgs); n > 0 && msgs[n-1].role == "assistant" {
 				msgs[n-1].toolCalls = append(msgs[n-1].toolCalls, it)
 			} else {
-				msgs = append(msgs, responsesChatMsg{role: "assistant", toolCalls: []responsesChatItem{it}})
+				msgs = append(msgs, chatMsg{role: "assistant", toolCalls: []inputItem{it}})
 			}
 		case it.Type == "function_call_output":
-			m, imgs, err := responsesChatToolOutput(it, path)
+			m, imgs, err := toolOutput(it, path)
 			if err != nil {
 				return nil, err
 			}
 			msgs = append(msgs, m)
 			if len(imgs) > 0 {
-				images = append(images, responsesChatMsgPart{text: "[images from the output of tool call " + it.CallID + "]"})
+				images = append(images, msgPart{text: "[images from the output of tool call " + it.CallID + "]"})
 				images = append(images, imgs...)
 			}
 		case it.Type == "reasoning":
 			// Chat completions backends take no reasoning state back.
 		case it.Type == "":
-			return nil, responsesChatUnsupported(path+".type", "%s: an input item needs a type or a role", path)
+			return nil, unsupported(path+".type", "%s: an input item needs a type or a role", path)
 		default:
-			return nil, responsesChatUnsupported(path+".type", "%s.type: %q items are not supported by this model's backend (chat completions)", path, it.Type)
+			return nil, unsupported(path+".type", "%s.type: %q items are not supported by this model's backend (chat completions)", path, it.Type)
 		}
 	}
 	if len(images) > 0 {
-		msgs = append(msgs, responsesChatMsg{role: "user", parts: images})
+		msgs = append(msgs, chatMsg{role: "user", parts: images})
 	}
 	return msgs, nil
 }
 
-func responsesChatMessage(it responsesChatItem, path string) (responsesChatMsg, error) {
-	m := responsesChatMsg{role: it.Role}
+func itemMessage(it inputItem, path string) (chatMsg, error) {
+	m := chatMsg{role: it.Role}
 	switch it.Role {
 	case "user", "assistant", "system":
 	case "developer":
@@ -346,103 +346,103 @@ func responsesChatMessage(it responsesChatItem, path string) (responsesChatMsg, 
 		// carry the same instructions.
 		m.role = "system"
 	default:
-		return m, responsesChatUnsupported(path+".role", "%s.role: %q is not a message role (user, assistant, system, developer)", path, it.Role)
+		return m, unsupported(path+".role", "%s.role: %q is not a message role (user, assistant, system, developer)", path, it.Role)
 	}
 	content := bytes.TrimSpace(it.Content)
-	if responsesChatIsNull(content) {
-		return m, responsesChatUnsupported(path+".content", "%s.content is required", path)
+	if isNull(content) {
+		return m, unsupported(path+".content", "%s.content is required", path)
 	}
 	if content[0] == '"' {
 		var s string
-		if err := responsesChatDecode(content, &s, path+".content"); err != nil {
+		if err := decodeField(content, &s, path+".content"); err != nil {
 			return m, err
 		}
-		m.parts = []responsesChatMsgPart{{text: s}}
+		m.parts = []msgPart{{text: s}}
 		return m, nil
 	}
-	var parts []responsesChatPart
-	if err := responsesChatDecode(content, &parts, path+".content"); err != nil {
+	var parts []inputPart
+	if err := decodeField(content, &parts, path+".content"); err != nil {
 		return m, err
 	}
 	for j, p := range parts {
 		pp := path + ".content[" + strconv.Itoa(j) + "]"
 		switch p.Type {
 		case "input_text", "output_text":
-			m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
+			m.parts = append(m.parts, msgPart{text: p.Text})
 		case "refusal":
-			m.parts = append(m.parts, responsesChatMsgPart{text: p.Refusal})
+			m.parts = append(m.parts, msgPart{text: p.Refusal})
 		case "input_image":
 			if m.role != "user" {
-				return m, responsesChatUnsupported(pp+".type", "%s.type: chat completions takes images in user messages only", pp)
+				return m, unsupported(pp+".type", "%s.type: chat completions takes images in user messages only", pp)
 			}
 			if p.FileID != nil && *p.FileID != "" {
-				return m, responsesChatUnsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
+				return m, unsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
 			}
 			if p.ImageURL == nil || *p.ImageURL == "" {
-				return m, responsesChatUnsupported(pp+".image_url", "%s.image_url is required", pp)
+				return m, unsupported(pp+".image_url", "%s.image_url is required", pp)
 			}
 			detail := p.Detail
 			if detail == "original" {
 				detail = "high" // chat's closest: no downscaling below high
 			}
-			m.parts = append(m.parts, responsesChatMsgPart{image: true, url: *p.ImageURL, detail: detail})
+			m.parts = append(m.parts, msgPart{image: true, url: *p.ImageURL, detail: detail})
 		default:
-			return m, responsesChatUnsupported(pp+".type", "%s.type: %q content is not supported by this model's backend (chat completions)", pp, p.Type)
+			return m, unsupported(pp+".type", "%s.type: %q content is not supported by this model's backend (chat completions)", pp, p.Type)
 		}
 	}
 	return m, nil
 }
 
-// responsesChatToolOutput is a function_call_output as a tool message
+// toolOutput is a function_call_output as a tool message
 // (its text) and the images it returned, which the caller sends in a user
 // message after the run of tool messages.
-func responsesChatToolOutput(it responsesChatItem, path string) (responsesChatMsg, []responsesChatMsgPart, error) {
-	m := responsesChatMsg{role: "tool", toolCallID: it.CallID}
+func toolOutput(it inputItem, path string) (chatMsg, []msgPart, error) {
+	m := chatMsg{role: "tool", toolCallID: it.CallID}
 	if it.CallID == "" {
-		return m, nil, responsesChatUnsupported(path+".call_id", "%s.call_id is required", path)
+		return m, nil, unsupported(path+".call_id", "%s.call_id is required", path)
 	}
 	out := bytes.TrimSpace(it.Output)
-	if responsesChatIsNull(out) {
-		return m, nil, responsesChatUnsupported(path+".output", "%s.output is required", path)
+	if isNull(out) {
+		return m, nil, unsupported(path+".output", "%s.output is required", path)
 	}
 	if out[0] == '"' {
 		var s string
-		if err := responsesChatDecode(out, &s, path+".output"); err != nil {
+		if err := decodeField(out, &s, path+".output"); err != nil {
 			return m, nil, err
 		}
-		m.parts = []responsesChatMsgPart{{text: s}}
+		m.parts = []msgPart{{text: s}}
 		return m, nil, nil
 	}
-	var parts []responsesChatPart
-	if err := responsesChatDecode(out, &parts, path+".output"); err != nil {
+	var parts []inputPart
+	if err := decodeField(out, &parts, path+".output"); err != nil {
 		return m, nil, err
 	}
-	var images []responsesChatMsgPart
+	var images []msgPart
 	for j, p := range parts {
 		pp := path + ".output[" + strconv.Itoa(j) + "]"
 		switch p.Type {
 		case "input_text", "output_text":
-			m.parts = append(m.parts, responsesChatMsgPart{text: p.Text})
+			m.parts = append(m.parts, msgPart{text: p.Text})
 		case "input_image":
 			if p.FileID != nil && *p.FileID != "" {
-				return m, nil, responsesChatUnsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
+				return m, nil, unsupported(pp+".file_id", "%s.file_id: images by file id are not supported by this model's backend (chat completions); send image_url", pp)
 			}
 			if p.ImageURL == nil || *p.ImageURL == "" {
-				return m, nil, responsesChatUnsupported(pp+".image_url", "%s.image_url is required", pp)
+				return m, nil, unsupported(pp+".image_url", "%s.image_url is required", pp)
 			}
 			detail := p.Detail
 			if detail == "original" {
 				detail = "high"
 			}
-			images = append(images, responsesChatMsgPart{image: true, url: *p.ImageURL, detail: detail})
+			images = append(images, msgPart{image: true, url: *p.ImageURL, detail: detail})
 		default:
-			return m, nil, responsesChatUnsupported(pp+".type", "%s.type: %q tool output is not supported by this model's backend (chat completions takes text and image tool results)", pp, p.Type)
+			return m, nil, unsupported(pp+".type", "%s.type: %q tool output is not supported by this model's backend (chat completions takes text and image tool results)", pp, p.Type)
 		}
 	}
 	return m, images, nil
 }
 
-func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
+func appendMessages(b []byte, msgs []chatMsg) []byte {
 	b = append(b, '[')
 	for i, m := range msgs {
 		if i > 0 {
@@ -451,7 +451,7 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 		b = append(b, `{"role":`...)
 		b = jsonstr.Append(b, m.role)
 		b = append(b, `,"content":`...)
-		b = responsesChatAppendContent(b, m)
+		b = appendContent(b, m)
 		if m.role == "tool" {
 			b = append(b, `,"tool_call_id":`...)
 			b = jsonstr.Append(b, m.toolCallID)
@@ -465,7 +465,7 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 				b = append(b, `{"id":`...)
 				b = jsonstr.Append(b, tc.CallID)
 				b = append(b, `,"type":"function","function":{"name":`...)
-				b = jsonstr.Append(b, responsesChatFlatName(tc.Namespace, tc.Name))
+				b = jsonstr.Append(b, flatName(tc.Namespace, tc.Name))
 				b = append(b, `,"arguments":`...)
 				b = jsonstr.Append(b, tc.Arguments)
 				b = append(b, "}}"...)
@@ -477,10 +477,10 @@ func responsesChatAppendMessages(b []byte, msgs []responsesChatMsg) []byte {
 	return append(b, ']')
 }
 
-// responsesChatAppendContent writes a message's content: one text part as
+// appendContent writes a message's content: one text part as
 // a string, several parts (or an image) as a list of chat parts, none as
 // null (an assistant message holding only tool calls) or "".
-func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
+func appendContent(b []byte, m chatMsg) []byte {
 	switch {
 	case len(m.parts) == 0 && len(m.toolCalls) > 0:
 		return append(b, "null"...)
@@ -511,11 +511,11 @@ func responsesChatAppendContent(b []byte, m responsesChatMsg) []byte {
 	return append(b, ']')
 }
 
-// responsesChatAppendTools writes the chat tools: function tools as they
-// are, a namespace's function tools flattened (responsesChatFlatName), and
+// appendTools writes the chat tools: function tools as they
+// are, a namespace's function tools flattened (flatName), and
 // tools chat cannot express (hosted tools, custom tools) refused or
 // dropped as o.Hosted says.
-func responsesChatAppendTools(b []byte, tools []json.RawMessage, o translate.RequestOptions) ([]byte, error) {
+func appendTools(b []byte, tools []json.RawMessage, o translate.RequestOptions) ([]byte, error) {
 	if len(tools) == 0 {
 		return b, nil
 	}
@@ -525,24 +525,24 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o translate.Req
 	seen := make(map[string]string, len(tools)) // chat name → the path that declared it
 	for i, raw := range tools {
 		path := "tools[" + strconv.Itoa(i) + "]"
-		var t responsesChatTool
-		if err := responsesChatDecode(raw, &t, path); err != nil {
+		var t functionTool
+		if err := decodeField(raw, &t, path); err != nil {
 			return nil, err
 		}
 		switch t.Type {
 		case "function":
 			var err error
-			if b, err = responsesChatAppendTool(b, &n, seen, path, "", t); err != nil {
+			if b, err = appendTool(b, &n, seen, path, "", t); err != nil {
 				return nil, err
 			}
 		case "namespace":
 			if t.Name == "" {
-				return nil, responsesChatUnsupported(path+".name", "%s.name is required", path)
+				return nil, unsupported(path+".name", "%s.name is required", path)
 			}
 			for j, inner := range t.Tools {
 				ipath := path + ".tools[" + strconv.Itoa(j) + "]"
-				var it responsesChatTool
-				if err := responsesChatDecode(inner, &it, ipath); err != nil {
+				var it functionTool
+				if err := decodeField(inner, &it, ipath); err != nil {
 					return nil, err
 				}
 				if it.Type != "function" {
@@ -550,10 +550,10 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o translate.Req
 						o.Drop(it.Type)
 						continue
 					}
-					return nil, responsesChatUnsupported(ipath+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", ipath, it.Type)
+					return nil, unsupported(ipath+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", ipath, it.Type)
 				}
 				var err error
-				if b, err = responsesChatAppendTool(b, &n, seen, ipath, t.Name, it); err != nil {
+				if b, err = appendTool(b, &n, seen, ipath, t.Name, it); err != nil {
 					return nil, err
 				}
 			}
@@ -562,7 +562,7 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o translate.Req
 				o.Drop(t.Type)
 				continue
 			}
-			return nil, responsesChatUnsupported(path+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", path, t.Type)
+			return nil, unsupported(path+".type", "%s.type: %q tools are not supported by this model's backend (chat completions takes function tools only)", path, t.Type)
 		}
 	}
 	if n == 0 {
@@ -571,15 +571,15 @@ func responsesChatAppendTools(b []byte, tools []json.RawMessage, o translate.Req
 	return append(b, ']'), nil
 }
 
-// responsesChatAppendTool writes one function tool (of namespace ns, when
+// appendTool writes one function tool (of namespace ns, when
 // set) as the n-th chat tool; two tools may not end up with one chat name.
-func responsesChatAppendTool(b []byte, n *int, seen map[string]string, path, ns string, t responsesChatTool) ([]byte, error) {
+func appendTool(b []byte, n *int, seen map[string]string, path, ns string, t functionTool) ([]byte, error) {
 	if t.Name == "" {
-		return nil, responsesChatUnsupported(path+".name", "%s.name is required", path)
+		return nil, unsupported(path+".name", "%s.name is required", path)
 	}
-	name := responsesChatFlatName(ns, t.Name)
+	name := flatName(ns, t.Name)
 	if prev, dup := seen[name]; dup {
-		return nil, responsesChatUnsupported(path+".name", "%s.name: the function %q has the same chat completions name as %s (namespaced functions are sent as <namespace>__<name>)", path, name, prev)
+		return nil, unsupported(path+".name", "%s.name: the function %q has the same chat completions name as %s (namespaced functions are sent as <namespace>__<name>)", path, name, prev)
 	}
 	seen[name] = path
 	if *n > 0 {
@@ -592,7 +592,7 @@ func responsesChatAppendTool(b []byte, n *int, seen map[string]string, path, ns 
 		b = append(b, `,"description":`...)
 		b = jsonstr.Append(b, *t.Description)
 	}
-	if !responsesChatIsNull(t.Parameters) {
+	if !isNull(t.Parameters) {
 		b = append(b, `,"parameters":`...)
 		b = append(b, bytes.TrimSpace(t.Parameters)...)
 	}
@@ -603,17 +603,17 @@ func responsesChatAppendTool(b []byte, n *int, seen map[string]string, path, ns 
 	return append(b, "}}"...), nil
 }
 
-func responsesChatAppendToolChoice(b []byte, raw json.RawMessage, hosted translate.HostedPolicy) ([]byte, error) {
+func appendToolChoice(b []byte, raw json.RawMessage, hosted translate.HostedPolicy) ([]byte, error) {
 	raw = bytes.TrimSpace(raw)
 	if raw[0] == '"' {
 		var s string
-		if err := responsesChatDecode(raw, &s, "tool_choice"); err != nil {
+		if err := decodeField(raw, &s, "tool_choice"); err != nil {
 			return nil, err
 		}
 		switch s {
 		case "auto", "none", "required":
 		default:
-			return nil, responsesChatUnsupported("tool_choice", "tool_choice: %q is not one of auto, none, required", s)
+			return nil, unsupported("tool_choice", "tool_choice: %q is not one of auto, none, required", s)
 		}
 		b = append(b, `,"tool_choice":`...)
 		return jsonstr.Append(b, s), nil
@@ -623,24 +623,24 @@ func responsesChatAppendToolChoice(b []byte, raw json.RawMessage, hosted transla
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
 	}
-	if err := responsesChatDecode(raw, &c, "tool_choice"); err != nil {
+	if err := decodeField(raw, &c, "tool_choice"); err != nil {
 		return nil, err
 	}
 	if c.Type != "function" && hosted == translate.DropHosted {
 		return b, nil // it names a tool the request goes without: the backend chooses
 	}
 	if c.Type != "function" {
-		return nil, responsesChatUnsupported("tool_choice.type", "tool_choice.type: %q is not supported by this model's backend (chat completions can force function tools only)", c.Type)
+		return nil, unsupported("tool_choice.type", "tool_choice.type: %q is not supported by this model's backend (chat completions can force function tools only)", c.Type)
 	}
 	if c.Name == "" {
-		return nil, responsesChatUnsupported("tool_choice.name", "tool_choice.name is required")
+		return nil, unsupported("tool_choice.name", "tool_choice.name is required")
 	}
 	b = append(b, `,"tool_choice":{"type":"function","function":{"name":`...)
-	b = jsonstr.Append(b, responsesChatFlatName(c.Namespace, c.Name))
+	b = jsonstr.Append(b, flatName(c.Namespace, c.Name))
 	return append(b, "}}"...), nil
 }
 
-func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
+func appendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
 	var f struct {
 		Type        string          `json:"type"`
 		Name        *string         `json:"name"`
@@ -648,7 +648,7 @@ func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
 		Schema      json.RawMessage `json:"schema"`
 		Strict      *bool           `json:"strict"`
 	}
-	if err := responsesChatDecode(raw, &f, "text.format"); err != nil {
+	if err := decodeField(raw, &f, "text.format"); err != nil {
 		return nil, err
 	}
 	switch f.Type {
@@ -658,10 +658,10 @@ func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
 		return append(b, `,"response_format":{"type":"json_object"}`...), nil
 	case "json_schema":
 	default:
-		return nil, responsesChatUnsupported("text.format.type", "text.format.type: %q is not one of text, json_object, json_schema", f.Type)
+		return nil, unsupported("text.format.type", "text.format.type: %q is not one of text, json_object, json_schema", f.Type)
 	}
 	if f.Name == nil || *f.Name == "" {
-		return nil, responsesChatUnsupported("text.format.name", "text.format.name is required for json_schema")
+		return nil, unsupported("text.format.name", "text.format.name is required for json_schema")
 	}
 	b = append(b, `,"response_format":{"type":"json_schema","json_schema":{"name":`...)
 	b = jsonstr.Append(b, *f.Name)
@@ -669,7 +669,7 @@ func responsesChatAppendFormat(b []byte, raw json.RawMessage) ([]byte, error) {
 		b = append(b, `,"description":`...)
 		b = jsonstr.Append(b, *f.Description)
 	}
-	if !responsesChatIsNull(f.Schema) {
+	if !isNull(f.Schema) {
 		b = append(b, `,"schema":`...)
 		b = append(b, bytes.TrimSpace(f.Schema)...)
 	}

@@ -12,41 +12,41 @@ import (
 	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
-// responsesChatChunk is a chat completion (JSON) or one chunk of a chat
+// chatChunk is a chat completion (JSON) or one chunk of a chat
 // completion stream: the fields the translation reads.
-type responsesChatChunk struct {
-	ID      string                `json:"id"`
-	Created float64               `json:"created"`
-	Model   string                `json:"model"`
-	Choices []responsesChatChoice `json:"choices"`
-	Usage   *openai.Usage         `json:"usage"`
-	Error   json.RawMessage       `json:"error"`
+type chatChunk struct {
+	ID      string          `json:"id"`
+	Created float64         `json:"created"`
+	Model   string          `json:"model"`
+	Choices []chatChoice    `json:"choices"`
+	Usage   *openai.Usage   `json:"usage"`
+	Error   json.RawMessage `json:"error"`
 }
 
-type responsesChatChoice struct {
-	Index        int                `json:"index"`
-	Delta        responsesChatDelta `json:"delta"`   // a stream chunk's
-	Message      responsesChatDelta `json:"message"` // a JSON answer's
-	FinishReason string             `json:"finish_reason"`
+type chatChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`   // a stream chunk's
+	Message      chatDelta `json:"message"` // a JSON answer's
+	FinishReason string    `json:"finish_reason"`
 }
 
-type responsesChatDelta struct {
+type chatDelta struct {
 	Content   string                 `json:"content"`
 	Refusal   string                 `json:"refusal"`
 	ToolCalls []openai.ToolCallDelta `json:"tool_calls"`
 }
 
-// responsesChatItemKind is an output item's type.
-type responsesChatItemKind uint8
+// itemKind is an output item's type.
+type itemKind uint8
 
 const (
-	responsesChatMessageItem responsesChatItemKind = iota
-	responsesChatCallItem
+	messageItem itemKind = iota
+	callItem
 )
 
-// responsesChatOut is one output item of the Response being built.
-type responsesChatOut struct {
-	kind   responsesChatItemKind
+// outputItem is one output item of the Response being built.
+type outputItem struct {
+	kind   itemKind
 	id     string
 	status string // in_progress until done: completed or incomplete
 	// A message: its text and refusal parts, in the order they came
@@ -60,49 +60,49 @@ type responsesChatOut struct {
 	args         []byte
 }
 
-// responsesChatResult is the Response object being built.
-type responsesChatResult struct {
+// responseResult is the Response object being built.
+type responseResult struct {
 	id, model  string
 	created    int64
 	status     string // in_progress, completed, incomplete, failed
 	incomplete string // incomplete_details.reason
 	errCode    string // error.code of a failed response
 	errMessage string
-	items      []responsesChatOut
+	items      []outputItem
 	usage      *openai.Usage
-	echo       responsesChatEcho
+	echo       requestEcho
 	// namespaced maps the chat names of the request's namespaced
 	// functions back to them (nil when it declared none).
-	namespaced map[string]responsesChatNSName
+	namespaced map[string]nsName
 }
 
-// responsesChatNSName is a namespaced function as the client declared it.
-type responsesChatNSName struct{ namespace, name string }
+// nsName is a namespaced function as the client declared it.
+type nsName struct{ namespace, name string }
 
-// responsesChatNamespaced maps each namespaced function of the request's
-// tools to its chat name (responsesChatFlatName); nil when there is none.
-func responsesChatNamespaced(tools json.RawMessage) map[string]responsesChatNSName {
+// namespacedTools maps each namespaced function of the request's
+// tools to its chat name (flatName); nil when there is none.
+func namespacedTools(tools json.RawMessage) map[string]nsName {
 	if !bytes.Contains(tools, []byte(`"namespace"`)) {
 		return nil
 	}
-	var ts []responsesChatTool
+	var ts []functionTool
 	if json.Unmarshal(tools, &ts) != nil {
 		return nil
 	}
-	var m map[string]responsesChatNSName
+	var m map[string]nsName
 	for _, t := range ts {
 		if t.Type != "namespace" || t.Name == "" {
 			continue
 		}
 		for _, raw := range t.Tools {
-			var it responsesChatTool
+			var it functionTool
 			if json.Unmarshal(raw, &it) != nil || it.Type != "function" || it.Name == "" {
 				continue
 			}
 			if m == nil {
-				m = make(map[string]responsesChatNSName)
+				m = make(map[string]nsName)
 			}
-			m[responsesChatFlatName(t.Name, it.Name)] = responsesChatNSName{t.Name, it.Name}
+			m[flatName(t.Name, it.Name)] = nsName{t.Name, it.Name}
 		}
 	}
 	return m
@@ -110,17 +110,17 @@ func responsesChatNamespaced(tools json.RawMessage) map[string]responsesChatNSNa
 
 // callName is the name (and namespace, "" for none) the client declared
 // for a chat tool call's function name.
-func (r *responsesChatResult) callName(chat string) (namespace, name string) {
+func (r *responseResult) callName(chat string) (namespace, name string) {
 	if n, ok := r.namespaced[chat]; ok {
 		return n.namespace, n.name
 	}
 	return "", chat
 }
 
-// responsesChatEcho is what a Response repeats of its request, as the
+// requestEcho is what a Response repeats of its request, as the
 // client wrote it; a field the client did not send is written as the
 // Responses API's default.
-type responsesChatEcho struct {
+type requestEcho struct {
 	Instructions      json.RawMessage `json:"instructions"`
 	Metadata          json.RawMessage `json:"metadata"`
 	ParallelToolCalls json.RawMessage `json:"parallel_tool_calls"`
@@ -134,12 +134,12 @@ type responsesChatEcho struct {
 	User              json.RawMessage `json:"user"`
 }
 
-// responsesChatEchoOf reads the echo from the client's request (the
+// echoOf reads the echo from the client's request (the
 // router-level filter validated it; anything unreadable echoes defaults).
-func responsesChatEchoOf(req []byte) responsesChatEcho {
-	var e responsesChatEcho
+func echoOf(req []byte) requestEcho {
+	var e requestEcho
 	if len(req) > 0 && json.Unmarshal(req, &e) != nil {
-		return responsesChatEcho{}
+		return requestEcho{}
 	}
 	return e
 }
@@ -160,7 +160,7 @@ func appendEcho(b []byte, name string, v json.RawMessage, def string) []byte {
 }
 
 // finish applies a chat finish_reason to the result.
-func (r *responsesChatResult) finish(reason string) {
+func (r *responseResult) finish(reason string) {
 	r.status = "completed"
 	switch reason {
 	case "length":
@@ -172,7 +172,7 @@ func (r *responsesChatResult) finish(reason string) {
 
 // itemStatus is the status a finished item gets: incomplete when the
 // answer was cut short.
-func (r *responsesChatResult) itemStatus() string {
+func (r *responseResult) itemStatus() string {
 	if r.status == "completed" {
 		return "completed"
 	}
@@ -184,11 +184,11 @@ func (r *responsesChatResult) itemStatus() string {
 // instructions...) is echoed from the client's request when the caller
 // kept it (ResponseOptions.Request), else written as the Responses
 // defaults or null (docs/translation-responses-chat.md).
-func (r *responsesChatResult) appendResponse(b []byte) []byte {
+func (r *responseResult) appendResponse(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = jsonstr.Append(b, r.id)
 	b = append(b, `,"object":"response","created_at":`...)
-	b = responsesChatAppendInt(b, r.created)
+	b = appendInt(b, r.created)
 	b = append(b, `,"status":`...)
 	b = jsonstr.Append(b, r.status)
 	b = append(b, `,"background":false,"error":`...)
@@ -243,19 +243,19 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 	}
 	if u := r.usage; u != nil {
 		b = append(b, `,"usage":{"input_tokens":`...)
-		b = responsesChatAppendInt(b, u.PromptTokens)
+		b = appendInt(b, u.PromptTokens)
 		b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
-		b = responsesChatAppendInt(b, u.CachedTokens())
+		b = appendInt(b, u.CachedTokens())
 		b = append(b, `},"output_tokens":`...)
-		b = responsesChatAppendInt(b, u.CompletionTokens)
+		b = appendInt(b, u.CompletionTokens)
 		b = append(b, `,"output_tokens_details":{"reasoning_tokens":`...)
-		b = responsesChatAppendInt(b, u.ReasoningTokens())
+		b = appendInt(b, u.ReasoningTokens())
 		b = append(b, `},"total_tokens":`...)
 		total := u.TotalTokens
 		if total == 0 {
 			total = u.PromptTokens + u.CompletionTokens
 		}
-		b = responsesChatAppendInt(b, total)
+		b = appendInt(b, total)
 		b = append(b, '}')
 	}
 	return append(b, '}')
@@ -264,8 +264,8 @@ func (r *responsesChatResult) appendResponse(b []byte) []byte {
 // appendItem writes the output item; full writes its content (text,
 // arguments), otherwise it is written as output_item.added announces it:
 // no content parts, empty arguments.
-func (it *responsesChatOut) appendItem(b []byte, full bool, r *responsesChatResult) []byte {
-	if it.kind == responsesChatCallItem {
+func (it *outputItem) appendItem(b []byte, full bool, r *responseResult) []byte {
+	if it.kind == callItem {
 		b = append(b, `{"type":"function_call","id":`...)
 		b = jsonstr.Append(b, it.id)
 		b = append(b, `,"call_id":`...)
@@ -279,7 +279,7 @@ func (it *responsesChatOut) appendItem(b []byte, full bool, r *responsesChatResu
 		b = jsonstr.Append(b, name)
 		b = append(b, `,"arguments":`...)
 		if full {
-			b = responsesChatAppendRaw(b, it.args)
+			b = appendRaw(b, it.args)
 		} else {
 			b = append(b, `""`...)
 		}
@@ -309,11 +309,11 @@ func (it *responsesChatOut) appendItem(b []byte, full bool, r *responsesChatResu
 
 // appendPart writes the message's text (or refusal) content part, empty
 // unless full.
-func (it *responsesChatOut) appendPart(b []byte, refusal, full bool) []byte {
+func (it *outputItem) appendPart(b []byte, refusal, full bool) []byte {
 	if refusal {
 		b = append(b, `{"type":"refusal","refusal":`...)
 		if full {
-			b = responsesChatAppendRaw(b, it.refusal)
+			b = appendRaw(b, it.refusal)
 		} else {
 			b = append(b, `""`...)
 		}
@@ -321,77 +321,77 @@ func (it *responsesChatOut) appendPart(b []byte, refusal, full bool) []byte {
 	}
 	b = append(b, `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
 	if full {
-		b = responsesChatAppendRaw(b, it.text)
+		b = appendRaw(b, it.text)
 	} else {
 		b = append(b, `""`...)
 	}
 	return append(b, '}')
 }
 
-// responsesChatAppendRaw appends escaped JSON string contents as a JSON
+// appendRaw appends escaped JSON string contents as a JSON
 // string.
-func responsesChatAppendRaw(b, escaped []byte) []byte {
+func appendRaw(b, escaped []byte) []byte {
 	b = append(b, '"')
 	b = append(b, escaped...)
 	return append(b, '"')
 }
 
-// responsesChatAppendEscaped appends s escaped as JSON string contents
+// appendEscaped appends s escaped as JSON string contents
 // (without the quotes).
-func responsesChatAppendEscaped(b []byte, s string) []byte {
+func appendEscaped(b []byte, s string) []byte {
 	n := len(b)
 	b = jsonstr.Append(b, s)
 	copy(b[n:], b[n+1:len(b)-1])
 	return b[:len(b)-2]
 }
 
-// responsesChatJSON holds a chat completion to its end and writes it as a
+// jsonResponse holds a chat completion to its end and writes it as a
 // Response object.
-type responsesChatJSON struct {
+type jsonResponse struct {
 	o    translate.ResponseOptions
 	buf  []byte
 	over bool
 }
 
-func newResponsesChatResponse(o translate.ResponseOptions) translate.Response {
+func newResponse(o translate.ResponseOptions) translate.Response {
 	switch {
 	case o.Status >= 400:
 		return translate.NewErrorResponse(o.Status, family.OpenAI)
 	case o.Stream:
-		return newResponsesChatStream(o)
+		return newStream(o)
 	}
-	return &responsesChatJSON{o: o}
+	return &jsonResponse{o: o}
 }
 
-var errResponsesChatTooLarge = errors.New("translate: the chat completion exceeds 16 MiB")
+var errTooLarge = errors.New("translate: the chat completion exceeds 16 MiB")
 
-func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
+func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if r.over {
-		return dst, errResponsesChatTooLarge
+		return dst, errTooLarge
 	}
 	if len(r.buf)+len(chunk) > translate.MaxBuffered {
 		r.over, r.buf = true, nil
-		return dst, errResponsesChatTooLarge
+		return dst, errTooLarge
 	}
 	r.buf = append(r.buf, chunk...)
 	if !end {
 		return dst, nil
 	}
-	var c responsesChatChunk
+	var c chatChunk
 	if err := json.Unmarshal(r.buf, &c); err != nil {
 		return dst, fmt.Errorf("translate: reading a chat completion: %w", err)
 	}
 	if len(c.Error) > 0 && string(c.Error) != "null" {
 		return dst, fmt.Errorf("translate: the chat completion is an error at status %d", r.o.Status)
 	}
-	res := responsesChatResult{model: c.Model, created: int64(c.Created), usage: c.Usage, echo: responsesChatEchoOf(r.o.Request)}
-	res.namespaced = responsesChatNamespaced(res.echo.Tools)
-	base := responsesChatIDBase(c.ID, r.o.RequestID)
+	res := responseResult{model: c.Model, created: int64(c.Created), usage: c.Usage, echo: echoOf(r.o.Request)}
+	res.namespaced = namespacedTools(res.echo.Tools)
+	base := idBase(c.ID, r.o.RequestID)
 	res.id = "resp_" + base
 	if res.created == 0 {
 		res.created = r.o.Created
 	}
-	var ch *responsesChatChoice
+	var ch *chatChoice
 	for i := range c.Choices {
 		if c.Choices[i].Index == 0 {
 			ch = &c.Choices[i]
@@ -403,12 +403,12 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 		res.finish(ch.FinishReason)
 		m := &ch.Message
 		if m.Content != "" || m.Refusal != "" {
-			it := responsesChatOut{kind: responsesChatMessageItem, id: "msg_" + base, status: res.itemStatus(), textPart: -1, refusalPart: -1}
+			it := outputItem{kind: messageItem, id: "msg_" + base, status: res.itemStatus(), textPart: -1, refusalPart: -1}
 			if m.Content != "" {
-				it.textPart, it.text = 0, responsesChatAppendEscaped(nil, m.Content)
+				it.textPart, it.text = 0, appendEscaped(nil, m.Content)
 			}
 			if m.Refusal != "" {
-				it.refusalPart, it.refusal = 0, responsesChatAppendEscaped(nil, m.Refusal)
+				it.refusalPart, it.refusal = 0, appendEscaped(nil, m.Refusal)
 				if it.textPart == 0 {
 					it.refusalPart = 1
 				}
@@ -416,23 +416,23 @@ func (r *responsesChatJSON) Write(dst, chunk []byte, end bool) ([]byte, error) {
 			res.items = append(res.items, it)
 		}
 		for i, tc := range m.ToolCalls {
-			res.items = append(res.items, responsesChatOut{
-				kind: responsesChatCallItem, id: responsesChatCallItemID(base, i), status: res.itemStatus(),
-				callID: responsesChatCallID(tc.ID, base, i), name: tc.Function.Name, args: responsesChatAppendEscaped(nil, tc.Function.Arguments),
+			res.items = append(res.items, outputItem{
+				kind: callItem, id: callItemID(base, i), status: res.itemStatus(),
+				callID: callIDOf(tc.ID, base, i), name: tc.Function.Name, args: appendEscaped(nil, tc.Function.Arguments),
 			})
 		}
 	}
 	return res.appendResponse(dst), nil
 }
 
-func responsesChatCallItemID(base string, chatIndex int) string {
+func callItemID(base string, chatIndex int) string {
 	return "fc_" + base + "_" + fmt.Sprint(chatIndex)
 }
 
-// responsesChatCallID is the call id the client answers with: the chat
+// callIDOf is the call id the client answers with: the chat
 // tool call's id, or one derived from the answer when the backend sent
 // none.
-func responsesChatCallID(id, base string, chatIndex int) string {
+func callIDOf(id, base string, chatIndex int) string {
 	if id != "" {
 		return id
 	}

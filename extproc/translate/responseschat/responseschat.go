@@ -25,19 +25,19 @@ func New() *translate.Translator {
 		From:        config.FamilyResponses,
 		To:          config.FamilyChatCompletions,
 		Path:        "/v1/chat/completions",
-		Request:     responsesChatRequest,
-		NewResponse: newResponsesChatResponse,
+		Request:     translateRequest,
+		NewResponse: newResponse,
 	}
 }
 
-// responsesChatAppendInt appends n in decimal.
-func responsesChatAppendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
+// appendInt appends n in decimal.
+func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
 
-// responsesChatIDBase is the part of a chat completion id the Responses
+// idBase is the part of a chat completion id the Responses
 // ids are derived from: the id without OpenAI's "chatcmpl-" prefix, or,
 // when the backend sent none, the gateway's request id. The same chat
 // answer always gets the same ids.
-func responsesChatIDBase(chatID, requestID string) string {
+func idBase(chatID, requestID string) string {
 	if b := strings.TrimPrefix(chatID, "chatcmpl-"); b != "" {
 		return b
 	}

@@ -57,7 +57,7 @@ func TestResponsesChatStreamShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs := responsesChatEvents(t, out)
+			evs := decodeEvents(t, out)
 			last := evs[len(evs)-1].([]any)
 			if last[0] != "response.completed" {
 				t.Fatalf("last event %v", last[0])

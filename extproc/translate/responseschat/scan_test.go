@@ -44,9 +44,9 @@ func TestResponsesChatScanDelta(t *testing.T) {
 	}
 }
 
-// responsesChatEvents decodes a translated stream's events for a
+// decodeEvents decodes a translated stream's events for a
 // comparison of their values (escapes may differ).
-func responsesChatEvents(t testing.TB, b []byte) []any {
+func decodeEvents(t testing.TB, b []byte) []any {
 	var p translate.Events
 	var evs []any
 	if err := p.Feed(b, true, func(e translate.Event) error {
@@ -72,14 +72,14 @@ func TestResponsesChatScanMatchesDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := translate.ResponseOptions{Status: 200, Stream: true, RequestID: "sg"}
-		fast, ferr := newResponsesChatStream(o).Write(nil, in, true)
-		slow := newResponsesChatStream(o)
+		fast, ferr := newStream(o).Write(nil, in, true)
+		slow := newStream(o)
 		slow.noScan = true
 		decoded, serr := slow.Write(nil, in, true)
 		if ferr != nil || serr != nil {
 			t.Fatalf("%s: %v %v", p, ferr, serr)
 		}
-		if !reflect.DeepEqual(responsesChatEvents(t, fast), responsesChatEvents(t, decoded)) {
+		if !reflect.DeepEqual(decodeEvents(t, fast), decodeEvents(t, decoded)) {
 			t.Errorf("%s: the fast path translates differently:\n%s\nencoding/json:\n%s", p, fast, decoded)
 		}
 	}

@@ -22,11 +22,11 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/translate"
 )
 
-// responsesChatBackend is an httptest server in front of a recorded chat
+// sdkBackend is an httptest server in front of a recorded chat
 // completions answer: it translates the SDK's Responses request (and checks
 // the chat body is JSON), then answers with the recorded chat answer
 // translated back, as the gateway would.
-func responsesChatBackend(t *testing.T, fixture string, status int) (*openai.Client, func() map[string]any) {
+func sdkBackend(t *testing.T, fixture string, status int) (*openai.Client, func() map[string]any) {
 	t.Helper()
 	tr := New()
 	answer, err := os.ReadFile(filepath.Join("testdata", "responses_to_chat_completions", fixture))
@@ -78,9 +78,9 @@ func responsesChatBackend(t *testing.T, fixture string, status int) (*openai.Cli
 	return &c, func() map[string]any { mu.Lock(); defer mu.Unlock(); return chatReq }
 }
 
-// responsesChatSDKParams is a request with most of what the translation
+// sdkParams is a request with most of what the translation
 // reads, serialised by the SDK itself.
-func responsesChatSDKParams() responses.ResponseNewParams {
+func sdkParams() responses.ResponseNewParams {
 	call := responses.ResponseInputItemParamOfFunctionCall(`{"city":"Paris"}`, "call_1", "get_weather")
 	out := responses.ResponseInputItemParamOfFunctionCallOutput(`{"temp_c":14}`)
 	out.OfFunctionCallOutput.CallID = openai.String("call_1")
@@ -99,10 +99,10 @@ func responsesChatSDKParams() responses.ResponseNewParams {
 	}
 }
 
-// responsesChatRequired fails the test for a field openai-go marks
+// checkRequired fails the test for a field openai-go marks
 // api:"required" that the translated Response lacks or has in a shape the
 // SDK could not read.
-func responsesChatRequired(t *testing.T, r *responses.Response) {
+func checkRequired(t *testing.T, r *responses.Response) {
 	t.Helper()
 	typ := reflect.TypeOf(*r)
 	meta := reflect.ValueOf(r.JSON)
@@ -128,12 +128,12 @@ func TestResponsesChatSDKJSON(t *testing.T) {
 	defer cancel()
 
 	t.Run("text", func(t *testing.T) {
-		c, chatReq := responsesChatBackend(t, "string_input/response.in.json", 200)
-		r, err := c.Responses.New(ctx, responsesChatSDKParams())
+		c, chatReq := sdkBackend(t, "string_input/response.in.json", 200)
+		r, err := c.Responses.New(ctx, sdkParams())
 		if err != nil {
 			t.Fatal(err)
 		}
-		responsesChatRequired(t, r)
+		checkRequired(t, r)
 		if got, want := r.OutputText(), "Under a silver moon, a gentle unicorn named Lumi sang the stars to sleep."; got != want {
 			t.Errorf("OutputText = %q, want %q", got, want)
 		}
@@ -150,12 +150,12 @@ func TestResponsesChatSDKJSON(t *testing.T) {
 	})
 
 	t.Run("function call", func(t *testing.T) {
-		c, _ := responsesChatBackend(t, "multi_turn_function_calls/response.in.json", 200)
-		r, err := c.Responses.New(ctx, responsesChatSDKParams())
+		c, _ := sdkBackend(t, "multi_turn_function_calls/response.in.json", 200)
+		r, err := c.Responses.New(ctx, sdkParams())
 		if err != nil {
 			t.Fatal(err)
 		}
-		responsesChatRequired(t, r)
+		checkRequired(t, r)
 		if len(r.Output) != 1 {
 			t.Fatalf("output = %+v", r.Output)
 		}
@@ -166,16 +166,16 @@ func TestResponsesChatSDKJSON(t *testing.T) {
 	})
 
 	t.Run("incomplete with cached and reasoning usage", func(t *testing.T) {
-		c, _ := responsesChatBackend(t, "max_output_tokens_incomplete/response.in.json", 200)
-		r, err := c.Responses.New(ctx, responsesChatSDKParams())
+		c, _ := sdkBackend(t, "max_output_tokens_incomplete/response.in.json", 200)
+		r, err := c.Responses.New(ctx, sdkParams())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Status != responses.ResponseStatusIncomplete || r.IncompleteDetails.Reason != "max_output_tokens" {
 			t.Errorf("status %q incomplete %+v", r.Status, r.IncompleteDetails)
 		}
-		c, _ = responsesChatBackend(t, "reasoning_effort/response.in.json", 200)
-		if r, err = c.Responses.New(ctx, responsesChatSDKParams()); err != nil {
+		c, _ = sdkBackend(t, "reasoning_effort/response.in.json", 200)
+		if r, err = c.Responses.New(ctx, sdkParams()); err != nil {
 			t.Fatal(err)
 		}
 		if r.Usage.InputTokensDetails.CachedTokens != 1152 || r.Usage.OutputTokensDetails.ReasoningTokens != 384 {
@@ -184,8 +184,8 @@ func TestResponsesChatSDKJSON(t *testing.T) {
 	})
 
 	t.Run("upstream 429", func(t *testing.T) {
-		c, _ := responsesChatBackend(t, "upstream_429/response.in.json", 429)
-		_, err := c.Responses.New(ctx, responsesChatSDKParams())
+		c, _ := sdkBackend(t, "upstream_429/response.in.json", 429)
+		_, err := c.Responses.New(ctx, sdkParams())
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) {
 			t.Fatalf("err = %v, want *openai.Error", err)
@@ -196,9 +196,10 @@ func TestResponsesChatSDKJSON(t *testing.T) {
 	})
 }
 
-// responsesChatCollect reads a translated stream with the SDK: the text
-// and argument deltas, the final event's response, and every event type.
-type responsesChatCollected struct {
+// sdkCollected is what sdkStream reads from a translated stream with the
+// SDK: the text and argument deltas, the final event's response, and every
+// event type.
+type sdkCollected struct {
 	text  string
 	args  map[string]string
 	done  map[string]string // function_call_arguments.done by item id
@@ -206,14 +207,14 @@ type responsesChatCollected struct {
 	types []string
 }
 
-func responsesChatStreamSDK(t *testing.T, fixture string) responsesChatCollected {
+func sdkStream(t *testing.T, fixture string) sdkCollected {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, chatReq := responsesChatBackend(t, fixture, 200)
-	stream := c.Responses.NewStreaming(ctx, responsesChatSDKParams())
+	c, chatReq := sdkBackend(t, fixture, 200)
+	stream := c.Responses.NewStreaming(ctx, sdkParams())
 	defer stream.Close()
-	got := responsesChatCollected{args: map[string]string{}, done: map[string]string{}}
+	got := sdkCollected{args: map[string]string{}, done: map[string]string{}}
 	var seq int64
 	var text strings.Builder
 	for stream.Next() {
@@ -247,7 +248,7 @@ func responsesChatStreamSDK(t *testing.T, fixture string) responsesChatCollected
 
 func TestResponsesChatSDKStream(t *testing.T) {
 	t.Run("text", func(t *testing.T) {
-		got := responsesChatStreamSDK(t, "stream_text/response.in.sse")
+		got := sdkStream(t, "stream_text/response.in.sse")
 		want := "Bonjour ! ¡Hola!\nThat's \"hello\"."
 		if got.text != want || got.final.OutputText() != want {
 			t.Errorf("deltas %q, final %q, want %q", got.text, got.final.OutputText(), want)
@@ -255,14 +256,14 @@ func TestResponsesChatSDKStream(t *testing.T) {
 		if got.final.Status != responses.ResponseStatusCompleted || got.final.Usage.TotalTokens != 29 {
 			t.Errorf("final = %s %+v", got.final.Status, got.final.Usage)
 		}
-		responsesChatRequired(t, &got.final)
+		checkRequired(t, &got.final)
 		if got.types[0] != "response.created" || got.types[1] != "response.in_progress" {
 			t.Errorf("types = %v", got.types)
 		}
 	})
 
 	t.Run("parallel tool calls", func(t *testing.T) {
-		got := responsesChatStreamSDK(t, "stream_parallel_tool_calls/response.in.sse")
+		got := sdkStream(t, "stream_parallel_tool_calls/response.in.sse")
 		want := map[string]string{"fc_CXfZ6gTools_0": `{"city": "Paris"}`, "fc_CXfZ6gTools_1": `{"city": "Tokyo"}`}
 		if !reflect.DeepEqual(got.args, want) || !reflect.DeepEqual(got.done, want) {
 			t.Errorf("deltas %v, done %v, want %v", got.args, got.done, want)
@@ -279,7 +280,7 @@ func TestResponsesChatSDKStream(t *testing.T) {
 	})
 
 	t.Run("cached and reasoning usage", func(t *testing.T) {
-		got := responsesChatStreamSDK(t, "stream_cached_reasoning_usage/response.in.sse")
+		got := sdkStream(t, "stream_cached_reasoning_usage/response.in.sse")
 		u := got.final.Usage
 		if u.InputTokens != 2048 || u.InputTokensDetails.CachedTokens != 1920 || u.OutputTokens != 530 || u.OutputTokensDetails.ReasoningTokens != 448 {
 			t.Errorf("usage = %+v", u)
@@ -287,14 +288,14 @@ func TestResponsesChatSDKStream(t *testing.T) {
 	})
 
 	t.Run("incomplete", func(t *testing.T) {
-		got := responsesChatStreamSDK(t, "stream_text_then_tool_call_incomplete/response.in.sse")
+		got := sdkStream(t, "stream_text_then_tool_call_incomplete/response.in.sse")
 		if got.final.Status != responses.ResponseStatusIncomplete || got.final.IncompleteDetails.Reason != "max_output_tokens" {
 			t.Errorf("final = %s %+v", got.final.Status, got.final.IncompleteDetails)
 		}
 	})
 
 	t.Run("mid-stream error", func(t *testing.T) {
-		got := responsesChatStreamSDK(t, "stream_mid_error/response.in.sse")
+		got := sdkStream(t, "stream_mid_error/response.in.sse")
 		if got.final.Status != responses.ResponseStatusFailed || got.final.Error.Code != "server_error" ||
 			!strings.HasPrefix(got.final.Error.Message, "The server had an error") {
 			t.Errorf("final = %s %+v", got.final.Status, got.final.Error)

@@ -8,7 +8,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
-// responsesChatStream translates a chat completions stream into the
+// sseResponse translates a chat completions stream into the
 // Responses API's event sequence:
 //
 //	response.created, response.in_progress            (at the first chunk)
@@ -27,17 +27,17 @@ import (
 // event carries the whole Response with usage, which the chat stream sends
 // in a chunk of its own after the finish_reason chunk: the final event
 // waits for it, for [DONE], or for the stream's end.
-type responsesChatStream struct {
+type sseResponse struct {
 	o      translate.ResponseOptions
 	events translate.Events
 	onEvt  func(translate.Event) error
 	out    []byte // dst while Write runs
-	chunk  responsesChatChunk
+	chunk  chatChunk
 	delta  responsesChatDeltaChunk
 	esc    []byte // a decoded string escaped again
 	noScan bool   // tests: every chunk through encoding/json
 
-	res       responsesChatResult
+	res       responseResult
 	base      string
 	seq       int64
 	started   bool
@@ -47,15 +47,15 @@ type responsesChatStream struct {
 	calls     []int
 }
 
-func newResponsesChatStream(o translate.ResponseOptions) *responsesChatStream {
-	s := &responsesChatStream{o: o, msg: -1}
-	s.res.echo = responsesChatEchoOf(o.Request)
-	s.res.namespaced = responsesChatNamespaced(s.res.echo.Tools)
+func newStream(o translate.ResponseOptions) *sseResponse {
+	s := &sseResponse{o: o, msg: -1}
+	s.res.echo = echoOf(o.Request)
+	s.res.namespaced = namespacedTools(s.res.echo.Tools)
 	s.onEvt = s.event
 	return s
 }
 
-func (s *responsesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error) {
+func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	s.out = dst
 	err := s.events.Feed(chunk, end, s.onEvt)
 	if err == nil && end && !s.done {
@@ -72,7 +72,7 @@ func (s *responsesChatStream) Write(dst, chunk []byte, end bool) ([]byte, error)
 	return dst, err
 }
 
-func (s *responsesChatStream) event(e translate.Event) error {
+func (s *sseResponse) event(e translate.Event) error {
 	if s.done {
 		return nil
 	}
@@ -96,7 +96,7 @@ func (s *responsesChatStream) event(e translate.Event) error {
 }
 
 // scanned translates a chunk the one-pass scanner read.
-func (s *responsesChatStream) scanned(d *responsesChatDeltaChunk) {
+func (s *sseResponse) scanned(d *responsesChatDeltaChunk) {
 	if d.content != nil {
 		s.text(d.content, false)
 	}
@@ -115,17 +115,17 @@ func (s *responsesChatStream) scanned(d *responsesChatDeltaChunk) {
 // decode translates any other chunk through encoding/json: the first one
 // (which starts the Response), a tool call's opening delta, usage, an
 // error.
-func (s *responsesChatStream) decode(data []byte) error {
+func (s *sseResponse) decode(data []byte) error {
 	c := &s.chunk
 	ch := c.Choices[:cap(c.Choices)]
 	clear(ch)
-	*c = responsesChatChunk{Choices: ch[:0]}
+	*c = chatChunk{Choices: ch[:0]}
 	if err := json.Unmarshal(data, c); err != nil {
 		return fmt.Errorf("translate: reading a chat completion chunk: %w", err)
 	}
 	if !s.started {
 		s.res.model, s.res.created = c.Model, int64(c.Created)
-		s.base = responsesChatIDBase(c.ID, s.o.RequestID)
+		s.base = idBase(c.ID, s.o.RequestID)
 		s.start()
 	}
 	if len(c.Error) > 0 && string(c.Error) != "null" {
@@ -145,18 +145,18 @@ func (s *responsesChatStream) decode(data []byte) error {
 }
 
 // choice translates the delta of the answer's choice.
-func (s *responsesChatStream) choice(d *responsesChatDelta, finish string) {
+func (s *sseResponse) choice(d *chatDelta, finish string) {
 	if d.Content != "" {
-		s.esc = responsesChatAppendEscaped(s.esc[:0], d.Content)
+		s.esc = appendEscaped(s.esc[:0], d.Content)
 		s.text(s.esc, false)
 	}
 	if d.Refusal != "" {
-		s.esc = responsesChatAppendEscaped(s.esc[:0], d.Refusal)
+		s.esc = appendEscaped(s.esc[:0], d.Refusal)
 		s.text(s.esc, true)
 	}
 	for j := range d.ToolCalls {
 		tc := &d.ToolCalls[j]
-		s.esc = responsesChatAppendEscaped(s.esc[:0], tc.Function.Arguments)
+		s.esc = appendEscaped(s.esc[:0], tc.Function.Arguments)
 		s.toolCall(tc.Index, tc.ID, tc.Function.Name, s.esc)
 	}
 	if finish != "" {
@@ -166,7 +166,7 @@ func (s *responsesChatStream) choice(d *responsesChatDelta, finish string) {
 }
 
 // chunkError ends the Response as failed with the error a chunk carries.
-func (s *responsesChatStream) chunkError(raw json.RawMessage) {
+func (s *sseResponse) chunkError(raw json.RawMessage) {
 	var m translate.ErrorMessage
 	if json.Unmarshal(raw, &m) != nil {
 		_ = json.Unmarshal(raw, &m.Message)
@@ -183,37 +183,37 @@ func (s *responsesChatStream) chunkError(raw json.RawMessage) {
 
 // begin writes an event's name and the start of its data object, through
 // its sequence number.
-func (s *responsesChatStream) begin(name string) {
+func (s *sseResponse) begin(name string) {
 	b := append(s.out, "event: "...)
 	b = append(b, name...)
 	b = append(b, "\ndata: {\"type\":\""...)
 	b = append(b, name...)
 	b = append(b, `","sequence_number":`...)
-	s.out = responsesChatAppendInt(b, s.seq)
+	s.out = appendInt(b, s.seq)
 	s.seq++
 }
 
-func (s *responsesChatStream) end() { s.out = append(s.out, "}\n\n"...) }
+func (s *sseResponse) end() { s.out = append(s.out, "}\n\n"...) }
 
 // itemRef writes an event's item_id and output_index.
-func (s *responsesChatStream) itemRef(i int) {
+func (s *sseResponse) itemRef(i int) {
 	b := append(s.out, `,"item_id":`...)
 	b = jsonstr.Append(b, s.res.items[i].id)
 	b = append(b, `,"output_index":`...)
-	s.out = responsesChatAppendInt(b, int64(i))
+	s.out = appendInt(b, int64(i))
 }
 
-func (s *responsesChatStream) responseEvent(name string) {
+func (s *sseResponse) responseEvent(name string) {
 	s.begin(name)
 	s.out = append(s.out, `,"response":`...)
 	s.out = s.res.appendResponse(s.out)
 	s.end()
 }
 
-func (s *responsesChatStream) start() {
+func (s *sseResponse) start() {
 	s.started = true
 	if s.base == "" {
-		s.base = responsesChatIDBase("", s.o.RequestID)
+		s.base = idBase("", s.o.RequestID)
 	}
 	s.res.id = "resp_" + s.base
 	if s.res.created == 0 {
@@ -225,10 +225,10 @@ func (s *responsesChatStream) start() {
 }
 
 // itemEvent writes output_item.added or output_item.done for item i.
-func (s *responsesChatStream) itemEvent(name string, i int, full bool) {
+func (s *sseResponse) itemEvent(name string, i int, full bool) {
 	s.begin(name)
 	s.out = append(s.out, `,"output_index":`...)
-	s.out = responsesChatAppendInt(s.out, int64(i))
+	s.out = appendInt(s.out, int64(i))
 	s.out = append(s.out, `,"item":`...)
 	s.out = s.res.items[i].appendItem(s.out, full, &s.res)
 	s.end()
@@ -236,14 +236,14 @@ func (s *responsesChatStream) itemEvent(name string, i int, full bool) {
 
 // text translates a content (or refusal) delta, escaped JSON string
 // contents, opening the message and its part when it is the first.
-func (s *responsesChatStream) text(delta []byte, refusal bool) {
+func (s *sseResponse) text(delta []byte, refusal bool) {
 	if s.msg < 0 {
 		id := "msg_" + s.base
 		if len(s.res.items) > 0 {
 			id += "_" + fmt.Sprint(len(s.res.items))
 		}
 		s.msg = len(s.res.items)
-		s.res.items = append(s.res.items, responsesChatOut{kind: responsesChatMessageItem, id: id, status: "in_progress", textPart: -1, refusalPart: -1})
+		s.res.items = append(s.res.items, outputItem{kind: messageItem, id: id, status: "in_progress", textPart: -1, refusalPart: -1})
 		s.itemEvent("response.output_item.added", s.msg, false)
 	}
 	it := &s.res.items[s.msg]
@@ -259,7 +259,7 @@ func (s *responsesChatStream) text(delta []byte, refusal bool) {
 		s.begin("response.content_part.added")
 		s.itemRef(s.msg)
 		s.out = append(s.out, `,"content_index":`...)
-		s.out = responsesChatAppendInt(s.out, int64(*part))
+		s.out = appendInt(s.out, int64(*part))
 		s.out = append(s.out, `,"part":`...)
 		s.out = it.appendPart(s.out, refusal, false)
 		s.end()
@@ -273,9 +273,9 @@ func (s *responsesChatStream) text(delta []byte, refusal bool) {
 	}
 	s.itemRef(s.msg)
 	s.out = append(s.out, `,"content_index":`...)
-	s.out = responsesChatAppendInt(s.out, int64(*part))
+	s.out = appendInt(s.out, int64(*part))
 	s.out = append(s.out, `,"delta":`...)
-	s.out = responsesChatAppendRaw(s.out, delta)
+	s.out = appendRaw(s.out, delta)
 	if !refusal {
 		s.out = append(s.out, `,"logprobs":[]`...)
 	}
@@ -284,7 +284,7 @@ func (s *responsesChatStream) text(delta []byte, refusal bool) {
 
 // closeMessage writes the open message's done events, the message's
 // status being status.
-func (s *responsesChatStream) closeMessage(status string) {
+func (s *sseResponse) closeMessage(status string) {
 	i := s.msg
 	if i < 0 {
 		return
@@ -300,23 +300,23 @@ func (s *responsesChatStream) closeMessage(status string) {
 			s.begin("response.refusal.done")
 			s.itemRef(i)
 			s.out = append(s.out, `,"content_index":`...)
-			s.out = responsesChatAppendInt(s.out, int64(p))
+			s.out = appendInt(s.out, int64(p))
 			s.out = append(s.out, `,"refusal":`...)
-			s.out = responsesChatAppendRaw(s.out, it.refusal)
+			s.out = appendRaw(s.out, it.refusal)
 		} else {
 			s.begin("response.output_text.done")
 			s.itemRef(i)
 			s.out = append(s.out, `,"content_index":`...)
-			s.out = responsesChatAppendInt(s.out, int64(p))
+			s.out = appendInt(s.out, int64(p))
 			s.out = append(s.out, `,"text":`...)
-			s.out = responsesChatAppendRaw(s.out, it.text)
+			s.out = appendRaw(s.out, it.text)
 			s.out = append(s.out, `,"logprobs":[]`...)
 		}
 		s.end()
 		s.begin("response.content_part.done")
 		s.itemRef(i)
 		s.out = append(s.out, `,"content_index":`...)
-		s.out = responsesChatAppendInt(s.out, int64(p))
+		s.out = appendInt(s.out, int64(p))
 		s.out = append(s.out, `,"part":`...)
 		s.out = it.appendPart(s.out, refusal, true)
 		s.end()
@@ -327,7 +327,7 @@ func (s *responsesChatStream) closeMessage(status string) {
 
 // toolCall translates one tool call delta (args escaped JSON string
 // contents): the first of its index opens a function_call item.
-func (s *responsesChatStream) toolCall(index int, id, name string, args []byte) {
+func (s *sseResponse) toolCall(index int, id, name string, args []byte) {
 	i := -1
 	for _, k := range s.calls {
 		if s.res.items[k].chatIndex == index {
@@ -339,9 +339,9 @@ func (s *responsesChatStream) toolCall(index int, id, name string, args []byte) 
 		s.closeMessage("completed")
 		i = len(s.res.items)
 		s.calls = append(s.calls, i)
-		s.res.items = append(s.res.items, responsesChatOut{
-			kind: responsesChatCallItem, id: responsesChatCallItemID(s.base, index), status: "in_progress",
-			chatIndex: index, callID: responsesChatCallID(id, s.base, index), name: name,
+		s.res.items = append(s.res.items, outputItem{
+			kind: callItem, id: callItemID(s.base, index), status: "in_progress",
+			chatIndex: index, callID: callIDOf(id, s.base, index), name: name,
 			textPart: -1, refusalPart: -1,
 		})
 		s.itemEvent("response.output_item.added", i, false)
@@ -356,13 +356,13 @@ func (s *responsesChatStream) toolCall(index int, id, name string, args []byte) 
 	s.begin("response.function_call_arguments.delta")
 	s.itemRef(i)
 	s.out = append(s.out, `,"delta":`...)
-	s.out = responsesChatAppendRaw(s.out, args)
+	s.out = appendRaw(s.out, args)
 	s.end()
 }
 
 // complete closes every open item and writes response.completed (or
 // response.incomplete).
-func (s *responsesChatStream) complete() {
+func (s *sseResponse) complete() {
 	if s.res.status == "in_progress" {
 		s.res.status = "completed" // [DONE] without a finish_reason
 	}
@@ -375,7 +375,7 @@ func (s *responsesChatStream) complete() {
 		s.out = append(s.out, `,"name":`...)
 		s.out = jsonstr.Append(s.out, name)
 		s.out = append(s.out, `,"arguments":`...)
-		s.out = responsesChatAppendRaw(s.out, it.args)
+		s.out = appendRaw(s.out, it.args)
 		s.end()
 		it.status = s.res.itemStatus()
 		s.itemEvent("response.output_item.done", i, true)
@@ -392,7 +392,7 @@ func (s *responsesChatStream) complete() {
 // fail ends the stream with response.failed; items still open are
 // incomplete in its output (no done events: the backend never finished
 // them).
-func (s *responsesChatStream) fail(code, message string) {
+func (s *sseResponse) fail(code, message string) {
 	for i := range s.res.items {
 		if s.res.items[i].status == "in_progress" {
 			s.res.items[i].status = "incomplete"
