@@ -1,7 +1,8 @@
 // Package messageschat translates an Anthropic Messages client's requests
 // for a chat completions backend, and the backend's answers back. The
-// request half is request.go, the answer's response.go and stream.go. The mapping, what
-// is dropped and what is refused: docs/translation-messages-chat.md.
+// request half is request.go, the answer's response.go and stream.go.
+// The mapping, what is dropped and what is refused:
+// docs/translation-messages-chat.md.
 package messageschat
 
 import (
