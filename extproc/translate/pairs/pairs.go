@@ -4,6 +4,8 @@
 package pairs
 
 import (
+	"slices"
+
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/extproc/translate/chatmessages"
 	"github.com/swarmgate/swarmgate/extproc/translate/messageschat"
@@ -28,5 +30,6 @@ func Lookup(from, to string) *translate.Translator {
 	return nil
 }
 
-// All is every translator, in no particular order.
-func All() []*translate.Translator { return all[:] }
+// All is every translator, in no particular order (a copy: the table
+// stays as built).
+func All() []*translate.Translator { return slices.Clone(all[:]) }
