@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/pairs"
 )
 
 func TestTranslationCache(t *testing.T) {
@@ -78,7 +79,7 @@ func TestRefusedHostedToolsTranslateAsDropped(t *testing.T) {
 		"chat_completions":   `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
 	}
 	for from, to := range map[string]string{"anthropic_messages": "chat_completions", "responses": "chat_completions", "chat_completions": "anthropic_messages"} {
-		tr := translate.Lookup(from, to)
+		tr := pairs.Lookup(from, to)
 		if tr == nil {
 			t.Fatalf("no translator %s → %s", from, to)
 		}

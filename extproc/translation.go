@@ -13,6 +13,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/pairs"
 	"github.com/swarmgate/swarmgate/internal/chatreq"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
@@ -37,7 +38,7 @@ func translatorFor(b *config.Backend, spec *family.Spec) (*translate.Translator,
 	if !ok {
 		return nil, false
 	}
-	t := translate.Lookup(spec.Name, to)
+	t := pairs.Lookup(spec.Name, to)
 	return t, t != nil
 }
 

@@ -7,6 +7,7 @@ import (
 	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/extproc/translate/pairs"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -216,7 +217,7 @@ func TestAttemptReusesRouterTranslation(t *testing.T) {
 	if n := h.srv.KeptTranslations(); n != 1 {
 		t.Fatalf("%d translations kept, want the router's one", n)
 	}
-	want, err := translate.Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions).Request([]byte(body),
+	want, err := pairs.Lookup(config.FamilyAnthropicMessages, config.FamilyChatCompletions).Request([]byte(body),
 		translate.RequestOptions{Model: "m", DefaultMaxTokens: 100, Hosted: translate.DropHosted})
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,12 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/family"
 )
 
-// maxBuffered caps a JSON answer (or error body) held until its end: a
+// MaxBuffered caps a JSON answer (or error body) held until its end: a
 // larger one is an error, never buffered further.
-const maxBuffered = 16 << 20
+const MaxBuffered = 16 << 20
 
-// errMsg is what both families' error bodies carry.
-type errMsg struct {
+// ErrorMessage is the "error" object both families' error bodies carry.
+type ErrorMessage struct {
 	Message string `json:"message"`
 	Type    string `json:"type"`
 	Param   string `json:"param"`
@@ -27,7 +27,7 @@ func ErrorBody(body []byte, status int, to family.ErrorShape) []byte {
 	var v struct {
 		Error json.RawMessage `json:"error"`
 	}
-	var m errMsg
+	var m ErrorMessage
 	if json.Unmarshal(body, &v) == nil && len(v.Error) > 0 {
 		if json.Unmarshal(v.Error, &m) != nil {
 			_ = json.Unmarshal(v.Error, &m.Message) // {"error":"text"}
@@ -90,13 +90,15 @@ type errorResponse struct {
 	over   bool
 }
 
-func newErrorResponse(status int, to family.ErrorShape) *errorResponse {
+// NewErrorResponse is the Response of a backend's error answer (status
+// 400 or more), written in the client's error shape.
+func NewErrorResponse(status int, to family.ErrorShape) Response {
 	return &errorResponse{status: status, to: to}
 }
 
 func (r *errorResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if !r.over {
-		if len(r.buf)+len(chunk) > maxBuffered {
+		if len(r.buf)+len(chunk) > MaxBuffered {
 			r.over, r.buf = true, nil
 		} else {
 			r.buf = append(r.buf, chunk...)

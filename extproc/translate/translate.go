@@ -1,11 +1,14 @@
-// Package translate turns a request of one API family into another's and
-// the backend's answer back, for backends that do not speak the client's
-// family (docs/families.md, "Translation"). One Translator per (client
-// family, backend family) pair, one file set each:
+// Package translate is what every translation between API families
+// shares (docs/families.md, "Translation"): the Translator a pair is, its
+// options, error bodies, hosted-tool labels and the server-sent event
+// reader and writer. One package per (client family, backend family) pair
+// implements one:
 //
-//   - messages_chat*.go:  Anthropic Messages client → chat completions backend
-//   - chat_messages*.go:  chat completions client → Anthropic Messages backend
-//   - responses_chat*.go: Responses API client → chat completions backend
+//   - messageschat:  Anthropic Messages client → chat completions backend
+//   - chatmessages:  chat completions client → Anthropic Messages backend
+//   - responseschat: Responses API client → chat completions backend
+//
+// and package pairs is the table of them the data path looks up.
 //
 // The request half runs per attempt in the upstream filter (a retry may
 // land on a backend of another family); the response half in the
@@ -65,8 +68,8 @@ const (
 	DropHosted
 )
 
-// drop reports a dropped tool type.
-func (o RequestOptions) drop(toolType string) {
+// Drop reports a dropped tool type to Dropped, if set.
+func (o RequestOptions) Drop(toolType string) {
 	if o.Dropped != nil {
 		o.Dropped(toolType)
 	}
@@ -122,18 +125,3 @@ type Unsupported struct {
 }
 
 func (e *Unsupported) Error() string { return e.Message }
-
-var pairs = map[[2]string]*Translator{}
-
-// register adds a pair; called from each pair's init.
-func register(t *Translator) {
-	k := [2]string{t.From, t.To}
-	if _, dup := pairs[k]; dup {
-		panic("translate: two translators for " + t.From + " → " + t.To)
-	}
-	pairs[k] = t
-}
-
-// Lookup is the translator from the client's family to a backend family,
-// nil when none exists.
-func Lookup(from, to string) *Translator { return pairs[[2]string{from, to}] }

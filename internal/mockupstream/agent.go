@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // Scripted tool calls (Options.ToolScript), so that a real agent (Claude
@@ -81,16 +83,6 @@ func inspectResponsesInput(input json.RawMessage) conversation {
 	return c
 }
 
-type responseCallItem struct {
-	Type      string `json:"type"`
-	ID        string `json:"id"`
-	CallID    string `json:"call_id"`
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-	Status    string `json:"status"`
-}
-
 // answerResponsesCall answers a Responses request with one function call.
 func (s *Server) answerResponsesCall(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, tool calledTool, args [2]string, id uint64, created int64, resetAfter int) {
 	rid := s.responseID(id)
@@ -101,9 +93,9 @@ func (s *Server) answerResponsesCall(w http.ResponseWriter, r *http.Request, rec
 		}
 		s.created[rid] = rec.KeyID
 	})
-	item := responseCallItem{Type: "function_call", ID: fmt.Sprintf("fc_mock_%d", id), CallID: fmt.Sprintf("call_%d_0", id),
+	item := openai.FunctionCallItem{Type: "function_call", ID: fmt.Sprintf("fc_mock_%d", id), CallID: fmt.Sprintf("call_%d_0", id),
 		Namespace: tool.namespace, Name: tool.name, Arguments: args[0] + args[1], Status: "completed"}
-	obj := func(status string, out []any, usage *responseUsage) map[string]any {
+	obj := func(status string, out []any, usage *openai.ResponseUsage) map[string]any {
 		return map[string]any{"id": rid, "object": "response", "created_at": created, "status": status, "error": nil,
 			"incomplete_details": nil, "model": q.Model, "output": out, "parallel_tool_calls": true,
 			"previous_response_id": nil, "tools": []struct{}{}, "tool_choice": "auto", "usage": usage}

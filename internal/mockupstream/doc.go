@@ -7,8 +7,11 @@
 // "stream": true), POST …/completions, POST …/embeddings, GET …/models;
 // the Responses API, POST …/responses (responses.go), and Anthropic's
 // Messages API, POST …/messages and …/messages/count_tokens (messages.go),
-// each in its provider's published shapes, JSON and named-event SSE, with
-// its own error shape and rate-limit headers.
+// each in its provider's published shapes (the objects of
+// internal/schema/openai and internal/schema/anthropic, which the
+// gateway's translators share), JSON and named-event SSE, with its own
+// error shape and rate-limit headers; testdata/answers.golden pins the
+// bytes.
 //
 // Credentials are read as Options.Auth says (Authorization: Bearer,
 // x-api-key or api-key) and must be one of Options.Keys (any non-empty one

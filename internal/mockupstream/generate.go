@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // usage is the deterministic token accounting of one request.
@@ -132,33 +134,13 @@ func tokenText(from, to int) string {
 	return b.String()
 }
 
-type usageJSON struct {
-	PromptTokens            int                `json:"prompt_tokens"`
-	CompletionTokens        int                `json:"completion_tokens"`
-	TotalTokens             int                `json:"total_tokens"`
-	PromptTokensDetails     *promptDetails     `json:"prompt_tokens_details,omitempty"`
-	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
-}
-
-type promptDetails struct {
-	CachedTokens int `json:"cached_tokens"`
-	AudioTokens  int `json:"audio_tokens"`
-}
-
-type completionDetails struct {
-	ReasoningTokens          int `json:"reasoning_tokens"`
-	AudioTokens              int `json:"audio_tokens"`
-	AcceptedPredictionTokens int `json:"accepted_prediction_tokens"`
-	RejectedPredictionTokens int `json:"rejected_prediction_tokens"`
-}
-
-func (u usage) json() *usageJSON {
-	j := &usageJSON{PromptTokens: u.prompt, CompletionTokens: u.completion, TotalTokens: u.prompt + u.completion}
+func (u usage) json() *openai.Usage {
+	j := &openai.Usage{PromptTokens: int64(u.prompt), CompletionTokens: int64(u.completion), TotalTokens: int64(u.prompt + u.completion)}
 	if u.cached > 0 {
-		j.PromptTokensDetails = &promptDetails{CachedTokens: u.cached}
+		j.PromptTokensDetails = &openai.PromptTokensDetails{CachedTokens: int64(u.cached)}
 	}
 	if u.reasoning > 0 {
-		j.CompletionTokensDetails = &completionDetails{ReasoningTokens: u.reasoning}
+		j.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: int64(u.reasoning)}
 	}
 	return j
 }
@@ -196,18 +178,18 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *Record, q *
 		text := tokenText(0, u.completion-u.reasoning)
 		var body any
 		if rec.Endpoint == "chat" {
-			body = chatCompletion{
+			body = openai.ChatCompletion{
 				ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion", Created: created, Model: q.Model,
 				SystemFingerprint: "fp_mock",
-				Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: &text},
+				Choices: []openai.ChatChoice{{Message: &openai.ChatDelta{Role: "assistant", Content: &text},
 					FinishReason: &u.finish}},
 				Usage: u.json(),
 			}
 		} else {
-			body = textCompletion{
+			body = openai.TextCompletion{
 				ID: fmt.Sprintf("cmpl-mock-%d", id), Object: "text_completion", Created: created, Model: q.Model,
 				SystemFingerprint: "fp_mock",
-				Choices:           []textChoice{{Text: text, FinishReason: &u.finish}},
+				Choices:           []openai.TextChoice{{Text: text, FinishReason: &u.finish}},
 				Usage:             u.json(),
 			}
 		}
@@ -238,51 +220,6 @@ func (s *Server) writeJSON(w http.ResponseWriter, rec *Record, body any, cut boo
 	_, _ = w.Write(b)
 }
 
-type chatCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint"`
-	Choices           []chatChoice `json:"choices"`
-	// Usage is null on stream chunks when include_usage is set, absent
-	// when it is not, an object on the final chunk and on JSON answers.
-	Usage any `json:"usage,omitempty"`
-}
-
-// chatChoice's Message and Delta are a *chatMessage, or a tool-call
-// message or delta (tools.go).
-type chatChoice struct {
-	Index        int       `json:"index"`
-	Message      any       `json:"message,omitempty"`
-	Delta        any       `json:"delta,omitempty"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
-}
-
-type chatMessage struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-	Refusal *string `json:"refusal,omitempty"`
-}
-
-type textCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint"`
-	Choices           []textChoice `json:"choices"`
-	Usage             any          `json:"usage,omitempty"`
-}
-
-type textChoice struct {
-	Text         string    `json:"text"`
-	Index        int       `json:"index"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
-}
-
 // nullUsage marshals as JSON null (OpenAI sends "usage":null on every
 // chunk but the last when include_usage is set).
 type nullUsage struct{}
@@ -301,21 +238,21 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *Record, q *
 	}
 	chunk := func(content *string, role string, finish *string, usage any, empty bool) any {
 		if chat {
-			c := chatCompletion{ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion.chunk", Created: created,
-				Model: q.Model, SystemFingerprint: "fp_mock", Usage: usage, Choices: []chatChoice{}}
+			c := openai.ChatCompletion{ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion.chunk", Created: created,
+				Model: q.Model, SystemFingerprint: "fp_mock", Usage: usage, Choices: []openai.ChatChoice{}}
 			if !empty {
-				c.Choices = []chatChoice{{Delta: &chatMessage{Role: role, Content: content}, FinishReason: finish}}
+				c.Choices = []openai.ChatChoice{{Delta: &openai.ChatDelta{Role: role, Content: content}, FinishReason: finish}}
 			}
 			return c
 		}
-		c := textCompletion{ID: fmt.Sprintf("cmpl-mock-%d", id), Object: "text_completion", Created: created,
-			Model: q.Model, SystemFingerprint: "fp_mock", Usage: usage, Choices: []textChoice{}}
+		c := openai.TextCompletion{ID: fmt.Sprintf("cmpl-mock-%d", id), Object: "text_completion", Created: created,
+			Model: q.Model, SystemFingerprint: "fp_mock", Usage: usage, Choices: []openai.TextChoice{}}
 		if !empty {
 			text := ""
 			if content != nil {
 				text = *content
 			}
-			c.Choices = []textChoice{{Text: text, FinishReason: finish}}
+			c.Choices = []openai.TextChoice{{Text: text, FinishReason: finish}}
 		}
 		return c
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // Endpoints are matched on the path suffix, so relays that mount the API
@@ -126,22 +128,7 @@ func (q *apiRequest) includeUsage() bool {
 // http.ErrAbortHandler on HTTP/2), so serve it from an http.Server, not a
 // ResponseRecorder, when resets are configured.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &Record{
-		Time: s.opts.Now(), Method: r.Method, Path: r.URL.Path, Endpoint: endpointOf(r.URL.Path), Host: r.Host,
-		Proto: r.Proto, Headers: s.selectHeaders(r.Header),
-	}
-	if r.TLS != nil {
-		rec.SNI = r.TLS.ServerName
-	}
-	cred := credential(r.Header, s.opts.Auth)
-	if cred != "" {
-		rec.KeyHash = KeyHash(cred)
-		if id, ok := s.keys[cred]; ok {
-			rec.KeyID = id
-		} else if s.anyKey {
-			rec.KeyID = "any"
-		}
-	}
+	rec, cred := s.record(r)
 	s.begin(rec)
 	log := s.opts.Logger.With("path", r.URL.Path, "key_id", rec.KeyID)
 
@@ -170,6 +157,49 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, rec, http.StatusMethodNotAllowed, "bad_request", "invalid_request_error", "method_not_allowed", "use POST")
 		return
 	}
+	q, ok := s.readRequest(w, r, rec)
+	if !ok {
+		return
+	}
+	u := s.usageFor(rec.Endpoint, q, r.Header)
+	s.update(func() {
+		rec.PromptTokens, rec.CompletionTokens = u.prompt, u.completion
+		rec.CachedTokens, rec.CacheWriteTokens, rec.ReasoningTokens = u.cached, u.cacheWrite, u.reasoning
+	})
+	b, act, ok := s.behave(w, r, rec, u, log)
+	if !ok {
+		return
+	}
+	s.act(w, r, rec, q, u, b, act)
+	log.Debug("mock upstream: answered", "action", act.String(), "model", q.Model, "stream", q.Stream)
+}
+
+// record starts the request's record: what was asked and with which key
+// (the key's id, or "" when the credential is unknown); it returns the
+// credential presented.
+func (s *Server) record(r *http.Request) (*Record, string) {
+	rec := &Record{
+		Time: s.opts.Now(), Method: r.Method, Path: r.URL.Path, Endpoint: endpointOf(r.URL.Path), Host: r.Host,
+		Proto: r.Proto, Headers: s.selectHeaders(r.Header),
+	}
+	if r.TLS != nil {
+		rec.SNI = r.TLS.ServerName
+	}
+	cred := credential(r.Header, s.opts.Auth)
+	if cred != "" {
+		rec.KeyHash = KeyHash(cred)
+		if id, ok := s.keys[cred]; ok {
+			rec.KeyID = id
+		} else if s.anyKey {
+			rec.KeyID = "any"
+		}
+	}
+	return rec, cred
+}
+
+// readRequest reads and checks the body of a POST; false when it answered
+// (with the provider's error) or the client went away.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, rec *Record) (*apiRequest, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	s.update(func() {
 		rec.BodyBytes = len(body)
@@ -181,48 +211,48 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			s.fail(w, rec, http.StatusRequestEntityTooLarge, "bad_request", "invalid_request_error", "request_too_large", "request body too large")
-			return
+			return nil, false
 		}
 		s.update(func() { rec.Outcome = "canceled" })
-		return
+		return nil, false
 	}
-	var q apiRequest
-	if err := json.Unmarshal(body, &q); err != nil {
+	q := &apiRequest{}
+	if err := json.Unmarshal(body, q); err != nil {
 		s.fail(w, rec, http.StatusBadRequest, "bad_request", "invalid_request_error", "invalid_json", "We could not parse the JSON body of your request.")
-		return
+		return nil, false
 	}
-	q.convo = inspectConversation(rec.Endpoint, &q)
+	q.convo = inspectConversation(rec.Endpoint, q)
 	s.update(func() {
 		rec.Model, rec.Stream, rec.IncludeUsage, rec.MaxTokens = q.Model, q.Stream, q.includeUsage(), q.maxTokens()
 		rec.ToolResults, rec.SawImage = q.convo.toolResults, q.convo.sawImage
 	})
 	if q.Model == "" {
 		s.fail(w, rec, http.StatusBadRequest, "bad_request", "invalid_request_error", "missing_model", "you must provide a model parameter")
-		return
+		return nil, false
 	}
-	if code, msg := s.checkFamily(rec, r.Header, &q); msg != "" {
+	if code, msg := s.checkFamily(rec, r.Header, q); msg != "" {
 		status := http.StatusBadRequest
 		if code == "previous_response_not_found" {
 			status = http.StatusNotFound
 		}
 		s.fail(w, rec, status, "bad_request", "invalid_request_error", code, msg)
-		return
+		return nil, false
 	}
 	if s.opts.StrictModels && !slices.Contains(s.opts.Models, q.Model) {
 		s.fail(w, rec, http.StatusNotFound, "bad_request", "invalid_request_error", "model_not_found", "The model `"+q.Model+"` does not exist or you do not have access to it.")
-		return
+		return nil, false
 	}
 	if rec.Endpoint == "embeddings" && q.Stream {
 		s.fail(w, rec, http.StatusBadRequest, "bad_request", "invalid_request_error", "invalid_value", "embeddings cannot be streamed")
-		return
+		return nil, false
 	}
+	return q, true
+}
 
-	u := s.usageFor(rec.Endpoint, &q, r.Header)
-	s.update(func() {
-		rec.PromptTokens, rec.CompletionTokens = u.prompt, u.completion
-		rec.CachedTokens, rec.CacheWriteTokens, rec.ReasoningTokens = u.cached, u.cacheWrite, u.reasoning
-	})
-
+// behave applies the key's behaviour before the answer: its headers, its
+// latency and its rate limits. It returns the action to take; false when
+// it answered (rate limited) or the client went away.
+func (s *Server) behave(w http.ResponseWriter, r *http.Request, rec *Record, u usage, log *slog.Logger) (Behavior, Action, bool) {
 	b := s.behavior(rec.KeyID)
 	for k, v := range b.Headers {
 		w.Header().Set(k, v)
@@ -233,15 +263,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !sleep(r.Context(), b.Latency) {
 		s.update(func() { rec.Outcome = "canceled" })
-		return
+		return b, ActOK, false
 	}
 	act, limited := s.admit(rec.KeyID, b, u.prompt+u.completion, w.Header(), anthropicEndpoint(rec.Endpoint))
 	if limited != "" {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.retryIn(rec.KeyID))))
 		s.fail(w, rec, http.StatusTooManyRequests, limited, "requests", "rate_limit_exceeded", "Rate limit reached for this key ("+limited+"). Please try again later.")
 		log.Debug("mock upstream: rate limited", "reason", limited)
-		return
+		return b, ActOK, false
 	}
+	return b, act, true
+}
+
+// act answers as the key's behaviour says: a scripted failure, a reset,
+// or the answer (cut mid-stream for ActResetMidStream).
+func (s *Server) act(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, b Behavior, act Action) {
 	switch act {
 	case ActRateLimit:
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(b.RetryAfter)))
@@ -262,9 +298,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if act == ActResetMidStream {
 			resetAfter = b.ResetAfterChunks
 		}
-		s.answer(w, r, rec, &q, u, resetAfter)
+		s.answer(w, r, rec, q, u, resetAfter)
 	}
-	log.Debug("mock upstream: answered", "action", act.String(), "model", q.Model, "stream", q.Stream)
 }
 
 // admit applies the key's RPM/TPM window and random failures. It returns
@@ -336,16 +371,6 @@ func formatReset(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// apiError is OpenAI's error body.
-type apiError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
 // fail records the outcome and then writes the error in the endpoint's
 // family (OpenAI's shape, or Anthropic's on /v1/messages*), so the record
 // is final by the time the client has the answer.
@@ -355,7 +380,7 @@ func (s *Server) fail(w http.ResponseWriter, rec *Record, status int, outcome, t
 		writeAnthropicError(w, status, msg)
 		return
 	}
-	var e apiError
+	var e openai.ErrorBody
 	e.Error.Message, e.Error.Type = msg, typ
 	if code != "" {
 		e.Error.Code = &code

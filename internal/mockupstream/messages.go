@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
 )
 
 // Anthropic's Messages API (POST /v1/messages and
@@ -75,17 +77,8 @@ func anthropicErrorType(status int) string {
 	return "api_error"
 }
 
-type anthropicError struct {
-	Type  string `json:"type"`
-	Error struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 func writeAnthropicError(w http.ResponseWriter, status int, msg string) {
-	var e anthropicError
-	e.Type, e.Error.Type, e.Error.Message = "error", anthropicErrorType(status), msg
+	e := anthropic.ErrorBody{Type: "error", Error: anthropic.ErrorDetail{Type: anthropicErrorType(status), Message: msg}}
 	if status == 529 {
 		e.Error.Message = "Overloaded"
 	}
@@ -112,32 +105,9 @@ func setAnthropicLimits(h http.Header, b Behavior, win *window, now time.Time) {
 	}
 }
 
-type anthropicMessage struct {
-	ID           string         `json:"id"`
-	Type         string         `json:"type"`
-	Role         string         `json:"role"`
-	Model        string         `json:"model"`
-	Content      []any          `json:"content"` // anthropicBlock, anthropicToolUse (tools.go)
-	StopReason   *string        `json:"stop_reason"`
-	StopSequence *string        `json:"stop_sequence"`
-	Usage        anthropicUsage `json:"usage"`
-}
-
-type anthropicBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-type anthropicUsage struct {
-	InputTokens              int `json:"input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
-}
-
-func (u usage) anthropic(output int) anthropicUsage {
-	return anthropicUsage{InputTokens: u.prompt - u.cached - u.cacheWrite, CacheCreationInputTokens: u.cacheWrite,
-		CacheReadInputTokens: u.cached, OutputTokens: output}
+func (u usage) anthropic(output int) anthropic.Usage {
+	return anthropic.Usage{InputTokens: int64(u.prompt - u.cached - u.cacheWrite), CacheCreationInputTokens: int64(u.cacheWrite),
+		CacheReadInputTokens: int64(u.cached), OutputTokens: int64(output)}
 }
 
 func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, id uint64, resetAfter int) {
@@ -146,8 +116,8 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, rec *Rec
 	if u.finish == "length" {
 		stop = "max_tokens"
 	}
-	msg := anthropicMessage{ID: fmt.Sprintf("msg_mock_%x_%d", s.instance, id), Type: "message", Role: "assistant", Model: q.Model,
-		Content: []any{anthropicBlock{Type: "text", Text: tokenText(0, u.completion)}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
+	msg := anthropic.Message{ID: fmt.Sprintf("msg_mock_%x_%d", s.instance, id), Type: "message", Role: "assistant", Model: q.Model,
+		Content: []any{anthropic.TextBlock{Type: "text", Text: tokenText(0, u.completion)}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
 	if !q.Stream {
 		chunks := (u.completion + s.opts.TokensPerChunk - 1) / s.opts.TokensPerChunk
 		if !sleep(r.Context(), s.opts.TTFT+s.opts.InterTokenDelay*time.Duration(max(0, chunks-1))) {
@@ -162,7 +132,7 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, rec *Rec
 	type m = map[string]any
 	events := []sseEvent{
 		{"message_start", m{"type": "message_start", "message": start}},
-		{"content_block_start", m{"type": "content_block_start", "index": 0, "content_block": anthropicBlock{Type: "text"}}},
+		{"content_block_start", m{"type": "content_block_start", "index": 0, "content_block": anthropic.TextBlock{Type: "text"}}},
 		{"ping", m{"type": "ping"}},
 	}
 	for from, k := 0, s.opts.TokensPerChunk; from < u.completion; from += k {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // OpenAI's Responses API (POST /v1/responses), in the shapes of its API
@@ -19,57 +21,10 @@ import (
 // another mock) created is answered 404 previous_response_not_found, as a
 // provider's organisation boundary does.
 
-type responseObject struct {
-	ID                 string            `json:"id"`
-	Object             string            `json:"object"`
-	CreatedAt          int64             `json:"created_at"`
-	Status             string            `json:"status"`
-	Error              *struct{}         `json:"error"`
-	IncompleteDetails  *incompleteDetail `json:"incomplete_details"`
-	Model              string            `json:"model"`
-	Output             []responseItem    `json:"output"`
-	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
-	PreviousResponseID *string           `json:"previous_response_id"`
-	Tools              []struct{}        `json:"tools"`
-	ToolChoice         string            `json:"tool_choice"`
-	Usage              *responseUsage    `json:"usage"`
-}
-
-type incompleteDetail struct {
-	Reason string `json:"reason"`
-}
-
-type responseItem struct {
-	Type    string         `json:"type"`
-	ID      string         `json:"id"`
-	Status  string         `json:"status"`
-	Role    string         `json:"role"`
-	Content []responsePart `json:"content"`
-}
-
-type responsePart struct {
-	Type        string     `json:"type"`
-	Text        string     `json:"text"`
-	Annotations []struct{} `json:"annotations"`
-}
-
-type responseUsage struct {
-	InputTokens        int `json:"input_tokens"`
-	InputTokensDetails struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
-	OutputTokens        int `json:"output_tokens"`
-	OutputTokensDetails struct {
-		ReasoningTokens int `json:"reasoning_tokens"`
-	} `json:"output_tokens_details"`
-	TotalTokens int `json:"total_tokens"`
-}
-
-func (u usage) responses() *responseUsage {
-	r := &responseUsage{InputTokens: u.prompt, OutputTokens: u.completion, TotalTokens: u.prompt + u.completion}
-	r.InputTokensDetails.CachedTokens = u.cached
-	r.OutputTokensDetails.ReasoningTokens = u.reasoning
-	return r
+func (u usage) responses() *openai.ResponseUsage {
+	return &openai.ResponseUsage{InputTokens: int64(u.prompt), OutputTokens: int64(u.completion), TotalTokens: int64(u.prompt + u.completion),
+		InputTokensDetails:  openai.InputTokensDetails{CachedTokens: int64(u.cached)},
+		OutputTokensDetails: openai.OutputTokensDetails{ReasoningTokens: int64(u.reasoning)}}
 }
 
 // responseID is unique across mocks (the address) and keeps the sequence.
@@ -87,14 +42,14 @@ func (s *Server) answerResponses(w http.ResponseWriter, r *http.Request, rec *Re
 		s.created[rid] = rec.KeyID
 	})
 	text := tokenText(0, u.completion-u.reasoning)
-	obj := func(status string, out []responseItem, usage *responseUsage) responseObject {
-		o := responseObject{ID: rid, Object: "response", CreatedAt: created, Status: status, Model: q.Model,
+	obj := func(status string, out []any, usage *openai.ResponseUsage) openai.Response {
+		o := openai.Response{ID: rid, Object: "response", CreatedAt: created, Status: status, Model: q.Model,
 			Output: out, ParallelToolCalls: true, Tools: []struct{}{}, ToolChoice: "auto", Usage: usage}
 		if q.PreviousResponseID != "" {
 			o.PreviousResponseID = &q.PreviousResponseID
 		}
 		if status == "incomplete" {
-			o.IncompleteDetails = &incompleteDetail{Reason: "max_output_tokens"}
+			o.IncompleteDetails = &openai.IncompleteDetails{Reason: "max_output_tokens"}
 		}
 		return o
 	}
@@ -103,15 +58,15 @@ func (s *Server) answerResponses(w http.ResponseWriter, r *http.Request, rec *Re
 		final = "incomplete"
 	}
 	msgID := fmt.Sprintf("msg_mock_%d", id)
-	done := []responseItem{{Type: "message", ID: msgID, Status: final, Role: "assistant",
-		Content: []responsePart{{Type: "output_text", Text: text, Annotations: []struct{}{}}}}}
+	done := openai.OutputMessage{Type: "message", ID: msgID, Status: final, Role: "assistant",
+		Content: []openai.OutputText{{Type: "output_text", Text: text, Annotations: []struct{}{}}}}
 	if !q.Stream {
 		chunks := (u.completion - u.reasoning + s.opts.TokensPerChunk - 1) / s.opts.TokensPerChunk
 		if !sleep(r.Context(), s.opts.TTFT+s.opts.InterTokenDelay*time.Duration(max(0, chunks-1))) {
 			s.update(func() { rec.Outcome = "canceled" })
 			return
 		}
-		s.writeJSON(w, rec, obj(final, done, u.responses()), resetAfter >= 0)
+		s.writeJSON(w, rec, obj(final, []any{done}, u.responses()), resetAfter >= 0)
 		return
 	}
 
@@ -126,11 +81,11 @@ func (s *Server) answerResponses(w http.ResponseWriter, r *http.Request, rec *Re
 		return m
 	}
 	events := []sseEvent{
-		ev("response.created", map[string]any{"response": obj("in_progress", []responseItem{}, nil)}),
-		ev("response.in_progress", map[string]any{"response": obj("in_progress", []responseItem{}, nil)}),
+		ev("response.created", map[string]any{"response": obj("in_progress", []any{}, nil)}),
+		ev("response.in_progress", map[string]any{"response": obj("in_progress", []any{}, nil)}),
 		ev("response.output_item.added", map[string]any{"output_index": 0,
-			"item": responseItem{Type: "message", ID: msgID, Status: "in_progress", Role: "assistant", Content: []responsePart{}}}),
-		ev("response.content_part.added", loc(map[string]any{"part": responsePart{Type: "output_text", Annotations: []struct{}{}}})),
+			"item": openai.OutputMessage{Type: "message", ID: msgID, Status: "in_progress", Role: "assistant", Content: []openai.OutputText{}}}),
+		ev("response.content_part.added", loc(map[string]any{"part": openai.OutputText{Type: "output_text", Annotations: []struct{}{}}})),
 	}
 	visible, k := u.completion-u.reasoning, s.opts.TokensPerChunk
 	for from := 0; from < visible; from += k {
@@ -138,9 +93,9 @@ func (s *Server) answerResponses(w http.ResponseWriter, r *http.Request, rec *Re
 	}
 	events = append(events,
 		ev("response.output_text.done", loc(map[string]any{"text": text, "logprobs": []struct{}{}})),
-		ev("response.content_part.done", loc(map[string]any{"part": done[0].Content[0]})),
-		ev("response.output_item.done", map[string]any{"output_index": 0, "item": done[0]}),
-		ev("response."+final, map[string]any{"response": obj(final, done, u.responses())}),
+		ev("response.content_part.done", loc(map[string]any{"part": done.Content[0]})),
+		ev("response.output_item.done", map[string]any{"output_index": 0, "item": done}),
+		ev("response."+final, map[string]any{"response": obj(final, []any{done}, u.responses())}),
 	)
 	s.writeEvents(w, r, rec, events, resetAfter, "")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 func TestChatJSON(t *testing.T) {
@@ -102,7 +103,7 @@ func TestChatStream(t *testing.T) {
 					if len(c.Choices) != 0 || !strings.Contains(e, `"choices":[]`) {
 						t.Fatalf("usage chunk must have empty choices: %s", e)
 					}
-					var u usageJSON
+					var u openai.Usage
 					if err := json.Unmarshal(c.Usage, &u); err != nil || u.PromptTokens != 2 || u.CompletionTokens != 7 || u.TotalTokens != 9 {
 						t.Fatalf("usage %s (%v)", c.Usage, err)
 					}
@@ -209,7 +210,7 @@ func TestPathsAndBadRequests(t *testing.T) {
 				t.Fatalf("status %d: %s", resp.StatusCode, data)
 			}
 			if tc.code != "" {
-				var e apiError
+				var e openai.ErrorBody
 				if err := json.Unmarshal(data, &e); err != nil || e.Error.Code == nil || *e.Error.Code != tc.code || e.Error.Message == "" {
 					t.Fatalf("error body %s", data)
 				}
@@ -251,7 +252,7 @@ func TestAuthStyles(t *testing.T) {
 				t.Fatalf("status %d: %s", resp.StatusCode, data)
 			}
 			if tc.status == 401 {
-				var e apiError
+				var e openai.ErrorBody
 				if err := json.Unmarshal(data, &e); err != nil || e.Error.Type != "invalid_request_error" || *e.Error.Code != "invalid_api_key" {
 					t.Fatalf("401 body %s", data)
 				}
@@ -311,7 +312,7 @@ func TestUsageKnobs(t *testing.T) {
 					Message      struct{ Content string }
 					FinishReason string `json:"finish_reason"`
 				}
-				Usage usageJSON
+				Usage openai.Usage
 			}
 			if err := json.Unmarshal(data, &c); err != nil {
 				t.Fatal(err)
@@ -319,12 +320,12 @@ func TestUsageKnobs(t *testing.T) {
 			u := c.Usage
 			cached, reas := 0, 0
 			if u.PromptTokensDetails != nil {
-				cached = u.PromptTokensDetails.CachedTokens
+				cached = int(u.PromptTokensDetails.CachedTokens)
 			}
 			if u.CompletionTokensDetails != nil {
-				reas = u.CompletionTokensDetails.ReasoningTokens
+				reas = int(u.CompletionTokensDetails.ReasoningTokens)
 			}
-			if u.PromptTokens != tc.promptToks || u.CompletionTokens != tc.completion || cached != tc.cached || reas != tc.reas ||
+			if int(u.PromptTokens) != tc.promptToks || int(u.CompletionTokens) != tc.completion || cached != tc.cached || reas != tc.reas ||
 				c.Choices[0].FinishReason != tc.finish || c.Choices[0].Message.Content != tokenText(0, tc.contentTokens) {
 				t.Fatalf("got %s", data)
 			}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
+	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // Tool calls (Options.ToolCalls), for chat completions and Anthropic
@@ -155,59 +158,16 @@ func (s *Server) jsonDelay(r *http.Request, rec *Record, n int) bool {
 	return true
 }
 
-type chatToolMessage struct {
-	Role      string         `json:"role"`
-	Content   *string        `json:"content"` // null
-	Refusal   *string        `json:"refusal"` // null
-	ToolCalls []chatToolCall `json:"tool_calls"`
-}
-
-type chatToolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function chatFunction `json:"function"`
-}
-
-type chatFunction struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-// chatRoleDelta is the first chunk of a tool-call stream.
-type chatRoleDelta struct {
-	Role    string  `json:"role"`
-	Content *string `json:"content"` // null
-	Refusal *string `json:"refusal"` // null
-}
-
-type chatToolCallsDelta struct {
-	ToolCalls []chatToolCallDelta `json:"tool_calls"`
-}
-
-// chatToolCallDelta carries id, type and name on a call's first chunk,
-// argument pieces on the next ones.
-type chatToolCallDelta struct {
-	Index    int               `json:"index"`
-	ID       string            `json:"id,omitempty"`
-	Type     string            `json:"type,omitempty"`
-	Function chatFunctionDelta `json:"function"`
-}
-
-type chatFunctionDelta struct {
-	Name      string `json:"name,omitempty"`
-	Arguments string `json:"arguments"`
-}
-
 // answerToolCalls answers a chat completion with parallel calls of tool,
 // one per element of args.
 func (s *Server) answerToolCalls(w http.ResponseWriter, r *http.Request, rec *Record, q *apiRequest, u usage, tool string, toolArgs [][2]string, id uint64, created int64, resetAfter int) {
 	s.update(func() { rec.ToolCalls = len(toolArgs) })
 	finish := "tool_calls"
-	chunk := func(delta any, finish *string, usage any, empty bool) chatCompletion {
-		c := chatCompletion{ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion.chunk", Created: created,
-			Model: q.Model, SystemFingerprint: "fp_mock", Usage: usage, Choices: []chatChoice{}}
+	chunk := func(delta any, finish *string, usage any, empty bool) openai.ChatCompletion {
+		c := openai.ChatCompletion{ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion.chunk", Created: created,
+			Model: q.Model, SystemFingerprint: "fp_mock", Usage: usage, Choices: []openai.ChatChoice{}}
 		if !empty {
-			c.Choices = []chatChoice{{Delta: delta, FinishReason: finish}}
+			c.Choices = []openai.ChatChoice{{Delta: delta, FinishReason: finish}}
 		}
 		return c
 	}
@@ -215,19 +175,21 @@ func (s *Server) answerToolCalls(w http.ResponseWriter, r *http.Request, rec *Re
 	if q.includeUsage() {
 		perChunk = nullUsage{}
 	}
-	events := []sseEvent{{data: chunk(chatRoleDelta{Role: "assistant"}, nil, perChunk, false)}}
-	calls := make([]chatToolCall, len(toolArgs))
+	// The first delta states role, content and refusal (null), as
+	// OpenAI's does.
+	events := []sseEvent{{data: chunk(&openai.ChatMessage{Role: "assistant"}, nil, perChunk, false)}}
+	calls := make([]openai.ToolCall, len(toolArgs))
 	for i, args := range toolArgs {
 		callID := fmt.Sprintf("call_%d_%d", id, i)
-		calls[i] = chatToolCall{ID: callID, Type: "function", Function: chatFunction{Name: tool, Arguments: args[0] + args[1]}}
-		events = append(events, sseEvent{data: chunk(chatToolCallsDelta{[]chatToolCallDelta{{Index: i, ID: callID, Type: "function",
-			Function: chatFunctionDelta{Name: tool}}}}, nil, perChunk, false)})
+		calls[i] = openai.ToolCall{ID: callID, Type: "function", Function: openai.FunctionCall{Name: tool, Arguments: args[0] + args[1]}}
+		events = append(events, sseEvent{data: chunk(&openai.ChatDelta{ToolCalls: []openai.ToolCallDelta{{Index: i, ID: callID, Type: "function",
+			Function: openai.FunctionDelta{Name: tool}}}}, nil, perChunk, false)})
 		for _, piece := range args {
-			events = append(events, sseEvent{data: chunk(chatToolCallsDelta{[]chatToolCallDelta{{Index: i,
-				Function: chatFunctionDelta{Arguments: piece}}}}, nil, perChunk, false)})
+			events = append(events, sseEvent{data: chunk(&openai.ChatDelta{ToolCalls: []openai.ToolCallDelta{{Index: i,
+				Function: openai.FunctionDelta{Arguments: piece}}}}, nil, perChunk, false)})
 		}
 	}
-	events = append(events, sseEvent{data: chunk(&chatMessage{}, &finish, perChunk, false)})
+	events = append(events, sseEvent{data: chunk(&openai.ChatDelta{}, &finish, perChunk, false)})
 	if q.includeUsage() {
 		events = append(events, sseEvent{data: chunk(nil, nil, u.json(), true)})
 	}
@@ -238,19 +200,12 @@ func (s *Server) answerToolCalls(w http.ResponseWriter, r *http.Request, rec *Re
 	if !s.jsonDelay(r, rec, len(events)) {
 		return
 	}
-	s.writeJSON(w, rec, chatCompletion{
+	s.writeJSON(w, rec, openai.ChatCompletion{
 		ID: fmt.Sprintf("chatcmpl-mock-%d", id), Object: "chat.completion", Created: created, Model: q.Model,
 		SystemFingerprint: "fp_mock",
-		Choices:           []chatChoice{{Message: chatToolMessage{Role: "assistant", ToolCalls: calls}, FinishReason: &finish}},
+		Choices:           []openai.ChatChoice{{Message: &openai.ChatMessage{Role: "assistant", ToolCalls: calls}, FinishReason: &finish}},
 		Usage:             u.json(),
 	}, resetAfter >= 0)
-}
-
-type anthropicToolUse struct {
-	Type  string          `json:"type"`
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
-	Input json.RawMessage `json:"input"`
 }
 
 // answerToolUse answers an Anthropic message with a text block and
@@ -259,20 +214,20 @@ func (s *Server) answerToolUse(w http.ResponseWriter, r *http.Request, rec *Reco
 	w.Header().Set("Request-Id", fmt.Sprintf("req_mock_%d", id))
 	s.update(func() { rec.ToolCalls = len(toolArgs) })
 	stop := "tool_use"
-	msg := anthropicMessage{ID: fmt.Sprintf("msg_mock_%x_%d", s.instance, id), Type: "message", Role: "assistant", Model: q.Model,
-		Content: []any{anthropicBlock{Type: "text", Text: ToolCallText}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
+	msg := anthropic.Message{ID: fmt.Sprintf("msg_mock_%x_%d", s.instance, id), Type: "message", Role: "assistant", Model: q.Model,
+		Content: []any{anthropic.TextBlock{Type: "text", Text: ToolCallText}}, StopReason: &stop, Usage: u.anthropic(u.completion)}
 	start := msg
 	start.Content, start.StopReason, start.Usage = []any{}, nil, u.anthropic(1)
 	type m = map[string]any
 	events := []sseEvent{
 		{"message_start", m{"type": "message_start", "message": start}},
-		{"content_block_start", m{"type": "content_block_start", "index": 0, "content_block": anthropicBlock{Type: "text"}}},
+		{"content_block_start", m{"type": "content_block_start", "index": 0, "content_block": anthropic.TextBlock{Type: "text"}}},
 		{"ping", m{"type": "ping"}},
 		{"content_block_delta", m{"type": "content_block_delta", "index": 0, "delta": m{"type": "text_delta", "text": ToolCallText}}},
 		{"content_block_stop", m{"type": "content_block_stop", "index": 0}},
 	}
 	for i, args := range toolArgs {
-		block := anthropicToolUse{Type: "tool_use", ID: fmt.Sprintf("toolu_%d_%d", id, i), Name: tool, Input: json.RawMessage(args[0] + args[1])}
+		block := anthropic.ToolUseBlock{Type: "tool_use", ID: fmt.Sprintf("toolu_%d_%d", id, i), Name: tool, Input: json.RawMessage(args[0] + args[1])}
 		msg.Content = append(msg.Content, block)
 		block.Input = json.RawMessage("{}")
 		events = append(events, sseEvent{"content_block_start", m{"type": "content_block_start", "index": i + 1, "content_block": block}})

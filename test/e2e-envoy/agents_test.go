@@ -191,7 +191,7 @@ func runAgent(t *testing.T, dir string, env []string, bin string, args ...string
 
 // captureFixtures writes the bodies a provider received to
 // $SWARMGATE_CAPTURE_AGENT_FIXTURES/<name>-<n>.json when that is set: how
-// the agents' real requests under extproc/translate/testdata were
+// the agents' real requests under extproc/translate/*/testdata were
 // captured (run the test natively, then copy a body into a golden case).
 func captureFixtures(t *testing.T, name string, m *mockupstream.Server) {
 	dir := os.Getenv("SWARMGATE_CAPTURE_AGENT_FIXTURES")
@@ -341,7 +341,7 @@ func TestHostedToolsDroppedThroughEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := os.ReadFile(filepath.Join(root, "extproc/translate/testdata/responses_to_chat_completions/codex_first_turn/request.in.json"))
+	body, err := os.ReadFile(filepath.Join(root, "extproc/translate/responseschat/testdata/responses_to_chat_completions/codex_first_turn/request.in.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
