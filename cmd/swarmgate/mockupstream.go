@@ -2,12 +2,9 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 
-	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
@@ -26,21 +23,7 @@ func mockUpstreamCommand() *cobra.Command {
 		// SWARMGATE_CONFIG must not reach the mock's --config.
 		Annotations: map[string]string{annotationNoEnv: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			addr, opts, err := f.Options(nil)
-			if err != nil {
-				return err
-			}
-			level := slog.LevelInfo
-			if *verbose {
-				level = slog.LevelDebug
-			}
-			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			auth := opts.Auth
-			if auth == "" {
-				auth = config.AuthBearer
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "mock upstream on %s (auth %s, %d keys)\n", addr, auth, len(opts.Keys))
-			return mockupstream.Run(cmd.Context(), addr, opts)
+			return mockupstream.Serve(cmd.Context(), f, *verbose, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().AddGoFlagSet(gfs)

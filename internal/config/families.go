@@ -33,7 +33,7 @@ func (b *Backend) Serves(family string) bool { return slices.Contains(b.Families
 func (b *Backend) Anthropic() bool { return b.APIStyle == "anthropic" }
 
 // translationTargets lists, per client family, the backend families a
-// request can be translated into, in order of preference. extproc/translate
+// request can be translated into, in order of preference. extproc/translate/pairs
 // holds one translator per pair (a test keeps the two in step).
 var translationTargets = map[string][]string{
 	FamilyAnthropicMessages: {FamilyChatCompletions},

@@ -167,12 +167,19 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	return Serve(ctx, f, *verbose, stdout, stderr)
+}
+
+// Serve runs the mock the flags describe until ctx ends, logging to stderr
+// (request lines only when verbose) and announcing its address on stdout:
+// the body of `swarmgate mock-upstream`.
+func Serve(ctx context.Context, f *Flags, verbose bool, stdout, stderr io.Writer) error {
 	addr, opts, err := f.Options(nil)
 	if err != nil {
 		return err
 	}
 	level := slog.LevelInfo
-	if *verbose {
+	if verbose {
 		level = slog.LevelDebug
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
