@@ -6,20 +6,25 @@
 package usage
 
 // Usage is token usage normalised to OpenAI's meaning: PromptTokens include
-// cached prompt tokens, CompletionTokens include reasoning tokens.
+// cached prompt tokens, CompletionTokens include reasoning tokens. It is the
+// one usage type of the gateway: the parsers fill it, pricing prices it, the
+// ledger records it (the JSON names are the ledger's) and ext_proc passes it
+// through.
 type Usage struct {
-	PromptTokens     int64
-	CompletionTokens int64
-	TotalTokens      int64 // provider's total, else prompt + completion
-	CachedTokens     int64 // prompt tokens served from the provider's cache
-	ReasoningTokens  int64 // completion tokens spent on hidden reasoning
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`     // provider's total, else prompt + completion
+	CachedTokens     int64 `json:"cached_tokens"`    // prompt tokens served from the provider's cache
+	ReasoningTokens  int64 `json:"reasoning_tokens"` // completion tokens spent on hidden reasoning
 	// CacheWriteTokens are prompt tokens written to the provider's cache
 	// (Anthropic's cache_creation_input_tokens), priced apart; they are
 	// part of PromptTokens.
-	CacheWriteTokens int64
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 	// Cost is what the provider says the call cost (OpenRouter's usage.cost,
-	// in its credits, i.e. USD); 0 when not reported.
-	Cost float64
+	// in its credits, i.e. USD); 0 when not reported. It is informational:
+	// the gateway bills from its price table, and the ledger does not
+	// record it.
+	Cost float64 `json:"-"`
 }
 
 // parseUsage reads a usage object at s.i. Accepted spellings:
@@ -132,4 +137,13 @@ func parseUsageInput(s *jscan) (Usage, bool, bool) {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
 	return u, prompt >= 0 || input >= 0, true
+}
+
+// Tokens is what counts against a token-per-minute limit: prompt plus
+// completion (TotalTokens when the provider reported only that).
+func (u Usage) Tokens() int64 {
+	if t := u.PromptTokens + u.CompletionTokens; t > 0 {
+		return t
+	}
+	return u.TotalTokens
 }
