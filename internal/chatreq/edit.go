@@ -1,6 +1,10 @@
 package chatreq
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+)
 
 // Body edits: splice the new bytes into one new buffer, leaving every other
 // byte of the client's body as it was (key order, spacing, number spelling),
@@ -21,31 +25,32 @@ type topLevel struct {
 // locate validates body and records member positions.
 func locate(body []byte) (topLevel, error) {
 	var t topLevel
-	s := scanner{b: body}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
+	var s jsonscan.Scanner
+	s.Reset(body)
+	if s.Peek() != '{' {
+		if err := s.Skip(); err != nil {
 			return t, err
 		}
-		if err := s.trailing(); err != nil {
+		if err := s.Trailing(); err != nil {
 			return t, err
 		}
 		return t, ErrNotObject
 	}
-	t.lastEnd = s.i + 1
-	err := s.object(func(k []byte, e bool) error {
-		s.ws()
-		start := s.i
-		if err := s.skip(); err != nil {
+	t.lastEnd = s.Pos() + 1
+	err := s.Object(func(k []byte, e bool) error {
+		s.WS()
+		start := s.Pos()
+		if err := s.Skip(); err != nil {
 			return err
 		}
-		sp := span{start, s.i}
+		sp := span{start, s.Pos()}
 		t.members++
-		t.lastEnd = s.i
+		t.lastEnd = s.Pos()
 		switch {
-		case keyIs(k, e, "model"):
+		case jsonscan.KeyIs(k, e, "model"):
 			t.model = sp
 			t.models++
-		case keyIs(k, e, "stream_options"):
+		case jsonscan.KeyIs(k, e, "stream_options"):
 			t.streamOpts = sp
 			t.hasStreamOp = true
 		}
@@ -54,7 +59,7 @@ func locate(body []byte) (topLevel, error) {
 	if err != nil {
 		return t, err
 	}
-	return t, s.trailing()
+	return t, s.Trailing()
 }
 
 // splice returns body with body[start:end] replaced by the pieces, in one
@@ -105,16 +110,18 @@ func SetIncludeUsage(body []byte) ([]byte, error) {
 		return nil, &FieldError{Field: "stream_options", Want: "an object"}
 	}
 	// Find include_usage (the last one wins) inside the object.
-	s := scanner{b: body[:v.end], i: v.start}
+	var s jsonscan.Scanner
+	s.Reset(body[:v.end])
+	s.Seek(v.start)
 	var iu span
 	found, members := false, 0
-	_ = s.object(func(k []byte, e bool) error { // validated by locate
-		s.ws()
-		start := s.i
-		_ = s.skip()
+	_ = s.Object(func(k []byte, e bool) error { // validated by locate
+		s.WS()
+		start := s.Pos()
+		_ = s.Skip()
 		members++
-		if keyIs(k, e, "include_usage") {
-			iu, found = span{start, s.i}, true
+		if jsonscan.KeyIs(k, e, "include_usage") {
+			iu, found = span{start, s.Pos()}, true
 		}
 		return nil
 	})

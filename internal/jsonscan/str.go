@@ -1,19 +1,21 @@
-package chatreq
+package jsonscan
 
 import (
 	"math/bits"
 	"unicode/utf8"
 )
 
-// textStats accumulates decoded sizes of text strings, by the byte classes
-// the token estimate weighs differently.
-type textStats struct {
-	bytes    int // decoded UTF-8 bytes
-	nonASCII int // bytes >= 0x80
-	symbols  int // ASCII bytes that are neither letters nor whitespace
+// TextStats accumulates decoded sizes of strings, by the byte classes a
+// token estimate weighs differently.
+type TextStats struct {
+	Bytes    int // decoded UTF-8 bytes
+	NonASCII int // bytes >= 0x80
+	Symbols  int // ASCII bytes that are neither letters nor whitespace
 }
 
-func byteIsSymbol(c byte) bool {
+// IsSymbol reports whether c is an ASCII byte that is neither a letter nor
+// white space (digits and punctuation).
+func IsSymbol(c byte) bool {
 	l := c | 0x20
 	return c < 0x80 && c != ' ' && c != '\t' && c != '\n' && c != '\r' && (l < 'a' || l > 'z')
 }
@@ -31,9 +33,10 @@ const (
 	escUnicode // \uXXXX
 )
 
-// str scans a string whose opening quote is at s.i and returns its raw
-// content (escapes not decoded) and whether it contains escapes. When st is
-// not nil the decoded length and byte classes are added to it.
+// Str scans a string whose opening quote is at the position (no white
+// space before it) and returns
+// its raw content (escapes not decoded) and whether it contains escapes.
+// When st is not nil the decoded length and byte classes are added to it.
 //
 // It works on the bit masks of 64-byte blocks (block.go), so its cost does
 // not depend on how often the string is interrupted: agent traffic is code
@@ -42,7 +45,10 @@ const (
 // escape. Anything irregular (a control byte, a bad escape, the end of the
 // body) goes to strSlow, which reports the first bad byte as a sequential
 // reader would.
-func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
+func (s *Scanner) Str(st *TextStats) (raw []byte, escaped bool, err error) {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return nil, false, s.errHere("expected string, found")
+	}
 	// Most strings are keys and short values that end in the block already
 	// classified, with no escape: the short way.
 	start := s.i + 1
@@ -56,9 +62,9 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 			end := k<<6 + bits.TrailingZeros64(q)
 			if st != nil {
 				n, non := bits.OnesCount64(in), bits.OnesCount64(bl.nonASCII&in)
-				st.bytes += n
-				st.nonASCII += non
-				st.symbols += n - non - bits.OnesCount64(bl.word&in)
+				st.Bytes += n
+				st.NonASCII += non
+				st.Symbols += n - non - bits.OnesCount64(bl.word&in)
 			}
 			s.i = end + 1
 			return s.b[start:end], false, nil
@@ -67,19 +73,15 @@ func (s *scanner) str(st *textStats) (raw []byte, escaped bool, err error) {
 	return s.strBlocks(st)
 }
 
-// strBlocks is str for strings that cross blocks or hold escapes.
-func (s *scanner) strBlocks(st *textStats) (raw []byte, escaped bool, err error) {
+// strBlocks is Str for strings that cross blocks or hold escapes.
+func (s *Scanner) strBlocks(st *TextStats) (raw []byte, escaped bool, err error) {
 	b := s.b
 	start := s.i + 1
 	p := start
 	var carry uint64 // 1: the first byte of the next block is escaped
 	// Raw bytes of the string by class, from the masks; the escapes.
 	n, non, word := 0, 0, 0
-	esc, ctrl := 0, 0 // two-byte escapes; those that decode to \b or \f
-	// \u escapes: their raw bytes and raw symbols, and what they decode to.
-	uRaw, uRawSym := 0, 0
-	var u textStats
-	pairEnd := 0 // a surrogate pair decoded up to here
+	var t escTally
 	for {
 		k := p >> 6
 		bl := s.block(k)
@@ -98,36 +100,9 @@ func (s *scanner) strBlocks(st *textStats) (raw []byte, escaped bool, err error)
 			escaped = true
 			// The common escapes are counted at once; the others one by one.
 			odd := e &^ bl.short
-			esc += bits.OnesCount64(e &^ odd)
-			for e = odd; e != 0; e &= e - 1 {
-				j := base + bits.TrailingZeros64(e)
-				switch escKind[b[j]] {
-				case escControl:
-					esc++
-					ctrl++
-				case escUnicode:
-					if j < pairEnd { // the low half of a pair
-						continue
-					}
-					ln, dl, ds, err := s.escape(j - 1)
-					if err != nil {
-						return s.strSlow(st)
-					}
-					pairEnd = j - 1 + ln
-					uRaw += ln
-					for _, c := range b[j-1 : pairEnd] {
-						if byteIsSymbol(c) {
-							uRawSym++
-						}
-					}
-					u.bytes += dl
-					u.symbols += ds
-					if dl > 1 {
-						u.nonASCII += dl
-					}
-				default:
-					return s.strSlow(st)
-				}
+			t.esc += bits.OnesCount64(e &^ odd)
+			if odd != 0 && !s.tallyOdd(&t, odd, base) {
+				return s.strSlow(st)
 			}
 		}
 		if st != nil {
@@ -139,15 +114,61 @@ func (s *scanner) strBlocks(st *textStats) (raw []byte, escaped bool, err error)
 			end := base + bits.TrailingZeros64(q)
 			s.i = end + 1
 			if st != nil {
-				st.bytes += n - esc - uRaw + u.bytes
-				st.nonASCII += non + u.nonASCII
-				st.symbols += n - non - word - esc + ctrl - uRawSym + u.symbols
+				st.Bytes += n - t.esc - t.uRaw + t.u.Bytes
+				st.NonASCII += non + t.u.NonASCII
+				st.Symbols += n - non - word - t.esc + t.ctrl - t.uRawSym + t.u.Symbols
 			}
 			return b[start:end], escaped, nil
 		}
 		// The body goes on: past its end the block reads as control bytes.
 		p = base + 64
 	}
+}
+
+// escTally corrects the raw byte counts of a string for its escapes.
+type escTally struct {
+	esc, ctrl int // two-byte escapes; those that decode to \b or \f
+	// \u escapes: their raw bytes and raw symbols, and what they decode to.
+	uRaw, uRawSym int
+	u             TextStats
+	pairEnd       int // a surrogate pair decoded up to here
+}
+
+// tallyOdd counts the escapes of a block that are not short ones (odd
+// holds their escaped bytes); false for an invalid one.
+func (s *Scanner) tallyOdd(t *escTally, odd uint64, base int) bool {
+	b := s.b
+	for ; odd != 0; odd &= odd - 1 {
+		j := base + bits.TrailingZeros64(odd)
+		switch escKind[b[j]] {
+		case escControl:
+			t.esc++
+			t.ctrl++
+		case escUnicode:
+			if j < t.pairEnd { // the low half of a pair
+				continue
+			}
+			ln, dl, ds, err := s.escape(j - 1)
+			if err != nil {
+				return false
+			}
+			t.pairEnd = j - 1 + ln
+			t.uRaw += ln
+			for _, c := range b[j-1 : t.pairEnd] {
+				if IsSymbol(c) {
+					t.uRawSym++
+				}
+			}
+			t.u.Bytes += dl
+			t.u.Symbols += ds
+			if dl > 1 {
+				t.u.NonASCII += dl
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // escapes returns the bits of bs's block that are escaped: preceded by a
@@ -169,16 +190,16 @@ func escapes(bs uint64, carry *uint64) uint64 {
 }
 
 // strSlow is str byte by byte, from the opening quote at s.i.
-func (s *scanner) strSlow(st *textStats) (raw []byte, escaped bool, err error) {
+func (s *Scanner) strSlow(st *TextStats) (raw []byte, escaped bool, err error) {
 	b := s.b
 	start := s.i + 1
 	i := start
-	var t textStats
+	var t TextStats
 	for i < len(b) && b[i] != '"' {
 		c := b[i]
 		switch {
 		case c < 0x20:
-			return nil, false, s.errAt(i, "invalid control character in string")
+			return nil, false, s.ErrAt(i, "invalid control character in string")
 		case c == '\\':
 			escaped = true
 			n, dn, ds, err := s.escape(i)
@@ -186,28 +207,28 @@ func (s *scanner) strSlow(st *textStats) (raw []byte, escaped bool, err error) {
 				return nil, false, err
 			}
 			i += n
-			t.bytes += dn
-			t.symbols += ds
+			t.Bytes += dn
+			t.Symbols += ds
 			if dn > 1 {
-				t.nonASCII += dn
+				t.NonASCII += dn
 			}
 			continue
 		case c >= 0x80:
-			t.nonASCII++
-		case byteIsSymbol(c):
-			t.symbols++
+			t.NonASCII++
+		case IsSymbol(c):
+			t.Symbols++
 		}
-		t.bytes++
+		t.Bytes++
 		i++
 	}
 	if i >= len(b) {
-		return nil, false, s.errAt(len(b), "unexpected end of JSON input in string")
+		return nil, false, s.ErrAt(len(b), "unexpected end of JSON input in string")
 	}
 	s.i = i + 1
 	if st != nil {
-		st.bytes += t.bytes
-		st.nonASCII += t.nonASCII
-		st.symbols += t.symbols
+		st.Bytes += t.Bytes
+		st.NonASCII += t.NonASCII
+		st.Symbols += t.Symbols
 	}
 	return b[start:i], escaped, nil
 }
@@ -215,10 +236,10 @@ func (s *scanner) strSlow(st *textStats) (raw []byte, escaped bool, err error) {
 // escape decodes the size of the escape at b[i] (a backslash): its length
 // n, its decoded length dl, and how many decoded bytes are ASCII symbols
 // (the rest, for dl > 1, are non-ASCII; \\n \\r \\t are whitespace).
-func (s *scanner) escape(i int) (n, dl, symbols int, err error) {
+func (s *Scanner) escape(i int) (n, dl, symbols int, err error) {
 	b := s.b
 	if i+1 >= len(b) {
-		return 0, 0, 0, s.errAt(len(b), "unexpected end of JSON input in string escape")
+		return 0, 0, 0, s.ErrAt(len(b), "unexpected end of JSON input in string escape")
 	}
 	switch b[i+1] {
 	case 'n', 't', 'r':
@@ -227,11 +248,11 @@ func (s *scanner) escape(i int) (n, dl, symbols int, err error) {
 		return 2, 1, 1, nil
 	case 'u':
 	default:
-		return 0, 0, 0, s.errAt(i, "invalid escape in string")
+		return 0, 0, 0, s.ErrAt(i, "invalid escape in string")
 	}
 	r, ok := hex4(b, i+2)
 	if !ok {
-		return 0, 0, 0, s.errAt(i, "invalid \\u escape in string")
+		return 0, 0, 0, s.ErrAt(i, "invalid \\u escape in string")
 	}
 	if r >= 0xD800 && r < 0xDC00 {
 		if r2, ok2 := hex4(b, i+8); ok2 && b[i+6] == '\\' && b[i+7] == 'u' && r2 >= 0xDC00 && r2 < 0xE000 {
@@ -242,7 +263,7 @@ func (s *scanner) escape(i int) (n, dl, symbols int, err error) {
 	switch {
 	case dl < 0: // lone surrogate: decoders substitute U+FFFD
 		return 6, 3, 0, nil
-	case dl == 1 && byteIsSymbol(byte(r)):
+	case dl == 1 && IsSymbol(byte(r)):
 		return 6, 1, 1, nil
 	case dl == 1:
 		return 6, 1, 0, nil

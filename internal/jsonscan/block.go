@@ -1,4 +1,4 @@
-package chatreq
+package jsonscan
 
 import "encoding/binary"
 
@@ -33,7 +33,7 @@ type blocks struct {
 
 // block returns block k's masks, classifying it and the ones after it if
 // they are not held.
-func (s *scanner) block(k int) *block {
+func (s *Scanner) block(k int) *block {
 	i := s.blks.end - 1 - k
 	if uint(i) >= batch {
 		s.load(k)
@@ -43,7 +43,7 @@ func (s *scanner) block(k int) *block {
 }
 
 // load classifies blocks k .. k+batch-1 of s.b.
-func (s *scanner) load(k int) {
+func (s *Scanner) load(k int) {
 	base := k << 6
 	full := min(batch, max(0, (len(s.b)-base)>>6))
 	if full > 0 {
