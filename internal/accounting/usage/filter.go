@@ -1,6 +1,10 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+)
 
 // StreamFilter removes the usage-only chunk from an SSE stream: the event
 // whose JSON has "choices":[] and a "usage" object, which the provider sends
@@ -236,28 +240,27 @@ func (f *StreamFilter) usageOnly(block []byte) bool {
 // isUsageOnly: a JSON object with "choices":[] and a usage object, and no
 // error.
 func isUsageOnly(d []byte) bool {
-	s := jscan{b: d}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(d)
+	if s.Peek() != '{' {
 		return false
 	}
 	emptyChoices, hasUsage, other := false, false, false
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "choices":
-			if s.peek() == '[' {
-				n := 0
-				s.array(func() { n++; s.skip() })
-				emptyChoices = n == 0
-				return
-			}
-		case "usage":
-			hasUsage = s.peek() == '{'
-		case "error":
+	err := s.Object(func(k []byte, esc bool) error {
+		switch {
+		case jsonscan.KeyIs(k, esc, "choices") && s.Peek() == '[':
+			n := 0
+			err := s.Array(func() error { n++; return s.Skip() })
+			emptyChoices = n == 0
+			return err
+		case jsonscan.KeyIs(k, esc, "usage"):
+			hasUsage = s.Peek() == '{'
+		case jsonscan.KeyIs(k, esc, "error"):
 			other = true
 		}
-		s.skip()
+		return s.Skip()
 	})
-	return !s.bad && s.peek() == 0 && emptyChoices && hasUsage && !other
+	return err == nil && s.Trailing() == nil && emptyChoices && hasUsage && !other
 }
 
 // choicesProbe watches an event's raw bytes for `"choices"` `:` `[` and

@@ -3,6 +3,8 @@ package usage
 import (
 	"bytes"
 	"io"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 )
 
 // StreamParser reads usage and delivered content from an SSE response
@@ -28,6 +30,8 @@ type StreamParser struct {
 	delivered int64
 	err       error
 	respID    []byte // the Responses API's response.id, first seen
+
+	scan jsonscan.Scanner // reads each event's JSON
 }
 
 // Reset clears all state and keeps the buffers.
@@ -233,8 +237,10 @@ func (p *StreamParser) event(d []byte) {
 		p.done = true
 		return
 	}
-	s := jscan{b: d}
-	if s.peek() != '{' {
+	e := eventScan{p: p}
+	s := &p.scan
+	s.Reset(d)
+	if s.Peek() != '{' {
 		if p.isError {
 			p.setErr(&StreamError{Event: "error", Message: clip(d)})
 			return
@@ -242,125 +248,157 @@ func (p *StreamParser) event(d []byte) {
 		p.bad++
 		return
 	}
-	var (
-		u         Usage
-		hasU      bool
-		hasInput  bool
-		delivered int64
-		errSeen   bool
-		msg, typ  []byte
-		code      []byte
-	)
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "usage":
-			if s.peek() == '{' {
-				u, hasInput, hasU = parseUsageInput(&s)
-				return
-			}
-		case "choices":
-			if s.peek() == '[' {
-				s.array(func() { delivered += choice(&s) })
-				return
-			}
-		case "delta":
-			switch s.peek() {
-			case '"': // responses API: {"type":"response.output_text.delta","delta":"..."}
-				delivered += int64(decodedLen(s.str()))
-			case '{': // Anthropic content_block_delta: text, partial_json, thinking
-				delivered += anthropicDelta(&s)
-			default:
-				s.skip()
-			}
-			return
-		case "response": // responses API: response.completed carries response.usage
-			if s.peek() == '{' {
-				s.object(func(k []byte) {
-					switch {
-					case string(k) == "usage" && s.peek() == '{':
-						u, hasInput, hasU = parseUsageInput(&s)
-						return
-					case string(k) == "id" && len(p.respID) == 0:
-						if raw, ok := s.stringValue(); ok && len(raw) <= MaxResponseIDBytes {
-							p.respID = append(p.respID[:0], raw...)
-						}
-						return
-					}
-					s.skip()
-				})
-				return
-			}
-		case "error":
-			errSeen = true
-			switch s.peek() {
-			case '{':
-				s.object(func(k []byte) {
-					switch string(k) {
-					case "message":
-						msg, _ = s.stringValue()
-					case "type":
-						typ, _ = s.stringValue()
-					case "code":
-						if s.peek() == '"' {
-							code = s.str()
-						} else if c := s.peek(); c == '-' || (c >= '0' && c <= '9') {
-							code = s.scalar()
-						} else {
-							s.skip()
-						}
-					default:
-						s.skip()
-					}
-				})
-				return
-			case '"':
-				msg = s.str()
-				return
-			case 'n':
-				errSeen = false
-			}
-		case "type":
-			if raw, ok := s.stringValue(); ok {
-				switch string(raw) {
-				case "error":
-					errSeen = true
-				case "message_stop", "response.completed", "response.incomplete", "response.failed":
-					p.done = true // the stream's last event
-				}
-			}
-			return
-		case "message", "code":
-			if s.peek() == '{' && string(k) == "message" {
-				// Anthropic message_start: {"message":{...,"usage":{...}}}
-				s.object(func(k []byte) {
-					if string(k) == "usage" && s.peek() == '{' {
-						u, hasInput, hasU = parseUsageInput(&s)
-						return
-					}
-					s.skip()
-				})
-				return
-			}
-			// responses-API error events carry these at top level
-			if p.isError || errSeen {
-				if raw, ok := s.stringValue(); ok {
-					if string(k) == "message" {
-						msg = raw
-					} else {
-						code = raw
-					}
-				}
-				return
-			}
-		}
-		s.skip()
-	})
-	if s.bad {
+	if err := s.Object(e.member); err != nil {
 		p.bad++
 		return
 	}
-	if hasU {
-		if !hasInput && p.hasUsage {
+	e.apply()
+}
+
+// eventScan is what one event's JSON says.
+type eventScan struct {
+	p         *StreamParser
+	u         Usage
+	hasU      bool
+	hasInput  bool
+	delivered int64
+	errSeen   bool
+	msg, typ  []byte
+	code      []byte
+}
+
+// member reads one top-level member of an event.
+func (e *eventScan) member(k []byte, esc bool) error {
+	s := &e.p.scan
+	var buf [jsonscan.MaxKey]byte
+	if esc {
+		k = jsonscan.DecodeKey(&buf, k)
+	}
+	switch string(k) {
+	case "usage":
+		if s.Peek() == '{' {
+			return e.usage(s)
+		}
+	case "choices":
+		if s.Peek() == '[' {
+			return s.Array(func() error { return choice(s, &e.delivered) })
+		}
+	case "delta":
+		switch s.Peek() {
+		case '"': // responses API: {"type":"response.output_text.delta","delta":"..."}
+			return text(s, &e.delivered)
+		case '{': // Anthropic content_block_delta: text, partial_json, thinking
+			return texts(s, &e.delivered, "text", "partial_json", "thinking")
+		}
+	case "response": // responses API: response.completed carries response.usage
+		if s.Peek() == '{' {
+			return s.Object(e.response)
+		}
+	case "error":
+		return e.errorValue(s)
+	case "type":
+		return e.typeValue(s)
+	case "message":
+		if s.Peek() == '{' { // Anthropic message_start: {"message":{...,"usage":{...}}}
+			return s.Object(func(k []byte, esc bool) error {
+				if jsonscan.KeyIs(k, esc, "usage") && s.Peek() == '{' {
+					return e.usage(s)
+				}
+				return s.Skip()
+			})
+		}
+		return e.topLevelError(s, &e.msg)
+	case "code":
+		return e.topLevelError(s, &e.code)
+	}
+	return s.Skip()
+}
+
+func (e *eventScan) usage(s *jsonscan.Scanner) error {
+	var err error
+	e.u, e.hasInput, e.hasU, err = parseUsageInput(s)
+	return err
+}
+
+// response reads a member of a Responses API event's "response" object.
+func (e *eventScan) response(k []byte, esc bool) error {
+	s, p := &e.p.scan, e.p
+	switch {
+	case jsonscan.KeyIs(k, esc, "usage") && s.Peek() == '{':
+		return e.usage(s)
+	case jsonscan.KeyIs(k, esc, "id") && len(p.respID) == 0 && s.Peek() == '"':
+		raw, _, err := s.Str(nil)
+		if len(raw) <= MaxResponseIDBytes {
+			p.respID = append(p.respID[:0], raw...)
+		}
+		return err
+	}
+	return s.Skip()
+}
+
+// errorValue reads "error": an object with message, type and code, or a
+// string; null is no error.
+func (e *eventScan) errorValue(s *jsonscan.Scanner) error {
+	e.errSeen = true
+	switch s.Peek() {
+	case '"':
+		var err error
+		e.msg, _, err = s.Str(nil)
+		return err
+	case 'n':
+		e.errSeen = false
+		return s.Skip()
+	case '{':
+	default:
+		return s.Skip()
+	}
+	return s.Object(func(k []byte, esc bool) error {
+		switch {
+		case jsonscan.KeyIs(k, esc, "message"):
+			return stringOrSkip(s, &e.msg)
+		case jsonscan.KeyIs(k, esc, "type"):
+			return stringOrSkip(s, &e.typ)
+		case jsonscan.KeyIs(k, esc, "code"):
+			if c := s.Peek(); c == '-' || (c >= '0' && c <= '9') {
+				var err error
+				e.code, _, err = s.Number()
+				return err
+			}
+			return stringOrSkip(s, &e.code)
+		}
+		return s.Skip()
+	})
+}
+
+// typeValue reads "type": an error, or the stream's last event.
+func (e *eventScan) typeValue(s *jsonscan.Scanner) error {
+	var raw []byte
+	if err := stringOrSkip(s, &raw); err != nil {
+		return err
+	}
+	switch string(raw) {
+	case "error":
+		e.errSeen = true
+	case "message_stop", "response.completed", "response.incomplete", "response.failed":
+		e.p.done = true // the stream's last event
+	}
+	return nil
+}
+
+// topLevelError reads the message or code that Responses API error events
+// carry at top level.
+func (e *eventScan) topLevelError(s *jsonscan.Scanner, dst *[]byte) error {
+	if !e.p.isError && !e.errSeen {
+		return s.Skip()
+	}
+	return stringOrSkip(s, dst)
+}
+
+// apply records what the event said.
+func (e *eventScan) apply() {
+	p, u := e.p, e.u
+	if e.hasU {
+		if !e.hasInput && p.hasUsage {
 			// Anthropic's message_delta: cumulative output tokens only;
 			// the prompt counted at message_start stands.
 			u.PromptTokens, u.CachedTokens, u.CacheWriteTokens = p.usage.PromptTokens, p.usage.CachedTokens, p.usage.CacheWriteTokens
@@ -371,13 +409,13 @@ func (p *StreamParser) event(d []byte) {
 		}
 		p.usage, p.hasUsage = u, true
 	}
-	p.delivered += delivered
-	if errSeen || p.isError {
+	p.delivered += e.delivered
+	if e.errSeen || p.isError {
 		ev := ""
 		if p.isError {
 			ev = "error"
 		}
-		p.setErr(&StreamError{Event: ev, Message: clip(msg), Type: clip(typ), Code: clip(code)})
+		p.setErr(&StreamError{Event: ev, Message: clip(e.msg), Type: clip(e.typ), Code: clip(e.code)})
 	}
 }
 
@@ -387,98 +425,93 @@ func (p *StreamParser) setErr(e *StreamError) {
 	}
 }
 
-// choice reads one choices[] element and returns its delivered bytes.
-func choice(s *jscan) int64 {
-	if s.peek() != '{' {
-		s.skip()
-		return 0
+// stringOrSkip reads a string's raw body into *dst, or skips a non-string.
+func stringOrSkip(s *jsonscan.Scanner, dst *[]byte) error {
+	if s.Peek() != '"' {
+		return s.Skip()
 	}
-	var n int64
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "delta":
-			if s.peek() == '{' {
-				n += delta(s)
-				return
-			}
-		case "text": // completions stream
-			if raw, ok := s.stringValue(); ok {
-				n += int64(decodedLen(raw))
-			}
-			return
-		}
-		s.skip()
-	})
-	return n
+	var err error
+	*dst, _, err = s.Str(nil)
+	return err
 }
 
-// anthropicDelta reads an Anthropic content_block_delta's delta object
-// and returns its delivered bytes (text_delta, input_json_delta,
-// thinking_delta).
-func anthropicDelta(s *jscan) int64 {
-	var n int64
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "text", "partial_json", "thinking":
-			if raw, ok := s.stringValue(); ok {
-				n += int64(decodedLen(raw))
-			}
-			return
-		}
-		s.skip()
-	})
-	return n
+// text adds a string's decoded size to *n; a non-string is skipped.
+func text(s *jsonscan.Scanner, n *int64) error {
+	if s.Peek() != '"' {
+		return s.Skip()
+	}
+	var st jsonscan.TextStats
+	_, _, err := s.Str(&st)
+	*n += int64(st.Bytes)
+	return err
 }
 
-func delta(s *jscan) int64 {
-	var n int64
-	str := func() {
-		if raw, ok := s.stringValue(); ok {
-			n += int64(decodedLen(raw))
-		}
-	}
-	args := func() { // {"name":..,"arguments":".."}
-		if s.peek() != '{' {
-			s.skip()
-			return
-		}
-		s.object(func(k []byte) {
-			if string(k) == "arguments" {
-				str()
-				return
+// texts reads an object, adding the decoded size of the named string
+// members to *n.
+func texts(s *jsonscan.Scanner, n *int64, names ...string) error {
+	return s.Object(func(k []byte, esc bool) error {
+		for _, name := range names {
+			if jsonscan.KeyIs(k, esc, name) {
+				return text(s, n)
 			}
-			s.skip()
-		})
+		}
+		return s.Skip()
+	})
+}
+
+// choice reads one choices[] element, adding its delivered bytes to *n.
+func choice(s *jsonscan.Scanner, n *int64) error {
+	if s.Peek() != '{' {
+		return s.Skip()
 	}
-	s.object(func(k []byte) {
+	return s.Object(func(k []byte, esc bool) error {
+		switch {
+		case jsonscan.KeyIs(k, esc, "delta") && s.Peek() == '{':
+			return delta(s, n)
+		case jsonscan.KeyIs(k, esc, "text"): // completions stream
+			return text(s, n)
+		}
+		return s.Skip()
+	})
+}
+
+// delta reads a chat delta: its text, reasoning, refusal and the
+// arguments of its tool and function calls.
+func delta(s *jsonscan.Scanner, n *int64) error {
+	args := func() error { // {"name":..,"arguments":".."}
+		if s.Peek() != '{' {
+			return s.Skip()
+		}
+		return texts(s, n, "arguments")
+	}
+	return s.Object(func(k []byte, esc bool) error {
+		var buf [jsonscan.MaxKey]byte
+		if esc {
+			k = jsonscan.DecodeKey(&buf, k)
+		}
 		switch string(k) {
 		case "content", "reasoning_content", "reasoning", "refusal":
-			str()
+			return text(s, n)
+		case "function_call":
+			return args()
 		case "tool_calls":
-			if s.peek() != '[' {
-				s.skip()
-				return
+			if s.Peek() != '[' {
+				return s.Skip()
 			}
-			s.array(func() {
-				if s.peek() != '{' {
-					s.skip()
-					return
+			return s.Array(func() error {
+				if s.Peek() != '{' {
+					return s.Skip()
 				}
-				s.object(func(k []byte) {
-					if string(k) == "function" {
-						args()
-						return
+				return s.Object(func(k []byte, esc bool) error {
+					if jsonscan.KeyIs(k, esc, "function") {
+						return args()
 					}
-					s.skip()
+					return s.Skip()
 				})
 			})
-		case "function_call":
-			args()
-		default:
-			s.skip()
 		}
+		return s.Skip()
 	})
-	return n
 }
 
 // StreamError is an error the upstream reported inside the stream. Its
