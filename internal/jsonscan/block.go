@@ -50,13 +50,17 @@ func (s *Scanner) load(k int) {
 		classify(s.b[base:base+full<<6], s.blks.b[:full])
 	}
 	for j := full; j < batch; j++ {
-		if o := base + j<<6; o < len(s.b) { // the partial last block, padded
-			var pad [64]byte
-			copy(pad[:], s.b[o:])
-			classify(pad[:], s.blks.b[j:j+1])
-		} else {
+		o := base + j<<6
+		if o >= len(s.b) {
+			// One block past the end stops a string that runs off it.
+			// The slots after it are left as they are: no string starts
+			// past the end (Str checks), so none is ever read.
 			s.blks.b[j] = pastEnd
+			break
 		}
+		var pad [64]byte // the partial last block, padded
+		copy(pad[:], s.b[o:])
+		classify(pad[:], s.blks.b[j:j+1])
 	}
 	s.blks.end = k + batch
 }

@@ -70,7 +70,43 @@ func (s *Scanner) Str(st *TextStats) (raw []byte, escaped bool, err error) {
 			return s.b[start:end], false, nil
 		}
 	}
+	if raw, ok := s.strShort(st); ok {
+		return raw, false, nil
+	}
 	return s.strBlocks(st)
+}
+
+// shortString is how far strShort looks for the closing quote.
+const shortString = 32
+
+// strShort reads a short string without escapes byte by byte: in a small
+// document (a stream event, a value cut out of one) most strings are
+// keys and short values, and classifying a block costs more than they do.
+// ok is false for anything else, left to strBlocks.
+func (s *Scanner) strShort(st *TextStats) (raw []byte, ok bool) {
+	b := s.b
+	start := s.i + 1
+	var t TextStats
+	for j := start; j < len(b) && j < start+shortString; j++ {
+		switch c := b[j]; {
+		case c == '"':
+			if st != nil {
+				t.Bytes = j - start
+				st.Bytes += t.Bytes
+				st.NonASCII += t.NonASCII
+				st.Symbols += t.Symbols
+			}
+			s.i = j + 1
+			return b[start:j], true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= 0x80:
+			t.NonASCII++
+		case IsSymbol(c):
+			t.Symbols++
+		}
+	}
+	return nil, false
 }
 
 // strBlocks is Str for strings that cross blocks or hold escapes.
