@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/swarmgate/swarmgate/internal/jsonscan"
+	"github.com/swarmgate/swarmgate/internal/sse"
 )
 
 // StreamFilter removes the usage-only chunk from an SSE stream: the event
@@ -73,7 +74,7 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 	}
 	f.dropLF, f.boundary = false, false
 	for i < len(chunk) {
-		j := nextTerminator(chunk[i:])
+		j := sse.NextTerminator(chunk[i:])
 		if j < 0 {
 			f.lineLen += len(chunk) - i
 			f.evSize += len(chunk) - i
@@ -211,7 +212,7 @@ func (f *StreamFilter) Flush() []byte {
 // (event:, id:, or data split over lines) always gets the full check.
 func mayBeUsageOnly(block []byte) bool {
 	body := bytes.TrimRight(block, "\r\n")
-	if t := nextTerminator(body); t >= 0 {
+	if t := sse.NextTerminator(body); t >= 0 {
 		return true
 	}
 	for i := 0; ; i++ {
@@ -233,7 +234,7 @@ func mayBeUsageOnly(block []byte) bool {
 // usageOnly reports whether a complete event block is a usage-only chunk.
 func (f *StreamFilter) usageOnly(block []byte) bool {
 	var has bool
-	f.data, has = eventData(f.data[:0], block)
+	f.data, has = sse.EventData(f.data[:0], block)
 	return has && isUsageOnly(f.data)
 }
 

@@ -5,22 +5,22 @@ import (
 	"io"
 
 	"github.com/swarmgate/swarmgate/internal/jsonscan"
+	"github.com/swarmgate/swarmgate/internal/sse"
 )
+
+// MaxEventBytes caps the bytes held for one event (its data and partial
+// line). A larger event is dropped and counted, never buffered further.
+const MaxEventBytes = sse.MaxEventBytes
 
 // StreamParser reads usage and delivered content from an SSE response
 // (OpenAI-style chat/completions streams, and responses-API events) fed in
 // arbitrary chunks. It keeps only the current partial event, at most
-// MaxEventBytes. The zero value is ready; Reset makes it reusable (pool it).
-// Not safe for concurrent use.
+// sse.MaxEventBytes. The zero value is ready; Reset makes it reusable (pool
+// it). Not safe for concurrent use.
 type StreamParser struct {
-	line     []byte // partial line carried across Writes
-	data     []byte // data of the current event, copied
-	dataRef  []byte // data of the current event, still in the caller's chunk
-	hasData  bool
-	isError  bool // event: error
-	discard  bool // event over the cap: skip to its blank line
-	afterCR  bool // last byte seen was a CR terminator
-	longLine bool // current partial line over the cap: skip to its end
+	ev      sse.Events       // the stream's framing
+	isError bool             // the current event is named "error"
+	scan    jsonscan.Scanner // reads each event's JSON
 
 	events    int
 	bad       int
@@ -30,13 +30,13 @@ type StreamParser struct {
 	delivered int64
 	err       error
 	respID    []byte // the Responses API's response.id, first seen
-
-	scan jsonscan.Scanner // reads each event's JSON
 }
 
 // Reset clears all state and keeps the buffers.
 func (p *StreamParser) Reset() {
-	*p = StreamParser{line: p.line[:0], data: p.data[:0], respID: p.respID[:0]}
+	ev := p.ev
+	ev.Reset()
+	*p = StreamParser{ev: ev, respID: p.respID[:0]}
 }
 
 // ResponseID is the id of the Responses API response the stream carries
@@ -60,8 +60,9 @@ func (p *StreamParser) Done() bool { return p.done }
 // Events counts dispatched events that carried data.
 func (p *StreamParser) Events() int { return p.events }
 
-// BadEvents counts events dropped as malformed JSON or over MaxEventBytes.
-func (p *StreamParser) BadEvents() int { return p.bad }
+// BadEvents counts events dropped as malformed JSON or over
+// sse.MaxEventBytes.
+func (p *StreamParser) BadEvents() int { return p.bad + p.ev.Dropped() }
 
 // DeliveredContentBytes is the decoded size of the text delivered to the
 // client: choices[].delta.content, .reasoning_content, .reasoning, .refusal,
@@ -77,45 +78,8 @@ func (p *StreamParser) Err() error { return p.err }
 // Write consumes the next chunk. It never fails: malformed events are
 // counted (BadEvents) and skipped. It does not retain chunk.
 func (p *StreamParser) Write(chunk []byte) {
-	b := chunk
-	if p.afterCR && len(b) > 0 {
-		p.afterCR = false
-		if b[0] == '\n' {
-			b = b[1:]
-		}
-	}
-	for len(b) > 0 {
-		j := nextTerminator(b)
-		if j < 0 {
-			p.partial(b)
-			break
-		}
-		if len(p.line) > 0 || p.longLine {
-			if !p.longLine {
-				p.line = append(p.line, b[:j]...)
-				p.handleLine(p.line, false)
-			}
-			p.line = p.line[:0]
-			p.longLine = false
-		} else {
-			p.handleLine(b[:j], true)
-		}
-		next := j + 1
-		if b[j] == '\r' {
-			if j+1 < len(b) {
-				if b[j+1] == '\n' {
-					next = j + 2
-				}
-			} else {
-				p.afterCR = true
-			}
-		}
-		b = b[next:]
-	}
-	if p.dataRef != nil { // chunk goes away: keep a copy
-		p.data = append(p.data[:0], p.dataRef...)
-		p.dataRef = nil
-	}
+	p.ev.DropLarge = true
+	_ = p.ev.Feed(chunk, false, p.dispatch)
 }
 
 // Writer adapts the parser to io.Writer, e.g. as the output of a
@@ -133,99 +97,15 @@ func (w parserWriter) Write(b []byte) (int, error) {
 // of the stream (browsers drop it; accounting should not lose a usage
 // chunk a provider forgot to terminate).
 func (p *StreamParser) Flush() {
-	if len(p.line) > 0 && !p.longLine {
-		p.handleLine(p.line, false)
-	}
-	p.line, p.longLine = p.line[:0], false
-	p.handleLine(nil, false)
+	p.ev.DropLarge = true
+	_ = p.ev.Feed(nil, true, p.dispatch)
 }
 
-func (p *StreamParser) partial(b []byte) {
-	if p.longLine {
-		return
-	}
-	if len(p.line)+len(b)+len(p.data)+len(p.dataRef) > MaxEventBytes {
-		p.overflow()
-		p.longLine = true
-		p.line = p.line[:0]
-		return
-	}
-	p.line = append(p.line, b...)
-}
-
-func (p *StreamParser) overflow() {
-	if !p.discard {
-		p.bad++
-	}
-	p.discard = true
-	p.resetEvent()
-}
-
-func (p *StreamParser) resetEvent() {
-	p.data = p.data[:0]
-	p.dataRef = nil
-	p.hasData = false
-	p.isError = false
-}
-
-// handleLine processes one complete line; inChunk says it lies in the
-// caller's chunk (so it can be referenced instead of copied).
-func (p *StreamParser) handleLine(l []byte, inChunk bool) {
-	if len(l) == 0 {
-		if p.discard {
-			p.discard = false
-			p.resetEvent()
-			return
-		}
-		p.dispatch()
-		return
-	}
-	if p.discard || l[0] == ':' {
-		return
-	}
-	f, v := splitField(l)
-	switch string(f) {
-	case "data":
-		if len(v) > MaxEventBytes {
-			p.overflow()
-			return
-		}
-		if !p.hasData {
-			p.hasData = true
-			if inChunk {
-				p.dataRef = v
-			} else {
-				p.data = append(p.data[:0], v...)
-			}
-			return
-		}
-		if p.dataRef != nil {
-			p.data = append(p.data[:0], p.dataRef...)
-			p.dataRef = nil
-		}
-		if len(p.data)+1+len(v) > MaxEventBytes {
-			p.overflow()
-			return
-		}
-		p.data = append(p.data, '\n')
-		p.data = append(p.data, v...)
-	case "event":
-		p.isError = string(v) == "error"
-	}
-}
-
-func (p *StreamParser) dispatch() {
-	if !p.hasData {
-		p.resetEvent()
-		return
-	}
-	d := p.data
-	if p.dataRef != nil {
-		d = p.dataRef
-	}
+func (p *StreamParser) dispatch(e sse.Event) error {
 	p.events++
-	p.event(d)
-	p.resetEvent()
+	p.isError = string(e.Name) == "error"
+	p.event(e.Data)
+	return nil
 }
 
 var doneMarker = []byte("[DONE]")
