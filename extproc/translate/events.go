@@ -23,4 +23,6 @@ func (e errorString) Error() string { return string(e) }
 
 // AppendEvent writes one event with an optional name; data must not hold a
 // line break (JSON written compactly never does).
-func AppendEvent(dst []byte, name string, data []byte) []byte { return sse.AppendEvent(dst, name, data) }
+func AppendEvent(dst []byte, name string, data []byte) []byte {
+	return sse.AppendEvent(dst, name, data)
+}
