@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/swarmgate/swarmgate/internal/jsonscan"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
 // Body edits: splice the new bytes into one new buffer, leaving every other
@@ -209,58 +210,9 @@ func SetModel(body []byte, model string) ([]byte, error) {
 	case t.models > 1:
 		return nil, ErrDuplicateModel
 	}
-	n := len(body) - (t.model.end - t.model.start) + quotedLen(model)
+	n := len(body) - (t.model.end - t.model.start) + jsonstr.Len(model)
 	out := make([]byte, 0, n)
 	out = append(out, body[:t.model.start]...)
-	out = appendQuoted(out, model)
+	out = jsonstr.Append(out, model)
 	return append(out, body[t.model.end:]...), nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-func needsEscape(c byte) bool { return c < 0x20 || c == '"' || c == '\\' }
-
-func quotedLen(s string) int {
-	n := 2
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			n += 2
-		case c < 0x20:
-			n += 6
-		default:
-			n++
-		}
-	}
-	return n
-}
-
-// appendQuoted appends s as a JSON string. Bytes >= 0x80 pass through: model
-// names come from the gateway's own config.
-func appendQuoted(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !needsEscape(c) {
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
-		}
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
