@@ -218,8 +218,20 @@ func (s *Scanner) Object(member func(key []byte, escaped bool) error) error {
 		if err := member(key, esc); err != nil {
 			return err
 		}
-		if more, err := s.next('}', "expected ',' or '}' after object member, found"); !more {
-			return err
+		// Inline rather than s.next: a call per member shows in the scan.
+		s.WS()
+		if s.i >= len(s.b) {
+			return s.errHere("")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			s.depth--
+			return nil
+		default:
+			return s.errHere("expected ',' or '}' after object member, found")
 		}
 	}
 }
@@ -239,8 +251,19 @@ func (s *Scanner) Array(elem func() error) error {
 		if err := elem(); err != nil {
 			return err
 		}
-		if more, err := s.next(']', "expected ',' or ']' after array element, found"); !more {
-			return err
+		s.WS()
+		if s.i >= len(s.b) {
+			return s.errHere("")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			s.depth--
+			return nil
+		default:
+			return s.errHere("expected ',' or ']' after array element, found")
 		}
 	}
 }

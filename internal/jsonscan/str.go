@@ -69,8 +69,8 @@ func (s *Scanner) Str(st *TextStats) (raw []byte, escaped bool, err error) {
 			s.i = end + 1
 			return s.b[start:end], false, nil
 		}
-	}
-	if raw, ok := s.strShort(st); ok {
+	} else if raw, ok := s.strShort(st); ok {
+		// Not classified yet: a short string need not be.
 		return raw, false, nil
 	}
 	return s.strBlocks(st)
