@@ -212,7 +212,9 @@ func (s *Scanner) Object(member func(key []byte, escaped bool) error) error {
 		if err != nil {
 			return err
 		}
-		if err := s.Expect(':', "':' after object key"); err != nil {
+		if s.i < len(s.b) && s.b[s.i] == ':' { // compact JSON: no call
+			s.i++
+		} else if err := s.Expect(':', "':' after object key"); err != nil {
 			return err
 		}
 		if err := member(key, esc); err != nil {
