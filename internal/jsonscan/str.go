@@ -69,6 +69,24 @@ func (s *Scanner) Str(st *TextStats) (raw []byte, escaped bool, err error) {
 			s.i = end + 1
 			return s.b[start:end], false, nil
 		}
+		if q == 0 && (bl.backslash|bl.control)&from == 0 && i > 0 {
+			// It runs into the next block, also held: a string that only
+			// crosses a block boundary is still the short way.
+			bl2 := &s.blks.b[batch-i]
+			q2 := bl2.quote
+			in2 := q2&-q2 - 1
+			if q2 != 0 && (bl2.backslash|bl2.control)&in2 == 0 {
+				end := (k+1)<<6 + bits.TrailingZeros64(q2)
+				if st != nil {
+					n, non := bits.OnesCount64(from)+bits.OnesCount64(in2), bits.OnesCount64(bl.nonASCII&from)+bits.OnesCount64(bl2.nonASCII&in2)
+					st.Bytes += n
+					st.NonASCII += non
+					st.Symbols += n - non - bits.OnesCount64(bl.word&from) - bits.OnesCount64(bl2.word&in2)
+				}
+				s.i = end + 1
+				return s.b[start:end], false, nil
+			}
+		}
 	} else if raw, ok := s.strShort(st); ok {
 		// Not classified yet: a short string need not be.
 		return raw, false, nil
