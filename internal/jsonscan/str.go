@@ -95,7 +95,7 @@ func (s *Scanner) Str(st *TextStats) (raw []byte, escaped bool, err error) {
 }
 
 // shortString is how far strShort looks for the closing quote.
-const shortString = 32
+const shortString = 64
 
 // strShort reads a short string without escapes byte by byte: in a small
 // document (a stream event, a value cut out of one) most strings are
@@ -104,27 +104,26 @@ const shortString = 32
 func (s *Scanner) strShort(st *TextStats) (raw []byte, ok bool) {
 	b := s.b
 	start := s.i + 1
-	var t TextStats
-	for j := start; j < len(b) && j < start+shortString; j++ {
-		switch c := b[j]; {
-		case c == '"':
-			if st != nil {
-				t.Bytes = j - start
-				st.Bytes += t.Bytes
-				st.NonASCII += t.NonASCII
-				st.Symbols += t.Symbols
+	j, stop := start, min(len(b), start+shortString)
+	for j < stop && b[j] != '"' && b[j] != '\\' && b[j] >= 0x20 {
+		j++
+	}
+	if j == stop || b[j] != '"' {
+		return nil, false
+	}
+	if st != nil {
+		st.Bytes += j - start
+		for _, c := range b[start:j] {
+			switch {
+			case c >= 0x80:
+				st.NonASCII++
+			case IsSymbol(c):
+				st.Symbols++
 			}
-			s.i = j + 1
-			return b[start:j], true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		case c >= 0x80:
-			t.NonASCII++
-		case IsSymbol(c):
-			t.Symbols++
 		}
 	}
-	return nil, false
+	s.i = j + 1
+	return b[start:j], true
 }
 
 // strBlocks is Str for strings that cross blocks or hold escapes.
