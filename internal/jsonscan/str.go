@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"unicode/utf8"
 )
@@ -105,6 +106,15 @@ func (s *Scanner) strShort(st *TextStats) (raw []byte, ok bool) {
 	b := s.b
 	start := s.i + 1
 	j, stop := start, min(len(b), start+shortString)
+	for j+8 <= stop { // eight bytes at a time, the masks of block.go
+		w := binary.LittleEndian.Uint64(b[j:])
+		m := zeros(w^lsb*'"') | zeros(w^lsb*'\\') | ^((w&l7+lsb*(0x80-0x20))|w)&msb
+		if m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+			break
+		}
+		j += 8
+	}
 	for j < stop && b[j] != '"' && b[j] != '\\' && b[j] >= 0x20 {
 		j++
 	}
