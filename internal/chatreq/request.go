@@ -390,19 +390,11 @@ func (s *reader) message(r *Request) error {
 		case "content":
 			return s.content(&st)
 		case "tool_calls":
-			if s.Peek() != '[' {
-				return s.Skip()
-			}
-			return s.Array(func() error {
-				if s.Peek() != '{' {
-					return s.Skip()
+			return s.Objects(func(k []byte, e bool) error {
+				if s.Peek() == '{' && jsonscan.KeyIs(k, e, "function") {
+					return s.functionCall(&st)
 				}
-				return s.Object(func(k []byte, e bool) error {
-					if s.Peek() == '{' && jsonscan.KeyIs(k, e, "function") {
-						return s.functionCall(&st)
-					}
-					return s.Skip()
-				})
+				return s.Skip()
 			})
 		case "function_call":
 			if s.Peek() == '{' {

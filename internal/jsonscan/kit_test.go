@@ -141,3 +141,28 @@ func TestUnescape(t *testing.T) {
 		t.Error(`\x accepted`)
 	}
 }
+
+func TestObjects(t *testing.T) {
+	for _, tt := range []struct{ doc, want string }{
+		{`[{"a":1},2,{"b":"x","a":3},null]`, "a=1 b a=3"},
+		{`[]`, ""},
+		{`{"a":1}`, ""}, // not an array: skipped
+		{`"s"`, ""},
+	} {
+		var s Scanner
+		s.Reset([]byte(tt.doc))
+		var got []string
+		err := s.Objects(func(k []byte, _ bool) error {
+			if string(k) == "a" {
+				v, err := s.Value()
+				got = append(got, "a="+string(v))
+				return err
+			}
+			got = append(got, string(k))
+			return s.Skip()
+		})
+		if err != nil || s.Trailing() != nil || strings.Join(got, " ") != tt.want {
+			t.Errorf("%s: %q %v", tt.doc, got, err)
+		}
+	}
+}

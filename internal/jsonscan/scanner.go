@@ -270,6 +270,21 @@ func (s *Scanner) Array(elem func() error) error {
 	}
 }
 
+// Objects walks an array of objects (tool calls, choices, content parts):
+// member gets the members of each element that is an object; other
+// elements, and a value that is not an array, are skipped.
+func (s *Scanner) Objects(member func(key []byte, escaped bool) error) error {
+	if s.Peek() != '[' {
+		return s.Skip()
+	}
+	return s.Array(func() error {
+		if s.Peek() != '{' {
+			return s.Skip()
+		}
+		return s.Object(member)
+	})
+}
+
 // open consumes the opening byte of a container and the space after it.
 func (s *Scanner) open(c byte, what string) error {
 	s.WS()

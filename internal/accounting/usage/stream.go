@@ -160,9 +160,7 @@ func (e *eventScan) member(k []byte, esc bool) error {
 			return e.usage(s)
 		}
 	case "choices":
-		if s.Peek() == '[' {
-			return s.Array(func() error { return choice(s, &e.delivered) })
-		}
+		return s.Objects(func(k []byte, esc bool) error { return choice(s, &e.delivered, k, esc) })
 	case "delta":
 		switch s.Peek() {
 		case '"': // responses API: {"type":"response.output_text.delta","delta":"..."}
@@ -339,20 +337,16 @@ func texts(s *jsonscan.Scanner, n *int64, names ...string) error {
 	})
 }
 
-// choice reads one choices[] element, adding its delivered bytes to *n.
-func choice(s *jsonscan.Scanner, n *int64) error {
-	if s.Peek() != '{' {
-		return s.Skip()
+// choice reads a member of a choices[] element, adding its delivered
+// bytes to *n.
+func choice(s *jsonscan.Scanner, n *int64, k []byte, esc bool) error {
+	switch {
+	case jsonscan.KeyIs(k, esc, "delta") && s.Peek() == '{':
+		return delta(s, n)
+	case jsonscan.KeyIs(k, esc, "text"): // completions stream
+		return text(s, n)
 	}
-	return s.Object(func(k []byte, esc bool) error {
-		switch {
-		case jsonscan.KeyIs(k, esc, "delta") && s.Peek() == '{':
-			return delta(s, n)
-		case jsonscan.KeyIs(k, esc, "text"): // completions stream
-			return text(s, n)
-		}
-		return s.Skip()
-	})
+	return s.Skip()
 }
 
 // delta reads a chat delta: its text, reasoning, refusal and the
@@ -375,19 +369,11 @@ func delta(s *jsonscan.Scanner, n *int64) error {
 		case "function_call":
 			return args()
 		case "tool_calls":
-			if s.Peek() != '[' {
-				return s.Skip()
-			}
-			return s.Array(func() error {
-				if s.Peek() != '{' {
-					return s.Skip()
+			return s.Objects(func(k []byte, esc bool) error {
+				if jsonscan.KeyIs(k, esc, "function") {
+					return args()
 				}
-				return s.Object(func(k []byte, esc bool) error {
-					if jsonscan.KeyIs(k, esc, "function") {
-						return args()
-					}
-					return s.Skip()
-				})
+				return s.Skip()
 			})
 		}
 		return s.Skip()
