@@ -150,8 +150,8 @@ type eventScan struct {
 // member reads one top-level member of an event.
 func (e *eventScan) member(k []byte, esc bool) error {
 	s := &e.p.scan
-	var buf [jsonscan.MaxKey]byte
-	if esc {
+	if esc { // buf only then: zeroing it costs
+		var buf [jsonscan.MaxKey]byte
 		k = jsonscan.DecodeKey(&buf, k)
 	}
 	switch string(k) {
@@ -359,8 +359,8 @@ func delta(s *jsonscan.Scanner, n *int64) error {
 		return texts(s, n, "arguments")
 	}
 	return s.Object(func(k []byte, esc bool) error {
-		var buf [jsonscan.MaxKey]byte
-		if esc {
+		if esc { // buf only then: zeroing it costs
+			var buf [jsonscan.MaxKey]byte
 			k = jsonscan.DecodeKey(&buf, k)
 		}
 		switch string(k) {

@@ -75,8 +75,8 @@ type usageFields struct {
 }
 
 func (f *usageFields) member(s *jsonscan.Scanner, k []byte, esc bool) error {
-	var buf [jsonscan.MaxKey]byte
-	if esc {
+	if esc { // buf only then: zeroing it costs
+		var buf [jsonscan.MaxKey]byte
 		k = jsonscan.DecodeKey(&buf, k)
 	}
 	var dst *int64
