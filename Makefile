@@ -32,7 +32,7 @@ test: deps lint
 	$(GO) build -o bin/testlog ./test/testlog
 	$(GO) test -race -json -timeout $(TEST_TIMEOUT) $(PKGS) | bin/testlog
 	# the portable (non-assembly) request scan, as other architectures build it
-	$(GO) test -tags purego ./internal/chatreq/
+	$(GO) test -tags purego ./internal/jsonscan/ ./internal/chatreq/
 
 test-short: deps
 	$(GO) test -short $(PKGS)

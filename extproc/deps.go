@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -13,15 +15,8 @@ import (
 // the consumer, so extproc has no dependency on their internals; package
 // extproc/wire adapts the real implementations.
 
-// Usage is provider-reported token usage.
-type Usage struct {
-	PromptTokens     int64
-	CompletionTokens int64
-	TotalTokens      int64
-	CachedTokens     int64
-	ReasoningTokens  int64
-	CacheWriteTokens int64 // part of PromptTokens (Anthropic cache writes)
-}
+// Usage is provider-reported token usage: the accounting's one usage type.
+type Usage = usage.Usage
 
 // UsageCodec reads usage from response bodies.
 type UsageCodec interface {
@@ -220,6 +215,10 @@ type Entry struct {
 	UpstreamKeyID string
 	Status        int
 	Usage         Usage
+	// Cost is Usage at the serving target's price, computed once when the
+	// request ends: the ledger, the reservation's settlement and the
+	// metrics all take it from here.
+	Cost pricing.Money
 	// Estimated is set when the usage is not the provider's report (cut
 	// stream billed per accounting.bill_on_disconnect).
 	Estimated    bool

@@ -391,6 +391,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	}
 	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias, UpstreamModel: r.upstreamModel,
 		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream}
+	e.Cost = s.cost(r, e.Backend, u)
 	served := ok2xx || cut
 	var ctx context.Context = context.Background()
 	if s.opts.Ledger != nil || (r.reserved && s.opts.Reserver != nil) {
@@ -434,7 +435,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 		ttft = r.firstChunk.Sub(r.start)
 	}
 	tok := telemetry.Tokens{Input: e.Usage.PromptTokens, Output: e.Usage.CompletionTokens, CachedInput: e.Usage.CachedTokens, Reasoning: e.Usage.ReasoningTokens}
-	cost := s.cost(r, e)
+	cost := e.Cost.Float()
 	status := e.Status
 	if e.Disconnected {
 		status = 0
@@ -465,18 +466,16 @@ func (s *Server) observe(r *routerStream, e Entry) {
 
 // cost prices usage at the serving target's price (the dearest target when
 // no backend answered).
-func (s *Server) cost(r *routerStream, e Entry) float64 {
-	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
-		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens, CacheWriteTokens: e.Usage.CacheWriteTokens}
+func (s *Server) cost(r *routerStream, backend string, u Usage) pricing.Money {
 	var c pricing.Money
 	for _, t := range r.model.Targets {
 		tc := pricing.RateOf(t.Price).Cost(u)
-		if t.Backend == e.Backend {
-			return tc.Float()
+		if t.Backend == backend {
+			return tc
 		}
 		c = max(c, tc)
 	}
-	return c.Float()
+	return c
 }
 
 // delivered estimates usage from what reached the client: the prompt

@@ -6,7 +6,6 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc"
 	"github.com/swarmgate/swarmgate/internal/accounting/budget"
-	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
@@ -31,15 +30,14 @@ func (b budgets) Check(ctx context.Context, tenant string) (extproc.BudgetStatus
 }
 
 // Reserver adapts *reserve.Reserver (accounting.token_limits "reserve":
-// tenant/model TPM and the hard-capped budget reserved atomically).
-func Reserver(r *reserve.Reserver, cfg func() *config.Config) extproc.Reserver {
-	return reserver{r, cfg}
+// tenant/model TPM and the hard-capped budget reserved atomically). The
+// settlement takes the entry's cost as priced once at the request's end;
+// the config argument is no longer read and stays for the callers' sake.
+func Reserver(r *reserve.Reserver, _ func() *config.Config) extproc.Reserver {
+	return reserver{r}
 }
 
-type reserver struct {
-	r   *reserve.Reserver
-	cfg func() *config.Config
-}
+type reserver struct{ r *reserve.Reserver }
 
 func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extproc.Reservation, error) {
 	res, err := a.r.Reserve(ctx, reserve.Request{RequestID: req.RequestID, Tenant: req.Tenant, Model: req.Model, KeyID: req.KeyID,
@@ -60,34 +58,10 @@ func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extp
 
 func (a reserver) Settle(ctx context.Context, res extproc.Reservation, e extproc.Entry) error {
 	h, _ := res.Handle.(reserve.Reservation)
-	u := usageOf(e)
-	return a.r.Settle(ctx, h, u, costOf(a.cfg(), e, u))
+	return a.r.Settle(ctx, h, e.Usage, e.Cost)
 }
 
 func (a reserver) Release(ctx context.Context, res extproc.Reservation) error {
 	h, _ := res.Handle.(reserve.Reservation)
 	return a.r.Release(ctx, h)
-}
-
-func usageOf(e extproc.Entry) pricing.Usage {
-	return pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
-		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens, CacheWriteTokens: e.Usage.CacheWriteTokens}
-}
-
-// costOf prices usage at the target (model alias, backend) that served it;
-// without a backend (cut before any response) the dearest target.
-func costOf(cfg *config.Config, e extproc.Entry, u pricing.Usage) pricing.Money {
-	m, ok := cfg.Model(e.Model)
-	if !ok {
-		return 0
-	}
-	var cost pricing.Money
-	for _, t := range m.Targets {
-		c := pricing.RateOf(t.Price).Cost(u)
-		if t.Backend == e.Backend {
-			return c
-		}
-		cost = max(cost, c)
-	}
-	return cost
 }

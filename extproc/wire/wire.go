@@ -70,38 +70,17 @@ func Usage() extproc.UsageCodec { return codec{} }
 
 type codec struct{}
 
-func conv(u usage.Usage) extproc.Usage {
-	return extproc.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
-		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens, CacheWriteTokens: u.CacheWriteTokens}
-}
-
-func (codec) FromJSON(b []byte) (extproc.Usage, bool) {
-	u, ok := usage.FromJSON(b)
-	return conv(u), ok
-}
+func (codec) FromJSON(b []byte) (extproc.Usage, bool) { return usage.FromJSON(b) }
 
 func (codec) ResponseID(b []byte) ([]byte, bool) { return usage.ResponseID(b) }
 
-func (codec) NewStream() extproc.UsageStream { return &stream{} }
+func (codec) NewStream() extproc.UsageStream { return &usage.StreamParser{} }
 func (codec) NewFilter() extproc.ChunkFilter { return &usage.StreamFilter{} }
 func (codec) NewGzip() extproc.Decoder {
 	d := &gz{}
 	d.g = usage.NewGzipStream(&d.out)
 	return d
 }
-
-type stream struct{ p usage.StreamParser }
-
-func (s *stream) Write(b []byte) { s.p.Write(b) }
-func (s *stream) Flush()         { s.p.Flush() }
-func (s *stream) Usage() (extproc.Usage, bool) {
-	u, ok := s.p.Usage()
-	return conv(u), ok
-}
-func (s *stream) Done() bool                   { return s.p.Done() }
-func (s *stream) DeliveredContentBytes() int64 { return s.p.DeliveredContentBytes() }
-func (s *stream) Reset()                       { s.p.Reset() }
-func (s *stream) ResponseID() []byte           { return s.p.ResponseID() }
 
 type gz struct {
 	g   *usage.GzipStream
@@ -120,19 +99,16 @@ func (d *gz) Close() ([]byte, error) {
 	return d.out.Bytes(), err
 }
 
-// Ledger adapts *ledger.Ledger; cost comes from the price of the target
-// (model alias, backend) in the current config.
-func Ledger(l *ledger.Ledger, cfg func() *config.Config) extproc.Recorder { return recorder{l, cfg} }
+// Ledger adapts *ledger.Ledger. The entry arrives priced (Entry.Cost, at
+// the serving target's price); the config argument is no longer read and
+// stays only for the callers' sake.
+func Ledger(l *ledger.Ledger, _ func() *config.Config) extproc.Recorder { return recorder{l} }
 
-type recorder struct {
-	l   *ledger.Ledger
-	cfg func() *config.Config
-}
+type recorder struct{ l *ledger.Ledger }
 
 func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
-	u := usageOf(e)
 	le := ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
-		Status: e.Status, Usage: u, Cost: costOf(r.cfg(), e, u), Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected}
+		Status: e.Status, Usage: e.Usage, Cost: e.Cost, Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected}
 	if e.UpstreamModel != e.Model {
 		le.UpstreamModel = e.UpstreamModel
 	}

@@ -1,6 +1,11 @@
 package chatreq
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+	"github.com/swarmgate/swarmgate/internal/jsonstr"
+)
 
 // Body edits: splice the new bytes into one new buffer, leaving every other
 // byte of the client's body as it was (key order, spacing, number spelling),
@@ -21,31 +26,32 @@ type topLevel struct {
 // locate validates body and records member positions.
 func locate(body []byte) (topLevel, error) {
 	var t topLevel
-	s := scanner{b: body}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
+	var s jsonscan.Scanner
+	s.Reset(body)
+	if s.Peek() != '{' {
+		if err := s.Skip(); err != nil {
 			return t, err
 		}
-		if err := s.trailing(); err != nil {
+		if err := s.Trailing(); err != nil {
 			return t, err
 		}
 		return t, ErrNotObject
 	}
-	t.lastEnd = s.i + 1
-	err := s.object(func(k []byte, e bool) error {
-		s.ws()
-		start := s.i
-		if err := s.skip(); err != nil {
+	t.lastEnd = s.Pos() + 1
+	err := s.Object(func(k []byte, e bool) error {
+		s.WS()
+		start := s.Pos()
+		if err := s.Skip(); err != nil {
 			return err
 		}
-		sp := span{start, s.i}
+		sp := span{start, s.Pos()}
 		t.members++
-		t.lastEnd = s.i
+		t.lastEnd = s.Pos()
 		switch {
-		case keyIs(k, e, "model"):
+		case jsonscan.KeyIs(k, e, "model"):
 			t.model = sp
 			t.models++
-		case keyIs(k, e, "stream_options"):
+		case jsonscan.KeyIs(k, e, "stream_options"):
 			t.streamOpts = sp
 			t.hasStreamOp = true
 		}
@@ -54,7 +60,7 @@ func locate(body []byte) (topLevel, error) {
 	if err != nil {
 		return t, err
 	}
-	return t, s.trailing()
+	return t, s.Trailing()
 }
 
 // splice returns body with body[start:end] replaced by the pieces, in one
@@ -105,16 +111,18 @@ func SetIncludeUsage(body []byte) ([]byte, error) {
 		return nil, &FieldError{Field: "stream_options", Want: "an object"}
 	}
 	// Find include_usage (the last one wins) inside the object.
-	s := scanner{b: body[:v.end], i: v.start}
+	var s jsonscan.Scanner
+	s.Reset(body[:v.end])
+	s.Seek(v.start)
 	var iu span
 	found, members := false, 0
-	_ = s.object(func(k []byte, e bool) error { // validated by locate
-		s.ws()
-		start := s.i
-		_ = s.skip()
+	_ = s.Object(func(k []byte, e bool) error { // validated by locate
+		s.WS()
+		start := s.Pos()
+		_ = s.Skip()
 		members++
-		if keyIs(k, e, "include_usage") {
-			iu, found = span{start, s.i}, true
+		if jsonscan.KeyIs(k, e, "include_usage") {
+			iu, found = span{start, s.Pos()}, true
 		}
 		return nil
 	})
@@ -202,58 +210,9 @@ func SetModel(body []byte, model string) ([]byte, error) {
 	case t.models > 1:
 		return nil, ErrDuplicateModel
 	}
-	n := len(body) - (t.model.end - t.model.start) + quotedLen(model)
+	n := len(body) - (t.model.end - t.model.start) + jsonstr.Len(model)
 	out := make([]byte, 0, n)
 	out = append(out, body[:t.model.start]...)
-	out = appendQuoted(out, model)
+	out = jsonstr.Append(out, model)
 	return append(out, body[t.model.end:]...), nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-func needsEscape(c byte) bool { return c < 0x20 || c == '"' || c == '\\' }
-
-func quotedLen(s string) int {
-	n := 2
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			n += 2
-		case c < 0x20:
-			n += 6
-		default:
-			n++
-		}
-	}
-	return n
-}
-
-// appendQuoted appends s as a JSON string. Bytes >= 0x80 pass through: model
-// names come from the gateway's own config.
-func appendQuoted(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !needsEscape(c) {
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
-		}
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

@@ -2,7 +2,8 @@ package chatreq
 
 import (
 	"errors"
-	"strconv"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 )
 
 // Every error Scan, SetIncludeUsage and SetModel return means the client sent
@@ -21,35 +22,8 @@ var (
 	ErrDuplicateModel = errors.New(`"model" appears more than once`)
 )
 
-// SyntaxError reports malformed JSON and where it is. Line and Col are
-// 1-based; Col counts bytes.
-type SyntaxError struct {
-	Offset int // byte offset of the offending byte (len(body) at unexpected end)
-	Line   int
-	Col    int
-	Msg    string
-}
-
-func (e *SyntaxError) Error() string {
-	return "invalid JSON at line " + strconv.Itoa(e.Line) + ", column " + strconv.Itoa(e.Col) +
-		" (offset " + strconv.Itoa(e.Offset) + "): " + e.Msg
-}
-
-func newSyntaxError(b []byte, off int, msg string) *SyntaxError {
-	line, col := 1, 1
-	if off > len(b) {
-		off = len(b)
-	}
-	for _, c := range b[:off] {
-		if c == '\n' {
-			line++
-			col = 1
-		} else {
-			col++
-		}
-	}
-	return &SyntaxError{Offset: off, Line: line, Col: col, Msg: msg}
-}
+// SyntaxError reports malformed JSON and where it is (package jsonscan's).
+type SyntaxError = jsonscan.SyntaxError
 
 // FieldError reports a known top-level member with the wrong type or value,
 // e.g. "stream":"yes" or "max_tokens":-1. Field is a fixed member name, never

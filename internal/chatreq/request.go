@@ -10,6 +10,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 )
 
 // Request is what one Scan of a request body finds.
@@ -74,196 +76,240 @@ type edits struct {
 // Duplicate members other than "model" follow the last one, as encoding/json
 // and most servers do.
 func Scan(body []byte) (Request, error) {
-	var r Request
-	s := scanner{b: body}
-	var semErr error // first non-syntax problem; reported after validation
-	setSem := func(err error) {
-		if semErr == nil {
-			semErr = err
+	t := topScan{maxTokens: -1, maxCompletion: -1}
+	s, r := &t.s, &t.r
+	s.Reset(body)
+	if s.Peek() != '{' {
+		if err := s.Skip(); err != nil {
+			return Request{}, err
 		}
+		if err := s.Trailing(); err != nil {
+			return Request{}, err
+		}
+		return Request{}, ErrNotObject
 	}
-	if s.peek() != '{' {
-		if err := s.skip(); err != nil {
-			return r, err
-		}
-		if err := s.trailing(); err != nil {
-			return r, err
-		}
-		return r, ErrNotObject
-	}
-	seenModel := false
-	var model, user rawString // materialized once the body is known valid
-	maxTokens, maxCompletion := -1, -1
-	r.at.lastEnd = s.i + 1
-	member := func(key []byte, esc bool) error {
-		s.ws()
-		name := key
-		if esc {
-			var buf [maxKey]byte
-			name = decodeKey(&buf, key)
-		}
-		switch string(name) {
-		case "model":
-			if seenModel {
-				setSem(ErrDuplicateModel)
-			}
-			seenModel = true
-			model = rawString{}
-			switch s.peek() {
-			case '"':
-				raw, e, err := s.str(nil)
-				model = rawString{raw, e}
-				return err
-			case 'n':
-				return s.literal("null")
-			default:
-				setSem(ErrModelType)
-				return s.skip()
-			}
-		case "stream":
-			v, ok, err := s.boolOrNull()
-			if !ok {
-				setSem(&FieldError{Field: "stream", Want: "a boolean"})
-			}
-			r.Stream = v
-			return err
-		case "stream_options":
-			r.IncludeUsage = false
-			r.at.streamOpts, r.at.hasStreamOp = span{start: s.i}, true
-			r.at.soMembers, r.at.hasIU = 0, false
-			var err error
-			switch s.peek() {
-			case '{':
-				err = s.object(func(k []byte, e bool) error {
-					r.at.soMembers++
-					if !keyIs(k, e, "include_usage") {
-						return s.skip()
-					}
-					s.ws()
-					start := s.i
-					v, ok, err := s.boolOrNull()
-					if !ok {
-						setSem(&FieldError{Field: "stream_options.include_usage", Want: "a boolean"})
-					}
-					r.IncludeUsage = v
-					r.at.includeUsage, r.at.hasIU = span{start, s.i}, true
-					return err
-				})
-			case 'n':
-				err = s.literal("null")
-			default:
-				setSem(&FieldError{Field: "stream_options", Want: "an object"})
-				err = s.skip()
-			}
-			r.at.streamOpts.end = s.i
-			return err
-		case "tools", "functions":
-			start := s.i
-			switch s.peek() {
-			case '[':
-				n := 0
-				err := s.array(func() error { n++; return s.skip() })
-				if n > 0 {
-					r.HasTools = true
-				}
-				r.ToolsBytes += s.i - start
-				return err
-			case 'n':
-				return s.literal("null")
-			default:
-				setSem(&FieldError{Field: string(name), Want: "an array"})
-				return s.skip()
-			}
-		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			v, ok, err := s.countOrNull()
-			if !ok {
-				setSem(&FieldError{Field: string(name), Want: "a non-negative integer"})
-			}
-			r.HasMaxTokens = r.HasMaxTokens || v >= 0
-			if string(name) == "max_tokens" {
-				maxTokens = v
-			} else { // max_completion_tokens (chat), max_output_tokens (responses)
-				maxCompletion = v
-			}
-			return err
-		case "messages":
-			switch s.peek() {
-			case '[':
-				return s.array(func() error {
-					r.Messages++
-					if s.peek() != '{' {
-						setSem(&FieldError{Field: "messages", Want: "an array of objects"})
-						return s.skip()
-					}
-					return s.message(&r)
-				})
-			case 'n':
-				return s.literal("null")
-			default:
-				setSem(&FieldError{Field: "messages", Want: "an array"})
-				return s.skip()
-			}
-		case "prompt", "input", "instructions", "system":
-			// "system" is Anthropic's system prompt: a string or text blocks.
-			return s.promptValue(&r, 0)
-		case "previous_response_id":
-			if s.peek() == '"' {
-				raw, _, err := s.str(nil)
-				r.PreviousResponseID = len(raw) > 0
-				if len(raw) > 0 {
-					r.PreviousResponse = string(raw)
-				}
-				return err
-			}
-			return s.skip()
-		case "user":
-			user = rawString{}
-			switch s.peek() {
-			case '"':
-				raw, e, err := s.str(nil)
-				user = rawString{raw, e}
-				return err
-			case 'n':
-				return s.literal("null")
-			default:
-				setSem(&FieldError{Field: "user", Want: "a string"})
-				return s.skip()
-			}
-		default:
-			return s.skip()
-		}
-	}
-	err := s.object(func(key []byte, esc bool) error {
-		if err := member(key, esc); err != nil {
+	r.at.lastEnd = s.Pos() + 1
+	err := s.Object(func(key []byte, esc bool) error {
+		if err := t.member(key, esc); err != nil {
 			return err
 		}
 		r.at.members++
-		r.at.lastEnd = s.i
+		r.at.lastEnd = s.Pos()
 		return nil
 	})
 	if err != nil {
 		return Request{}, err
 	}
-	if err := s.trailing(); err != nil {
+	if err := s.Trailing(); err != nil {
 		return Request{}, err
 	}
-	r.Model, r.User = materialize(model, user)
+	t.finish()
+	switch {
+	case t.semErr != nil:
+		return t.r, t.semErr
+	case t.r.Model == "":
+		return t.r, ErrNoModel
+	}
+	return t.r, nil
+}
+
+// reader is the JSON scanner with what the request walk keeps besides.
+type reader struct {
+	jsonscan.Scanner
+	cdepth int // nested content (tool_result blocks) being read
+}
+
+// topScan is the state of one Scan's walk over the top-level members. It
+// holds the scanner and the result by value: Scan's state stays on its
+// stack.
+type topScan struct {
+	s         reader
+	r         Request
+	semErr    error // first non-syntax problem; reported after validation
+	seenModel bool
+	// model and user are materialized once the body is known valid.
+	model, user              rawString
+	maxTokens, maxCompletion int
+}
+
+func (t *topScan) setSem(err error) {
+	if t.semErr == nil {
+		t.semErr = err
+	}
+}
+
+// member reads one top-level member's value.
+func (t *topScan) member(key []byte, esc bool) error {
+	s, r := &t.s, &t.r
+	s.WS()
+	name := key
+	if esc {
+		var buf [jsonscan.MaxKey]byte
+		name = jsonscan.DecodeKey(&buf, key)
+	}
+	switch string(name) {
+	case "model":
+		if t.seenModel {
+			t.setSem(ErrDuplicateModel)
+		}
+		t.seenModel = true
+		return t.stringOrNull(&t.model, "")
+	case "stream":
+		v, ok, err := s.boolOrNull()
+		if !ok {
+			t.setSem(&FieldError{Field: "stream", Want: "a boolean"})
+		}
+		r.Stream = v
+		return err
+	case "stream_options":
+		return t.streamOptions()
+	case "tools", "functions":
+		return t.tools(name)
+	case "max_tokens", "max_completion_tokens", "max_output_tokens":
+		return t.maxTokensMember(name)
+	case "messages":
+		return t.messages()
+	case "prompt", "input", "instructions", "system":
+		// "system" is Anthropic's system prompt: a string or text blocks.
+		return s.promptValue(r, 0)
+	case "previous_response_id":
+		if s.Peek() == '"' {
+			raw, _, err := s.Str(nil)
+			r.PreviousResponseID = len(raw) > 0
+			if len(raw) > 0 {
+				r.PreviousResponse = string(raw)
+			}
+			return err
+		}
+		return s.Skip()
+	case "user":
+		return t.stringOrNull(&t.user, "user")
+	}
+	return s.Skip()
+}
+
+// stringOrNull reads a string (kept raw in *v) or null; any other value
+// is a FieldError for field ("": ErrModelType).
+func (t *topScan) stringOrNull(v *rawString, field string) error {
+	s := &t.s
+	*v = rawString{}
+	switch s.Peek() {
+	case '"':
+		raw, e, err := s.Str(nil)
+		*v = rawString{raw, e}
+		return err
+	case 'n':
+		return s.Literal("null")
+	}
+	if field == "" {
+		t.setSem(ErrModelType)
+	} else {
+		t.setSem(&FieldError{Field: field, Want: "a string"})
+	}
+	return s.Skip()
+}
+
+// streamOptions reads "stream_options" and records where its
+// include_usage sits for WithIncludeUsage.
+func (t *topScan) streamOptions() error {
+	s, r := &t.s, &t.r
+	r.IncludeUsage = false
+	r.at.streamOpts, r.at.hasStreamOp = span{start: s.Pos()}, true
+	r.at.soMembers, r.at.hasIU = 0, false
+	var err error
+	switch s.Peek() {
+	case '{':
+		err = s.Object(func(k []byte, e bool) error {
+			r.at.soMembers++
+			if !jsonscan.KeyIs(k, e, "include_usage") {
+				return s.Skip()
+			}
+			s.WS()
+			start := s.Pos()
+			v, ok, err := s.boolOrNull()
+			if !ok {
+				t.setSem(&FieldError{Field: "stream_options.include_usage", Want: "a boolean"})
+			}
+			r.IncludeUsage = v
+			r.at.includeUsage, r.at.hasIU = span{start, s.Pos()}, true
+			return err
+		})
+	case 'n':
+		err = s.Literal("null")
+	default:
+		t.setSem(&FieldError{Field: "stream_options", Want: "an object"})
+		err = s.Skip()
+	}
+	r.at.streamOpts.end = s.Pos()
+	return err
+}
+
+// tools reads "tools" or "functions": their size counts as prompt.
+func (t *topScan) tools(name []byte) error {
+	s, r := &t.s, &t.r
+	start := s.Pos()
+	switch s.Peek() {
+	case '[':
+		n := 0
+		err := s.Array(func() error { n++; return s.Skip() })
+		if n > 0 {
+			r.HasTools = true
+		}
+		r.ToolsBytes += s.Pos() - start
+		return err
+	case 'n':
+		return s.Literal("null")
+	}
+	t.setSem(&FieldError{Field: string(name), Want: "an array"})
+	return s.Skip()
+}
+
+func (t *topScan) maxTokensMember(name []byte) error {
+	v, ok, err := t.s.countOrNull()
+	if !ok {
+		t.setSem(&FieldError{Field: string(name), Want: "a non-negative integer"})
+	}
+	t.r.HasMaxTokens = t.r.HasMaxTokens || v >= 0
+	if string(name) == "max_tokens" {
+		t.maxTokens = v
+	} else { // max_completion_tokens (chat), max_output_tokens (responses)
+		t.maxCompletion = v
+	}
+	return err
+}
+
+func (t *topScan) messages() error {
+	s, r := &t.s, &t.r
+	switch s.Peek() {
+	case '[':
+		return s.Array(func() error {
+			r.Messages++
+			if s.Peek() != '{' {
+				t.setSem(&FieldError{Field: "messages", Want: "an array of objects"})
+				return s.Skip()
+			}
+			return s.message(r)
+		})
+	case 'n':
+		return s.Literal("null")
+	}
+	t.setSem(&FieldError{Field: "messages", Want: "an array"})
+	return s.Skip()
+}
+
+// finish settles what the walk found once the body is known valid.
+func (t *topScan) finish() {
+	r := &t.r
+	r.Model, r.User = materialize(t.model, t.user)
 	if !utf8.ValidString(r.Model) { // decoders would see U+FFFD
-		setSem(ErrModelType)
+		t.setSem(ErrModelType)
 	}
 	switch {
-	case maxCompletion > 0:
-		r.MaxTokens = maxCompletion
-	case maxTokens > 0:
-		r.MaxTokens = maxTokens
+	case t.maxCompletion > 0:
+		r.MaxTokens = t.maxCompletion
+	case t.maxTokens > 0:
+		r.MaxTokens = t.maxTokens
 	}
-	if semErr != nil {
-		return r, semErr
-	}
-	if r.Model == "" {
-		return r, ErrNoModel
-	}
-	return r, nil
 }
 
 // rawString is a string value as it sits in the body.
@@ -285,7 +331,7 @@ func materialize(model, user rawString) (string, string) {
 			return
 		}
 		var buf [128]byte
-		d, _ := unescape(buf[:0], v.raw) // decoded is never longer than raw
+		d, _ := jsonscan.Unescape(buf[:0], v.raw) // decoded is never longer than raw
 		b.Write(d)
 	}
 	write(model)
@@ -295,42 +341,32 @@ func materialize(model, user rawString) (string, string) {
 	return s[:n], s[n:]
 }
 
-// trailing accepts only whitespace after the top-level value.
-func (s *scanner) trailing() error {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.errAt(s.i, "invalid character "+quoteByte(s.b[s.i])+" after top-level value")
-	}
-	return nil
-}
-
 // boolOrNull reads true, false or null; ok is false (and the value skipped)
 // for any other value.
-func (s *scanner) boolOrNull() (v, ok bool, err error) {
-	switch s.peek() {
+func (s *reader) boolOrNull() (v, ok bool, err error) {
+	switch s.Peek() {
 	case 't':
-		return true, true, s.literal("true")
+		return true, true, s.Literal("true")
 	case 'f':
-		return false, true, s.literal("false")
+		return false, true, s.Literal("false")
 	case 'n':
-		return false, true, s.literal("null")
+		return false, true, s.Literal("null")
 	}
-	return false, false, s.skip()
+	return false, false, s.Skip()
 }
 
 // countOrNull reads a non-negative integer or null (-1).
-func (s *scanner) countOrNull() (v int, ok bool, err error) {
-	switch c := s.peek(); {
+func (s *reader) countOrNull() (v int, ok bool, err error) {
+	switch c := s.Peek(); {
 	case c == 'n':
-		return -1, true, s.literal("null")
+		return -1, true, s.Literal("null")
 	case c >= '0' && c <= '9':
-		start := s.i
-		integer, err := s.number()
+		raw, integer, err := s.Number()
 		if err != nil || !integer {
 			return -1, false, err
 		}
 		n := 0
-		for _, d := range s.b[start:s.i] {
+		for _, d := range raw {
 			if n > (math.MaxInt32-9)/10 {
 				return -1, false, nil
 			}
@@ -338,128 +374,120 @@ func (s *scanner) countOrNull() (v int, ok bool, err error) {
 		}
 		return n, true, nil
 	}
-	return -1, false, s.skip()
+	return -1, false, s.Skip()
 }
 
 // message reads one chat message (or responses-API input item) object.
-func (s *scanner) message(r *Request) error {
-	st := textStats{}
-	err := s.object(func(k []byte, e bool) error {
-		s.ws()
+func (s *reader) message(r *Request) error {
+	st := jsonscan.TextStats{}
+	err := s.Object(func(k []byte, e bool) error {
+		s.WS()
 		if e {
-			var buf [maxKey]byte
-			k = decodeKey(&buf, k)
+			var buf [jsonscan.MaxKey]byte
+			k = jsonscan.DecodeKey(&buf, k)
 		}
 		switch string(k) {
 		case "content":
 			return s.content(&st)
 		case "tool_calls":
-			if s.peek() != '[' {
-				return s.skip()
-			}
-			return s.array(func() error {
-				if s.peek() != '{' {
-					return s.skip()
+			return s.Objects(func(k []byte, e bool) error {
+				if s.Peek() == '{' && jsonscan.KeyIs(k, e, "function") {
+					return s.functionCall(&st)
 				}
-				return s.object(func(k []byte, e bool) error {
-					if s.peek() == '{' && keyIs(k, e, "function") {
-						return s.functionCall(&st)
-					}
-					return s.skip()
-				})
+				return s.Skip()
 			})
 		case "function_call":
-			if s.peek() == '{' {
+			if s.Peek() == '{' {
 				return s.functionCall(&st)
 			}
-			return s.skip()
+			return s.Skip()
 		case "output", "arguments", "text":
 			// responses-API input items: function_call_output.output and
 			// function_call.arguments; Anthropic system text blocks
-			if s.peek() == '"' {
-				_, _, err := s.str(&st)
+			if s.Peek() == '"' {
+				_, _, err := s.Str(&st)
 				return err
 			}
 		}
-		return s.skip()
+		return s.Skip()
 	})
 	r.addText(st)
 	return err
 }
 
-func (r *Request) addText(st textStats) {
-	r.PromptBytes += st.bytes
-	r.PromptNonASCIIBytes += st.nonASCII
-	r.PromptSymbolBytes += st.symbols
+func (r *Request) addText(st jsonscan.TextStats) {
+	r.PromptBytes += st.Bytes
+	r.PromptNonASCIIBytes += st.NonASCII
+	r.PromptSymbolBytes += st.Symbols
 }
 
 // functionCall counts a {"name","arguments"} object.
-func (s *scanner) functionCall(st *textStats) error {
-	return s.object(func(k []byte, e bool) error {
-		if s.peek() == '"' && (keyIs(k, e, "arguments") || keyIs(k, e, "name")) {
-			_, _, err := s.str(st)
+func (s *reader) functionCall(st *jsonscan.TextStats) error {
+	return s.Object(func(k []byte, e bool) error {
+		if s.Peek() == '"' && (jsonscan.KeyIs(k, e, "arguments") || jsonscan.KeyIs(k, e, "name")) {
+			_, _, err := s.Str(st)
 			return err
 		}
-		return s.skip()
+		return s.Skip()
 	})
 }
 
 // content reads a message "content": a string, or an array of parts whose
 // "text" members are counted (text, input_text, output_text parts); image
 // and audio parts are skipped.
-func (s *scanner) content(st *textStats) error {
-	switch s.peek() {
+func (s *reader) content(st *jsonscan.TextStats) error {
+	switch s.Peek() {
 	case '"':
-		_, _, err := s.str(st)
+		_, _, err := s.Str(st)
 		return err
 	case '[':
-		return s.array(func() error {
-			switch s.peek() {
+		return s.Array(func() error {
+			switch s.Peek() {
 			case '"':
-				_, _, err := s.str(st)
+				_, _, err := s.Str(st)
 				return err
 			case '{':
-				return s.object(func(k []byte, e bool) error {
-					if s.peek() == '"' && keyIs(k, e, "text") {
-						_, _, err := s.str(st)
+				return s.Object(func(k []byte, e bool) error {
+					if s.Peek() == '"' && jsonscan.KeyIs(k, e, "text") {
+						_, _, err := s.Str(st)
 						return err
 					}
-					if keyIs(k, e, "content") && s.cdepth < maxContentDepth {
+					if jsonscan.KeyIs(k, e, "content") && s.cdepth < maxContentDepth {
 						// Anthropic tool_result blocks nest content.
 						s.cdepth++
 						err := s.content(st)
 						s.cdepth--
 						return err
 					}
-					return s.skip()
+					return s.Skip()
 				})
 			}
-			return s.skip()
+			return s.Skip()
 		})
 	}
-	return s.skip()
+	return s.Skip()
 }
 
 // promptValue reads "prompt", "input" or "instructions": strings are text,
 // integers are token ids, arrays nest, objects are input items (messages).
-func (s *scanner) promptValue(r *Request, depth int) error {
-	switch c := s.peek(); {
+func (s *reader) promptValue(r *Request, depth int) error {
+	switch c := s.Peek(); {
 	case c == '"':
-		st := textStats{}
-		_, _, err := s.str(&st)
+		st := jsonscan.TextStats{}
+		_, _, err := s.Str(&st)
 		r.addText(st)
 		return err
 	case c == '[' && depth < 2:
-		return s.array(func() error { return s.promptValue(r, depth+1) })
+		return s.Array(func() error { return s.promptValue(r, depth+1) })
 	case c == '{':
 		r.Messages++
 		return s.message(r)
 	case c == '-' || (c >= '0' && c <= '9'):
 		r.PromptTokenIDs++
-		_, err := s.number()
+		_, _, err := s.Number()
 		return err
 	}
-	return s.skip()
+	return s.Skip()
 }
 
 // maxContentDepth bounds nested tool_result content the scanner counts

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 )
 
 func TestScan(t *testing.T) {
@@ -151,7 +153,7 @@ func TestScanErrors(t *testing.T) {
 		{name: "bad number", body: `{"model":"m","n":01}`, syntax: true},
 		{name: "bad literal", body: `{"model":"m","stream":tru}`, syntax: true},
 		{name: "syntax beats semantics", body: `{"model":1,"x":[}`, syntax: true},
-		{name: "deep", body: `{"model":"m","x":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`, syntax: true},
+		{name: "deep", body: `{"model":"m","x":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1) + `}`, syntax: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
-// Package jsonstr writes JSON strings without reflection, for the answers
-// the gateway builds by hand (error bodies, model lists, translated
-// answers).
+// Package jsonstr is the gateway's one JSON string writer: it writes JSON
+// strings without reflection, for the answers the gateway builds by hand
+// (error bodies, model lists, translated answers) and the request edits
+// (chatreq.SetModel).
 package jsonstr
 
 import "unicode/utf8"
@@ -53,4 +54,33 @@ func Append(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// Len is len(Append(nil, s)): callers that splice a string into a buffer
+// size it exactly, in one allocation.
+func Len(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c >= 0x20 && c != '"' && c != '\\':
+				n++
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+				n += 2
+			default:
+				n += 6
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			n += 6
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
 }

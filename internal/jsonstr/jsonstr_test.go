@@ -20,6 +20,9 @@ func TestAppend(t *testing.T) {
 		if got != w {
 			t.Errorf("%q: got %q want %q", s, got, w)
 		}
+		if Len(s) != len(b) {
+			t.Errorf("%q: Len %d, written %d", s, Len(s), len(b))
+		}
 	}
 }
 
@@ -27,8 +30,8 @@ func FuzzAppend(f *testing.F) {
 	f.Add("a\"b\\c\x00\xff\u2028")
 	f.Fuzz(func(t *testing.T, s string) {
 		b := Append(nil, s)
-		if !json.Valid(b) {
-			t.Fatalf("%q → invalid JSON %s", s, b)
+		if !json.Valid(b) || Len(s) != len(b) {
+			t.Fatalf("%q → %s (Len %d): invalid JSON or a wrong length", s, b, Len(s))
 		}
 	})
 }

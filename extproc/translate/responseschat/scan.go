@@ -1,6 +1,11 @@
 package responseschat
 
-import "unicode/utf8"
+import (
+	"errors"
+	"unicode/utf8"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+)
 
 // responsesChatDeltaChunk is what the one-pass scanner reads from the
 // chunks that make up almost all of a chat stream: one choice whose delta
@@ -21,311 +26,161 @@ type responsesChatDeltaChunk struct {
 // second choice, JSON it does not expect): those take encoding/json.
 func responsesChatScanDelta(data []byte, d *responsesChatDeltaChunk) bool {
 	*d = responsesChatDeltaChunk{}
-	s := responsesChatScanner{b: data}
-	choices := 0
-	ok := s.object(func(key []byte) bool {
-		switch string(key) {
-		case "choices":
-			return s.array(func() bool {
-				choices++
-				return choices == 1 && s.object(func(key []byte) bool {
-					switch string(key) {
-					case "index":
-						return s.literal("0")
-					case "delta":
-						return s.object(func(key []byte) bool {
-							switch string(key) {
-							case "content":
-								return s.nullableString(&d.content)
-							case "refusal":
-								return s.nullableString(&d.refusal)
-							case "role":
-								var role []byte
-								return s.nullableString(&role)
-							case "tool_calls":
-								calls := 0
-								return s.array(func() bool {
-									calls++
-									return calls == 1 && s.toolCallArgs(d)
-								})
-							}
-							return s.skip(0) // what the translation does not read
-						})
-					case "finish_reason":
-						return s.nullableString(&d.finish)
-					}
-					return s.skip(0)
-				})
+	r := responsesChatReader{d: d}
+	r.s.Reset(data)
+	if r.s.Peek() != '{' {
+		return false
+	}
+	err := r.s.Object(func(key []byte, esc bool) error {
+		switch {
+		case jsonscan.KeyIs(key, esc, "choices"):
+			return r.array(func() error {
+				if r.choices++; r.choices > 1 {
+					return errResponsesChatShape
+				}
+				return r.object(r.choice)
 			})
-		case "usage", "error":
-			return s.literal("null")
+		case jsonscan.KeyIs(key, esc, "usage"), jsonscan.KeyIs(key, esc, "error"):
+			return r.s.Literal("null")
 		}
-		return s.skip(0)
+		return r.s.Skip()
 	})
-	return ok && choices == 1 && s.end()
+	return err == nil && r.choices == 1 && r.s.Trailing() == nil
+}
+
+// errResponsesChatShape: valid JSON, but not a chunk the one-pass reader
+// takes.
+var errResponsesChatShape = errors.New("translate: not a plain delta chunk")
+
+// responsesChatReader is the state of one responsesChatScanDelta.
+type responsesChatReader struct {
+	s       jsonscan.Scanner
+	d       *responsesChatDeltaChunk
+	choices int
+}
+
+func (r *responsesChatReader) object(member func(key []byte, esc bool) error) error {
+	if r.s.Peek() != '{' {
+		return errResponsesChatShape
+	}
+	return r.s.Object(member)
+}
+
+func (r *responsesChatReader) array(elem func() error) error {
+	if r.s.Peek() != '[' {
+		return errResponsesChatShape
+	}
+	return r.s.Array(elem)
+}
+
+// choice reads a member of the one choice.
+func (r *responsesChatReader) choice(key []byte, esc bool) error {
+	switch {
+	case jsonscan.KeyIs(key, esc, "index"):
+		return r.s.Literal("0")
+	case jsonscan.KeyIs(key, esc, "delta"):
+		return r.object(r.delta)
+	case jsonscan.KeyIs(key, esc, "finish_reason"):
+		return r.nullableString(&r.d.finish)
+	}
+	return r.s.Skip()
+}
+
+// delta reads a member of the choice's delta.
+func (r *responsesChatReader) delta(key []byte, esc bool) error {
+	switch {
+	case jsonscan.KeyIs(key, esc, "content"):
+		return r.nullableString(&r.d.content)
+	case jsonscan.KeyIs(key, esc, "refusal"):
+		return r.nullableString(&r.d.refusal)
+	case jsonscan.KeyIs(key, esc, "role"):
+		var role []byte
+		return r.nullableString(&role)
+	case jsonscan.KeyIs(key, esc, "tool_calls"):
+		calls := 0
+		return r.array(func() error {
+			if calls++; calls > 1 {
+				return errResponsesChatShape
+			}
+			return r.toolCallArgs()
+		})
+	}
+	return r.s.Skip() // what the translation does not read
 }
 
 // toolCallArgs reads {"index":n,"function":{"arguments":"…"}}: a tool
 // call's later delta, without id or name.
-func (s *responsesChatScanner) toolCallArgs(d *responsesChatDeltaChunk) bool {
+func (r *responsesChatReader) toolCallArgs() error {
+	d := r.d
 	d.hasArgs = true
 	sawIndex := false
-	return s.object(func(key []byte) bool {
-		switch string(key) {
-		case "index":
-			n, ok := s.smallInt()
-			d.argsIndex, sawIndex = n, ok
-			return ok
-		case "function":
-			return s.object(func(key []byte) bool {
-				switch string(key) {
-				case "arguments":
-					return s.nullableString(&d.args)
-				case "name":
-					return false // the call's opening delta
-				}
-				return s.skip(0)
-			})
-		case "id":
-			return false // the call's opening delta
-		}
-		return s.skip(0)
-	}) && sawIndex
-}
-
-// responsesChatScanner walks JSON text; every method answers false for
-// text it does not accept.
-type responsesChatScanner struct {
-	b []byte
-	i int
-}
-
-const responsesChatMaxDepth = 32
-
-func (s *responsesChatScanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-func (s *responsesChatScanner) peek() byte {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *responsesChatScanner) end() bool { s.ws(); return s.i == len(s.b) }
-
-// object reads an object, calling member with each key (the scanner then
-// at its value, which member must read).
-func (s *responsesChatScanner) object(member func(key []byte) bool) bool {
-	if s.peek() != '{' {
-		return false
-	}
-	s.i++
-	if s.peek() == '}' {
-		s.i++
-		return true
-	}
-	for {
-		key, ok := s.str()
-		if !ok || s.peek() != ':' {
-			return false
-		}
-		s.i++
-		if !member(key) {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// array reads an array, calling elem at each element.
-func (s *responsesChatScanner) array(elem func() bool) bool {
-	if s.peek() != '[' {
-		return false
-	}
-	s.i++
-	if s.peek() == ']' {
-		s.i++
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// str reads a string and returns its contents still escaped: valid UTF-8,
-// no control characters, only JSON's escapes.
-func (s *responsesChatScanner) str() ([]byte, bool) {
-	if s.peek() != '"' {
-		return nil, false
-	}
-	s.i++
-	start, ascii := s.i, true
-	for s.i < len(s.b) {
-		c := s.b[s.i]
+	err := r.object(func(key []byte, esc bool) error {
 		switch {
-		case c == '"':
-			v := s.b[start:s.i]
-			s.i++
-			return v, ascii || utf8.Valid(v)
-		case c == '\\':
-			if s.i+1 >= len(s.b) {
-				return nil, false
-			}
-			switch s.b[s.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
-			case 'u':
-				if s.i+6 > len(s.b) {
-					return nil, false
+		case jsonscan.KeyIs(key, esc, "index"):
+			n, err := r.smallInt()
+			d.argsIndex, sawIndex = n, err == nil
+			return err
+		case jsonscan.KeyIs(key, esc, "function"):
+			return r.object(func(key []byte, esc bool) error {
+				switch {
+				case jsonscan.KeyIs(key, esc, "arguments"):
+					return r.nullableString(&d.args)
+				case jsonscan.KeyIs(key, esc, "name"):
+					return errResponsesChatShape // the call's opening delta
 				}
-				for _, h := range s.b[s.i+2 : s.i+6] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return nil, false
-					}
-				}
-				s.i += 6
-			default:
-				return nil, false
-			}
-		case c < 0x20:
-			return nil, false
-		default:
-			if c >= utf8.RuneSelf {
-				ascii = false
-			}
-			s.i++
+				return r.s.Skip()
+			})
+		case jsonscan.KeyIs(key, esc, "id"):
+			return errResponsesChatShape // the call's opening delta
 		}
+		return r.s.Skip()
+	})
+	if err == nil && !sawIndex {
+		return errResponsesChatShape
 	}
-	return nil, false
+	return err
 }
 
-// nullableString reads a string or null into *v (nil for null or "").
-func (s *responsesChatScanner) nullableString(v *[]byte) bool {
-	if s.peek() == 'n' {
-		*v = nil
-		return s.literal("null")
+// nullableString reads a string or null into *v (nil for null or ""). The
+// string is kept escaped; it must be valid UTF-8 to be copied as it is.
+func (r *responsesChatReader) nullableString(v *[]byte) error {
+	*v = nil
+	switch r.s.Peek() {
+	case 'n':
+		return r.s.Literal("null")
+	case '"':
+	default:
+		return errResponsesChatShape
 	}
-	str, ok := s.str()
-	if len(str) == 0 {
-		str = nil
+	var st jsonscan.TextStats
+	str, _, err := r.s.Str(&st)
+	if err != nil {
+		return err
 	}
-	*v = str
-	return ok
-}
-
-func (s *responsesChatScanner) literal(word string) bool {
-	s.ws()
-	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
-		return false
+	if st.NonASCII > 0 && !utf8.Valid(str) {
+		return errResponsesChatShape
 	}
-	s.i += len(word)
-	return s.i == len(s.b) || !('a' <= s.b[s.i] && s.b[s.i] <= 'z' || '0' <= s.b[s.i] && s.b[s.i] <= '9')
+	if len(str) > 0 {
+		*v = str
+	}
+	return nil
 }
 
 // smallInt reads a non-negative integer below 10⁶ (a tool call index).
-func (s *responsesChatScanner) smallInt() (int, bool) {
-	s.ws()
-	n, start := 0, s.i
-	for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' && s.i-start < 6 {
-		n = n*10 + int(s.b[s.i]-'0')
-		s.i++
+func (r *responsesChatReader) smallInt() (int, error) {
+	if c := r.s.Peek(); c < '0' || c > '9' {
+		return 0, errResponsesChatShape
 	}
-	if s.i == start || s.i < len(s.b) && ('0' <= s.b[s.i] && s.b[s.i] <= '9' || s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
-		return 0, false
+	raw, integer, err := r.s.Number()
+	if err != nil {
+		return 0, err
 	}
-	if s.b[start] == '0' && s.i-start > 1 {
-		return 0, false
+	if !integer || len(raw) > 6 {
+		return 0, errResponsesChatShape
 	}
-	return n, true
-}
-
-// skip reads any value.
-func (s *responsesChatScanner) skip(depth int) bool {
-	if depth > responsesChatMaxDepth {
-		return false
+	n := 0
+	for _, c := range raw {
+		n = n*10 + int(c-'0')
 	}
-	switch c := s.peek(); {
-	case c == '"':
-		_, ok := s.str()
-		return ok
-	case c == '{':
-		return s.object(func([]byte) bool { return s.skip(depth + 1) })
-	case c == '[':
-		return s.array(func() bool { return s.skip(depth + 1) })
-	case c == 't':
-		return s.literal("true")
-	case c == 'f':
-		return s.literal("false")
-	case c == 'n':
-		return s.literal("null")
-	case c == '-' || '0' <= c && c <= '9':
-		return s.number()
-	}
-	return false
-}
-
-// number reads a JSON number.
-func (s *responsesChatScanner) number() bool {
-	b, i := s.b, s.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	digits := func() bool {
-		start := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		return i > start
-	}
-	if i < len(b) && b[i] == '0' {
-		i++
-	} else if !digits() {
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if !digits() {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if !digits() {
-			return false
-		}
-	}
-	s.i = i
-	return true
+	return n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 )
 
@@ -27,7 +28,7 @@ type Entry struct {
 	Status int `json:"status,omitempty"`
 	// Usage is what the provider reported (or, on a disconnect without a
 	// usage report, what the billing policy derived).
-	Usage pricing.Usage `json:"usage"`
+	Usage usage.Usage   `json:"usage"`
 	Cost  pricing.Money `json:"cost"`
 	// Time decides the day and month the entry counts in; replays keep it.
 	Time     time.Time `json:"time"`

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -57,7 +58,7 @@ func perToken(perMTok float64) int64 {
 // billed at CachedInput and the rest of the prompt at Input; reasoning tokens
 // (at most CompletionTokens) at Reasoning and the rest at Output. The exact
 // sum in pico-units is rounded half up to nano-units once.
-func (r Rate) Cost(u Usage) Money {
+func (r Rate) Cost(u usage.Usage) Money {
 	prompt, completion := nonNeg(u.PromptTokens), nonNeg(u.CompletionTokens)
 	if prompt == 0 && completion == 0 && u.TotalTokens > 0 {
 		// A provider that reports only a total: bill it at the dearer of

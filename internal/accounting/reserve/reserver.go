@@ -15,6 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/accounting/budget"
 	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
 	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -311,7 +312,7 @@ func member(id string) string { return "r:" + id }
 // after Release, does nothing. A settle Redis does not take (down, timing
 // out) is buffered and replayed by Run once Redis answers again; it then
 // returns nil. Only a settle Redis refuses returns an error.
-func (r *Reserver) Settle(ctx context.Context, res Reservation, actual pricing.Usage, cost pricing.Money) error {
+func (r *Reserver) Settle(ctx context.Context, res Reservation, actual usage.Usage, cost pricing.Money) error {
 	return r.settle(ctx, res, actual.Tokens(), cost)
 }
 

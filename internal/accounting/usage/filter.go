@@ -1,6 +1,11 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+	"github.com/swarmgate/swarmgate/internal/sse"
+)
 
 // StreamFilter removes the usage-only chunk from an SSE stream: the event
 // whose JSON has "choices":[] and a "usage" object, which the provider sends
@@ -50,26 +55,11 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 		return chunk
 	}
 	f.drops = f.drops[:0]
-	heldLive := len(f.held) > 0 // held bytes belong to the event in progress
-	emitHeld := false
-	i, evStart := 0, 0
-	if f.afterCR {
-		f.afterCR = false
-		if len(chunk) > 0 && chunk[0] == '\n' {
-			i = 1
-			if f.boundary {
-				evStart = 1
-				if f.dropLF {
-					f.drops = append(f.drops, fspan{0, 1})
-				}
-			} else {
-				f.evSize++
-			}
-		}
-	}
-	f.dropLF, f.boundary = false, false
+	// heldLive: held bytes belong to the event in progress.
+	w := filterPass{chunk: chunk, heldLive: len(f.held) > 0}
+	i := f.afterBoundary(&w)
 	for i < len(chunk) {
-		j := nextTerminator(chunk[i:])
+		j := sse.NextTerminator(chunk[i:])
 		if j < 0 {
 			f.lineLen += len(chunk) - i
 			f.evSize += len(chunk) - i
@@ -89,70 +79,107 @@ func (f *StreamFilter) Write(chunk []byte) []byte {
 		blank := f.lineLen == 0 && j == i
 		f.lineLen = 0
 		f.evSize += k - i
-		if !blank {
+		if blank {
+			f.endEvent(&w, k, crEnd)
+		} else {
 			f.evLines = true
-			i = k
-			if crEnd {
-				f.afterCR = true
-			}
-			continue
-		}
-		// A blank line ends the event [evStart, k).
-		if f.evLines && !f.passing && !f.probe.pass && f.evSize <= MaxEventBytes {
-			block := chunk[evStart:k]
-			if heldLive {
-				f.scratch = append(append(f.scratch[:0], f.held...), block...)
-				block = f.scratch
-			}
-			if mayBeUsageOnly(block) && f.usageOnly(block) {
-				f.drops = append(f.drops, fspan{evStart, k})
-				f.removed++
-				heldLive = false
-				f.dropLF = crEnd
-			}
-		}
-		if heldLive {
-			emitHeld, heldLive = true, false
-		}
-		evStart = k
-		f.evLines, f.passing, f.evSize = false, false, 0
-		f.probe = choicesProbe{}
-		if crEnd {
-			f.afterCR, f.boundary = true, true
+			f.afterCR = f.afterCR || crEnd
 		}
 		i = k
 	}
-	// The event still open at the end of the chunk. Only its bytes are
-	// probed: a complete event is classified whole above, and most events
-	// are complete within their chunk.
-	tail := len(chunk)
-	if f.evLines || f.lineLen > 0 || heldLive {
-		if !f.passing && !f.probe.done {
-			f.probe.feed(chunk[evStart:])
-		}
-		switch {
-		case f.passing:
-		case f.probe.pass || f.evSize > MaxEventBytes:
-			f.passing = true
-			if heldLive {
-				emitHeld, heldLive = true, false
-			}
-		default:
-			tail = evStart
-		}
-	}
-	out := f.assemble(chunk, tail, emitHeld)
+	tail := f.openEvent(&w)
+	out := f.assemble(chunk, tail, w.emitHeld)
 	// Now that the old held bytes are copied out, keep the new tail.
 	if tail < len(chunk) {
-		if heldLive {
+		if w.heldLive {
 			f.held = append(f.held, chunk[tail:]...)
 		} else {
 			f.held = append(f.held[:0], chunk[tail:]...)
 		}
-	} else if !heldLive {
+	} else if !w.heldLive {
 		f.held = f.held[:0]
 	}
 	return out
+}
+
+// filterPass is one Write's walk over its chunk.
+type filterPass struct {
+	chunk    []byte
+	evStart  int  // where the current event starts in chunk
+	heldLive bool // the held bytes belong to the event in progress
+	emitHeld bool // the held bytes go out before chunk
+}
+
+// afterBoundary handles an LF that completes the previous chunk's CR, and
+// returns where the chunk's lines start.
+func (f *StreamFilter) afterBoundary(w *filterPass) int {
+	i := 0
+	if f.afterCR {
+		f.afterCR = false
+		if w.chunk[0] == '\n' {
+			i = 1
+			if f.boundary {
+				w.evStart = 1
+				if f.dropLF {
+					f.drops = append(f.drops, fspan{0, 1})
+				}
+			} else {
+				f.evSize++
+			}
+		}
+	}
+	f.dropLF, f.boundary = false, false
+	return i
+}
+
+// endEvent handles the blank line ending the event [w.evStart, k).
+func (f *StreamFilter) endEvent(w *filterPass, k int, crEnd bool) {
+	if f.evLines && !f.passing && !f.probe.pass && f.evSize <= MaxEventBytes {
+		block := w.chunk[w.evStart:k]
+		if w.heldLive {
+			f.scratch = append(append(f.scratch[:0], f.held...), block...)
+			block = f.scratch
+		}
+		if mayBeUsageOnly(block) && f.usageOnly(block) {
+			f.drops = append(f.drops, fspan{w.evStart, k})
+			f.removed++
+			w.heldLive = false
+			f.dropLF = crEnd
+		}
+	}
+	if w.heldLive {
+		w.emitHeld, w.heldLive = true, false
+	}
+	w.evStart = k
+	f.evLines, f.passing, f.evSize = false, false, 0
+	f.probe = choicesProbe{}
+	if crEnd {
+		f.afterCR, f.boundary = true, true
+	}
+}
+
+// openEvent decides on the event still open at the end of the chunk and
+// returns where the bytes to hold back start (len(chunk): none). Only its
+// bytes are probed: a complete event is classified whole by endEvent, and
+// most events are complete within their chunk.
+func (f *StreamFilter) openEvent(w *filterPass) int {
+	if !f.evLines && f.lineLen == 0 && !w.heldLive {
+		return len(w.chunk)
+	}
+	if !f.passing && !f.probe.done {
+		f.probe.feed(w.chunk[w.evStart:])
+	}
+	switch {
+	case f.passing:
+	case f.probe.pass || f.evSize > MaxEventBytes:
+		f.passing = true
+		if w.heldLive {
+			w.emitHeld, w.heldLive = true, false
+		}
+	default:
+		return w.evStart
+	}
+	return len(w.chunk)
 }
 
 // assemble returns held (if emitHeld) + chunk[:tail] minus the drops.
@@ -207,7 +234,7 @@ func (f *StreamFilter) Flush() []byte {
 // (event:, id:, or data split over lines) always gets the full check.
 func mayBeUsageOnly(block []byte) bool {
 	body := bytes.TrimRight(block, "\r\n")
-	if t := nextTerminator(body); t >= 0 {
+	if t := sse.NextTerminator(body); t >= 0 {
 		return true
 	}
 	for i := 0; ; i++ {
@@ -229,35 +256,34 @@ func mayBeUsageOnly(block []byte) bool {
 // usageOnly reports whether a complete event block is a usage-only chunk.
 func (f *StreamFilter) usageOnly(block []byte) bool {
 	var has bool
-	f.data, has = eventData(f.data[:0], block)
+	f.data, has = sse.EventData(f.data[:0], block)
 	return has && isUsageOnly(f.data)
 }
 
 // isUsageOnly: a JSON object with "choices":[] and a usage object, and no
 // error.
 func isUsageOnly(d []byte) bool {
-	s := jscan{b: d}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(d)
+	if s.Peek() != '{' {
 		return false
 	}
 	emptyChoices, hasUsage, other := false, false, false
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "choices":
-			if s.peek() == '[' {
-				n := 0
-				s.array(func() { n++; s.skip() })
-				emptyChoices = n == 0
-				return
-			}
-		case "usage":
-			hasUsage = s.peek() == '{'
-		case "error":
+	err := s.Object(func(k []byte, esc bool) error {
+		switch {
+		case jsonscan.KeyIs(k, esc, "choices") && s.Peek() == '[':
+			n := 0
+			err := s.Array(func() error { n++; return s.Skip() })
+			emptyChoices = n == 0
+			return err
+		case jsonscan.KeyIs(k, esc, "usage"):
+			hasUsage = s.Peek() == '{'
+		case jsonscan.KeyIs(k, esc, "error"):
 			other = true
 		}
-		s.skip()
+		return s.Skip()
 	})
-	return !s.bad && s.peek() == 0 && emptyChoices && hasUsage && !other
+	return err == nil && s.Trailing() == nil && emptyChoices && hasUsage && !other
 }
 
 // choicesProbe watches an event's raw bytes for `"choices"` `:` `[` and

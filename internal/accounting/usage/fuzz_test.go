@@ -2,6 +2,7 @@ package usage
 
 import (
 	"bytes"
+	"github.com/swarmgate/swarmgate/internal/sse"
 	"os"
 	"path/filepath"
 	"testing"
@@ -76,7 +77,7 @@ func FuzzStreamFilter(f *testing.F) {
 		// block (the filter takes shortcuts; this does not).
 		want := 0
 		for _, b := range refBlocks(stream) {
-			if d, has := eventData(nil, b); has && len(b) <= MaxEventBytes && isUsageOnly(d) {
+			if d, has := sse.EventData(nil, b); has && len(b) <= MaxEventBytes && isUsageOnly(d) {
 				want++
 			}
 		}

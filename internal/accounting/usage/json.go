@@ -1,6 +1,11 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+	"errors"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+)
 
 // FromJSON finds the top-level "usage" object of a whole JSON response
 // (chat completion, completion, embeddings, responses API) and reads it.
@@ -20,11 +25,17 @@ func FromJSON(body []byte) (Usage, bool) {
 
 var usageKey = []byte(`"usage"`)
 
+// errShape ends a walk over JSON that is valid so far but not the shape
+// looked for (no allocation, unlike a syntax error).
+var errShape = errors.New("usage: unexpected JSON shape")
+
 // fromTail tries the last `"usage"` key. proven is true when that key is a
 // member of the outermost object: after its value the remaining members
 // parse and the object closing them is the last byte of the body.
 func fromTail(body []byte) (u Usage, ok, proven bool) {
 	end := len(body)
+	var s jsonscan.Scanner
+	s.Reset(body)
 	for tries := 0; tries < 4; tries++ {
 		k := bytes.LastIndex(body[:end], usageKey)
 		if k < 0 {
@@ -39,40 +50,13 @@ func fromTail(body []byte) (u Usage, ok, proven bool) {
 		if n&1 == 1 {
 			continue
 		}
-		s := jscan{b: body, i: k + len(usageKey)}
-		if s.peek() != ':' {
+		s.Seek(k + len(usageKey))
+		isObj, u, ok, err := tailMember(&s)
+		if err != nil || s.Peek() != '}' {
 			continue
 		}
-		s.i++
-		isObj := s.peek() == '{'
-		if isObj {
-			u, ok = parseUsage(&s)
-		} else {
-			s.skip()
-		}
-		if s.bad {
-			continue
-		}
-		// Remaining members of the same object, then '}' and the end.
-		for !s.bad && s.peek() == ',' {
-			s.i++
-			if s.peek() != '"' {
-				s.bad = true
-				break
-			}
-			s.str()
-			if s.peek() != ':' {
-				s.bad = true
-				break
-			}
-			s.i++
-			s.skip()
-		}
-		if s.bad || s.peek() != '}' {
-			continue
-		}
-		s.i++
-		if s.peek() != 0 {
+		s.Seek(s.Pos() + 1)
+		if s.WS(); s.Pos() != len(body) {
 			continue
 		}
 		if !isObj {
@@ -83,22 +67,51 @@ func fromTail(body []byte) (u Usage, ok, proven bool) {
 	return Usage{}, false, false
 }
 
+// tailMember reads the usage member's ':' and value and the members that
+// follow it in the same object, up to its closing brace.
+func tailMember(s *jsonscan.Scanner) (isObj bool, u Usage, ok bool, err error) {
+	if s.Peek() != ':' {
+		return false, Usage{}, false, errShape
+	}
+	s.Seek(s.Pos() + 1)
+	if isObj = s.Peek() == '{'; isObj {
+		u, ok, err = parseUsage(s)
+	} else {
+		err = s.Skip()
+	}
+	for err == nil && s.Peek() == ',' {
+		s.Seek(s.Pos() + 1)
+		s.WS()
+		if _, _, err = s.Str(nil); err != nil {
+			break
+		}
+		if s.Peek() != ':' {
+			return false, Usage{}, false, errShape
+		}
+		s.Seek(s.Pos() + 1)
+		err = s.Skip()
+	}
+	return isObj, u, ok, err
+}
+
 // fromWalk walks the top-level object member by member.
 func fromWalk(body []byte) (Usage, bool) {
-	s := jscan{b: body}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(body)
+	if s.Peek() != '{' {
 		return Usage{}, false
 	}
 	var u Usage
 	found := false
-	s.object(func(k []byte) {
-		if string(k) == "usage" && s.peek() == '{' {
-			u, found = parseUsage(&s)
-			return
+	err := s.Object(func(k []byte, esc bool) error {
+		if jsonscan.KeyIs(k, esc, "usage") && s.Peek() == '{' {
+			var err error
+			u, found, err = parseUsage(&s)
+			return err
 		}
-		s.skip()
+		return s.Skip()
 	})
-	if s.bad {
+	if err != nil {
 		return Usage{}, false
 	}
 	return u, found
@@ -112,21 +125,23 @@ const MaxResponseIDBytes = 256
 // body (raw JSON string body, escapes intact) in one pass, without
 // building values: an "id" nested in the output items is never taken.
 func ResponseID(body []byte) ([]byte, bool) {
-	s := jscan{b: body}
-	if s.peek() != '{' {
+	var s jsonscan.Scanner
+	s.Reset(body)
+	if s.Peek() != '{' {
 		return nil, false
 	}
 	var id []byte
-	s.object(func(k []byte) {
-		if string(k) == "id" && id == nil {
-			if raw, ok := s.stringValue(); ok {
-				id = raw
-			}
-			return
+	// A syntax error after the id does not void it: the body is the
+	// provider's, and only its id is wanted.
+	_ = s.Object(func(k []byte, esc bool) error {
+		if jsonscan.KeyIs(k, esc, "id") && id == nil && s.Peek() == '"' {
+			var err error
+			id, _, err = s.Str(nil)
+			return err
 		}
-		s.skip()
+		return s.Skip()
 	})
-	if id == nil || len(id) == 0 || len(id) > MaxResponseIDBytes {
+	if len(id) == 0 || len(id) > MaxResponseIDBytes {
 		return nil, false
 	}
 	return id, true

@@ -3,22 +3,24 @@ package usage
 import (
 	"bytes"
 	"io"
+
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
+	"github.com/swarmgate/swarmgate/internal/sse"
 )
+
+// MaxEventBytes caps the bytes held for one event (its data and partial
+// line). A larger event is dropped and counted, never buffered further.
+const MaxEventBytes = sse.MaxEventBytes
 
 // StreamParser reads usage and delivered content from an SSE response
 // (OpenAI-style chat/completions streams, and responses-API events) fed in
 // arbitrary chunks. It keeps only the current partial event, at most
-// MaxEventBytes. The zero value is ready; Reset makes it reusable (pool it).
-// Not safe for concurrent use.
+// sse.MaxEventBytes. The zero value is ready; Reset makes it reusable (pool
+// it). Not safe for concurrent use.
 type StreamParser struct {
-	line     []byte // partial line carried across Writes
-	data     []byte // data of the current event, copied
-	dataRef  []byte // data of the current event, still in the caller's chunk
-	hasData  bool
-	isError  bool // event: error
-	discard  bool // event over the cap: skip to its blank line
-	afterCR  bool // last byte seen was a CR terminator
-	longLine bool // current partial line over the cap: skip to its end
+	ev      sse.Events       // the stream's framing
+	isError bool             // the current event is named "error"
+	scan    jsonscan.Scanner // reads each event's JSON
 
 	events    int
 	bad       int
@@ -32,7 +34,9 @@ type StreamParser struct {
 
 // Reset clears all state and keeps the buffers.
 func (p *StreamParser) Reset() {
-	*p = StreamParser{line: p.line[:0], data: p.data[:0], respID: p.respID[:0]}
+	ev := p.ev
+	ev.Reset()
+	*p = StreamParser{ev: ev, respID: p.respID[:0]}
 }
 
 // ResponseID is the id of the Responses API response the stream carries
@@ -56,8 +60,9 @@ func (p *StreamParser) Done() bool { return p.done }
 // Events counts dispatched events that carried data.
 func (p *StreamParser) Events() int { return p.events }
 
-// BadEvents counts events dropped as malformed JSON or over MaxEventBytes.
-func (p *StreamParser) BadEvents() int { return p.bad }
+// BadEvents counts events dropped as malformed JSON or over
+// sse.MaxEventBytes.
+func (p *StreamParser) BadEvents() int { return p.bad + p.ev.Dropped() }
 
 // DeliveredContentBytes is the decoded size of the text delivered to the
 // client: choices[].delta.content, .reasoning_content, .reasoning, .refusal,
@@ -73,45 +78,8 @@ func (p *StreamParser) Err() error { return p.err }
 // Write consumes the next chunk. It never fails: malformed events are
 // counted (BadEvents) and skipped. It does not retain chunk.
 func (p *StreamParser) Write(chunk []byte) {
-	b := chunk
-	if p.afterCR && len(b) > 0 {
-		p.afterCR = false
-		if b[0] == '\n' {
-			b = b[1:]
-		}
-	}
-	for len(b) > 0 {
-		j := nextTerminator(b)
-		if j < 0 {
-			p.partial(b)
-			break
-		}
-		if len(p.line) > 0 || p.longLine {
-			if !p.longLine {
-				p.line = append(p.line, b[:j]...)
-				p.handleLine(p.line, false)
-			}
-			p.line = p.line[:0]
-			p.longLine = false
-		} else {
-			p.handleLine(b[:j], true)
-		}
-		next := j + 1
-		if b[j] == '\r' {
-			if j+1 < len(b) {
-				if b[j+1] == '\n' {
-					next = j + 2
-				}
-			} else {
-				p.afterCR = true
-			}
-		}
-		b = b[next:]
-	}
-	if p.dataRef != nil { // chunk goes away: keep a copy
-		p.data = append(p.data[:0], p.dataRef...)
-		p.dataRef = nil
-	}
+	p.ev.DropLarge = true
+	_ = p.ev.Feed(chunk, false, p.dispatch)
 }
 
 // Writer adapts the parser to io.Writer, e.g. as the output of a
@@ -129,99 +97,15 @@ func (w parserWriter) Write(b []byte) (int, error) {
 // of the stream (browsers drop it; accounting should not lose a usage
 // chunk a provider forgot to terminate).
 func (p *StreamParser) Flush() {
-	if len(p.line) > 0 && !p.longLine {
-		p.handleLine(p.line, false)
-	}
-	p.line, p.longLine = p.line[:0], false
-	p.handleLine(nil, false)
+	p.ev.DropLarge = true
+	_ = p.ev.Feed(nil, true, p.dispatch)
 }
 
-func (p *StreamParser) partial(b []byte) {
-	if p.longLine {
-		return
-	}
-	if len(p.line)+len(b)+len(p.data)+len(p.dataRef) > MaxEventBytes {
-		p.overflow()
-		p.longLine = true
-		p.line = p.line[:0]
-		return
-	}
-	p.line = append(p.line, b...)
-}
-
-func (p *StreamParser) overflow() {
-	if !p.discard {
-		p.bad++
-	}
-	p.discard = true
-	p.resetEvent()
-}
-
-func (p *StreamParser) resetEvent() {
-	p.data = p.data[:0]
-	p.dataRef = nil
-	p.hasData = false
-	p.isError = false
-}
-
-// handleLine processes one complete line; inChunk says it lies in the
-// caller's chunk (so it can be referenced instead of copied).
-func (p *StreamParser) handleLine(l []byte, inChunk bool) {
-	if len(l) == 0 {
-		if p.discard {
-			p.discard = false
-			p.resetEvent()
-			return
-		}
-		p.dispatch()
-		return
-	}
-	if p.discard || l[0] == ':' {
-		return
-	}
-	f, v := splitField(l)
-	switch string(f) {
-	case "data":
-		if len(v) > MaxEventBytes {
-			p.overflow()
-			return
-		}
-		if !p.hasData {
-			p.hasData = true
-			if inChunk {
-				p.dataRef = v
-			} else {
-				p.data = append(p.data[:0], v...)
-			}
-			return
-		}
-		if p.dataRef != nil {
-			p.data = append(p.data[:0], p.dataRef...)
-			p.dataRef = nil
-		}
-		if len(p.data)+1+len(v) > MaxEventBytes {
-			p.overflow()
-			return
-		}
-		p.data = append(p.data, '\n')
-		p.data = append(p.data, v...)
-	case "event":
-		p.isError = string(v) == "error"
-	}
-}
-
-func (p *StreamParser) dispatch() {
-	if !p.hasData {
-		p.resetEvent()
-		return
-	}
-	d := p.data
-	if p.dataRef != nil {
-		d = p.dataRef
-	}
+func (p *StreamParser) dispatch(e sse.Event) error {
 	p.events++
-	p.event(d)
-	p.resetEvent()
+	p.isError = string(e.Name) == "error"
+	p.event(e.Data)
+	return nil
 }
 
 var doneMarker = []byte("[DONE]")
@@ -233,8 +117,10 @@ func (p *StreamParser) event(d []byte) {
 		p.done = true
 		return
 	}
-	s := jscan{b: d}
-	if s.peek() != '{' {
+	e := eventScan{p: p}
+	s := &p.scan
+	s.Reset(d)
+	if s.Peek() != '{' {
 		if p.isError {
 			p.setErr(&StreamError{Event: "error", Message: clip(d)})
 			return
@@ -242,125 +128,155 @@ func (p *StreamParser) event(d []byte) {
 		p.bad++
 		return
 	}
-	var (
-		u         Usage
-		hasU      bool
-		hasInput  bool
-		delivered int64
-		errSeen   bool
-		msg, typ  []byte
-		code      []byte
-	)
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "usage":
-			if s.peek() == '{' {
-				u, hasInput, hasU = parseUsageInput(&s)
-				return
-			}
-		case "choices":
-			if s.peek() == '[' {
-				s.array(func() { delivered += choice(&s) })
-				return
-			}
-		case "delta":
-			switch s.peek() {
-			case '"': // responses API: {"type":"response.output_text.delta","delta":"..."}
-				delivered += int64(decodedLen(s.str()))
-			case '{': // Anthropic content_block_delta: text, partial_json, thinking
-				delivered += anthropicDelta(&s)
-			default:
-				s.skip()
-			}
-			return
-		case "response": // responses API: response.completed carries response.usage
-			if s.peek() == '{' {
-				s.object(func(k []byte) {
-					switch {
-					case string(k) == "usage" && s.peek() == '{':
-						u, hasInput, hasU = parseUsageInput(&s)
-						return
-					case string(k) == "id" && len(p.respID) == 0:
-						if raw, ok := s.stringValue(); ok && len(raw) <= MaxResponseIDBytes {
-							p.respID = append(p.respID[:0], raw...)
-						}
-						return
-					}
-					s.skip()
-				})
-				return
-			}
-		case "error":
-			errSeen = true
-			switch s.peek() {
-			case '{':
-				s.object(func(k []byte) {
-					switch string(k) {
-					case "message":
-						msg, _ = s.stringValue()
-					case "type":
-						typ, _ = s.stringValue()
-					case "code":
-						if s.peek() == '"' {
-							code = s.str()
-						} else if c := s.peek(); c == '-' || (c >= '0' && c <= '9') {
-							code = s.scalar()
-						} else {
-							s.skip()
-						}
-					default:
-						s.skip()
-					}
-				})
-				return
-			case '"':
-				msg = s.str()
-				return
-			case 'n':
-				errSeen = false
-			}
-		case "type":
-			if raw, ok := s.stringValue(); ok {
-				switch string(raw) {
-				case "error":
-					errSeen = true
-				case "message_stop", "response.completed", "response.incomplete", "response.failed":
-					p.done = true // the stream's last event
-				}
-			}
-			return
-		case "message", "code":
-			if s.peek() == '{' && string(k) == "message" {
-				// Anthropic message_start: {"message":{...,"usage":{...}}}
-				s.object(func(k []byte) {
-					if string(k) == "usage" && s.peek() == '{' {
-						u, hasInput, hasU = parseUsageInput(&s)
-						return
-					}
-					s.skip()
-				})
-				return
-			}
-			// responses-API error events carry these at top level
-			if p.isError || errSeen {
-				if raw, ok := s.stringValue(); ok {
-					if string(k) == "message" {
-						msg = raw
-					} else {
-						code = raw
-					}
-				}
-				return
-			}
-		}
-		s.skip()
-	})
-	if s.bad {
+	if err := s.Object(e.member); err != nil {
 		p.bad++
 		return
 	}
-	if hasU {
-		if !hasInput && p.hasUsage {
+	e.apply()
+}
+
+// eventScan is what one event's JSON says.
+type eventScan struct {
+	p         *StreamParser
+	u         Usage
+	hasU      bool
+	hasInput  bool
+	delivered int64
+	errSeen   bool
+	msg, typ  []byte
+	code      []byte
+}
+
+// member reads one top-level member of an event.
+func (e *eventScan) member(k []byte, esc bool) error {
+	s := &e.p.scan
+	if esc { // buf only then: zeroing it costs
+		var buf [jsonscan.MaxKey]byte
+		k = jsonscan.DecodeKey(&buf, k)
+	}
+	switch string(k) {
+	case "usage":
+		if s.Peek() == '{' {
+			return e.usage(s)
+		}
+	case "choices":
+		return s.Objects(func(k []byte, esc bool) error { return choice(s, &e.delivered, k, esc) })
+	case "delta":
+		switch s.Peek() {
+		case '"': // responses API: {"type":"response.output_text.delta","delta":"..."}
+			return text(s, &e.delivered)
+		case '{': // Anthropic content_block_delta: text, partial_json, thinking
+			return texts(s, &e.delivered, "text", "partial_json", "thinking")
+		}
+	case "response": // responses API: response.completed carries response.usage
+		if s.Peek() == '{' {
+			return s.Object(e.response)
+		}
+	case "error":
+		return e.errorValue(s)
+	case "type":
+		return e.typeValue(s)
+	case "message":
+		if s.Peek() == '{' { // Anthropic message_start: {"message":{...,"usage":{...}}}
+			return s.Object(func(k []byte, esc bool) error {
+				if jsonscan.KeyIs(k, esc, "usage") && s.Peek() == '{' {
+					return e.usage(s)
+				}
+				return s.Skip()
+			})
+		}
+		return e.topLevelError(s, &e.msg)
+	case "code":
+		return e.topLevelError(s, &e.code)
+	}
+	return s.Skip()
+}
+
+func (e *eventScan) usage(s *jsonscan.Scanner) error {
+	var err error
+	e.u, e.hasInput, e.hasU, err = parseUsageInput(s)
+	return err
+}
+
+// response reads a member of a Responses API event's "response" object.
+func (e *eventScan) response(k []byte, esc bool) error {
+	s, p := &e.p.scan, e.p
+	switch {
+	case jsonscan.KeyIs(k, esc, "usage") && s.Peek() == '{':
+		return e.usage(s)
+	case jsonscan.KeyIs(k, esc, "id") && len(p.respID) == 0 && s.Peek() == '"':
+		raw, _, err := s.Str(nil)
+		if len(raw) <= MaxResponseIDBytes {
+			p.respID = append(p.respID[:0], raw...)
+		}
+		return err
+	}
+	return s.Skip()
+}
+
+// errorValue reads "error": an object with message, type and code, or a
+// string; null is no error.
+func (e *eventScan) errorValue(s *jsonscan.Scanner) error {
+	e.errSeen = true
+	switch s.Peek() {
+	case '"':
+		var err error
+		e.msg, _, err = s.Str(nil)
+		return err
+	case 'n':
+		e.errSeen = false
+		return s.Skip()
+	case '{':
+	default:
+		return s.Skip()
+	}
+	return s.Object(func(k []byte, esc bool) error {
+		switch {
+		case jsonscan.KeyIs(k, esc, "message"):
+			return stringOrSkip(s, &e.msg)
+		case jsonscan.KeyIs(k, esc, "type"):
+			return stringOrSkip(s, &e.typ)
+		case jsonscan.KeyIs(k, esc, "code"):
+			if c := s.Peek(); c == '-' || (c >= '0' && c <= '9') {
+				var err error
+				e.code, _, err = s.Number()
+				return err
+			}
+			return stringOrSkip(s, &e.code)
+		}
+		return s.Skip()
+	})
+}
+
+// typeValue reads "type": an error, or the stream's last event.
+func (e *eventScan) typeValue(s *jsonscan.Scanner) error {
+	var raw []byte
+	if err := stringOrSkip(s, &raw); err != nil {
+		return err
+	}
+	switch string(raw) {
+	case "error":
+		e.errSeen = true
+	case "message_stop", "response.completed", "response.incomplete", "response.failed":
+		e.p.done = true // the stream's last event
+	}
+	return nil
+}
+
+// topLevelError reads the message or code that Responses API error events
+// carry at top level.
+func (e *eventScan) topLevelError(s *jsonscan.Scanner, dst *[]byte) error {
+	if !e.p.isError && !e.errSeen {
+		return s.Skip()
+	}
+	return stringOrSkip(s, dst)
+}
+
+// apply records what the event said.
+func (e *eventScan) apply() {
+	p, u := e.p, e.u
+	if e.hasU {
+		if !e.hasInput && p.hasUsage {
 			// Anthropic's message_delta: cumulative output tokens only;
 			// the prompt counted at message_start stands.
 			u.PromptTokens, u.CachedTokens, u.CacheWriteTokens = p.usage.PromptTokens, p.usage.CachedTokens, p.usage.CacheWriteTokens
@@ -371,13 +287,13 @@ func (p *StreamParser) event(d []byte) {
 		}
 		p.usage, p.hasUsage = u, true
 	}
-	p.delivered += delivered
-	if errSeen || p.isError {
+	p.delivered += e.delivered
+	if e.errSeen || p.isError {
 		ev := ""
 		if p.isError {
 			ev = "error"
 		}
-		p.setErr(&StreamError{Event: ev, Message: clip(msg), Type: clip(typ), Code: clip(code)})
+		p.setErr(&StreamError{Event: ev, Message: clip(e.msg), Type: clip(e.typ), Code: clip(e.code)})
 	}
 }
 
@@ -387,98 +303,81 @@ func (p *StreamParser) setErr(e *StreamError) {
 	}
 }
 
-// choice reads one choices[] element and returns its delivered bytes.
-func choice(s *jscan) int64 {
-	if s.peek() != '{' {
-		s.skip()
-		return 0
+// stringOrSkip reads a string's raw body into *dst, or skips a non-string.
+func stringOrSkip(s *jsonscan.Scanner, dst *[]byte) error {
+	if s.Peek() != '"' {
+		return s.Skip()
 	}
-	var n int64
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "delta":
-			if s.peek() == '{' {
-				n += delta(s)
-				return
-			}
-		case "text": // completions stream
-			if raw, ok := s.stringValue(); ok {
-				n += int64(decodedLen(raw))
-			}
-			return
-		}
-		s.skip()
-	})
-	return n
+	var err error
+	*dst, _, err = s.Str(nil)
+	return err
 }
 
-// anthropicDelta reads an Anthropic content_block_delta's delta object
-// and returns its delivered bytes (text_delta, input_json_delta,
-// thinking_delta).
-func anthropicDelta(s *jscan) int64 {
-	var n int64
-	s.object(func(k []byte) {
-		switch string(k) {
-		case "text", "partial_json", "thinking":
-			if raw, ok := s.stringValue(); ok {
-				n += int64(decodedLen(raw))
-			}
-			return
-		}
-		s.skip()
-	})
-	return n
+// text adds a string's decoded size to *n; a non-string is skipped.
+func text(s *jsonscan.Scanner, n *int64) error {
+	if s.Peek() != '"' {
+		return s.Skip()
+	}
+	var st jsonscan.TextStats
+	_, _, err := s.Str(&st)
+	*n += int64(st.Bytes)
+	return err
 }
 
-func delta(s *jscan) int64 {
-	var n int64
-	str := func() {
-		if raw, ok := s.stringValue(); ok {
-			n += int64(decodedLen(raw))
-		}
-	}
-	args := func() { // {"name":..,"arguments":".."}
-		if s.peek() != '{' {
-			s.skip()
-			return
-		}
-		s.object(func(k []byte) {
-			if string(k) == "arguments" {
-				str()
-				return
+// texts reads an object, adding the decoded size of the named string
+// members to *n.
+func texts(s *jsonscan.Scanner, n *int64, names ...string) error {
+	return s.Object(func(k []byte, esc bool) error {
+		for _, name := range names {
+			if jsonscan.KeyIs(k, esc, name) {
+				return text(s, n)
 			}
-			s.skip()
-		})
+		}
+		return s.Skip()
+	})
+}
+
+// choice reads a member of a choices[] element, adding its delivered
+// bytes to *n.
+func choice(s *jsonscan.Scanner, n *int64, k []byte, esc bool) error {
+	switch {
+	case jsonscan.KeyIs(k, esc, "delta") && s.Peek() == '{':
+		return delta(s, n)
+	case jsonscan.KeyIs(k, esc, "text"): // completions stream
+		return text(s, n)
 	}
-	s.object(func(k []byte) {
+	return s.Skip()
+}
+
+// delta reads a chat delta: its text, reasoning, refusal and the
+// arguments of its tool and function calls.
+func delta(s *jsonscan.Scanner, n *int64) error {
+	args := func() error { // {"name":..,"arguments":".."}
+		if s.Peek() != '{' {
+			return s.Skip()
+		}
+		return texts(s, n, "arguments")
+	}
+	return s.Object(func(k []byte, esc bool) error {
+		if esc { // buf only then: zeroing it costs
+			var buf [jsonscan.MaxKey]byte
+			k = jsonscan.DecodeKey(&buf, k)
+		}
 		switch string(k) {
 		case "content", "reasoning_content", "reasoning", "refusal":
-			str()
-		case "tool_calls":
-			if s.peek() != '[' {
-				s.skip()
-				return
-			}
-			s.array(func() {
-				if s.peek() != '{' {
-					s.skip()
-					return
-				}
-				s.object(func(k []byte) {
-					if string(k) == "function" {
-						args()
-						return
-					}
-					s.skip()
-				})
-			})
+			return text(s, n)
 		case "function_call":
-			args()
-		default:
-			s.skip()
+			return args()
+		case "tool_calls":
+			return s.Objects(func(k []byte, esc bool) error {
+				if jsonscan.KeyIs(k, esc, "function") {
+					return args()
+				}
+				return s.Skip()
+			})
 		}
+		return s.Skip()
 	})
-	return n
 }
 
 // StreamError is an error the upstream reported inside the stream. Its

@@ -190,7 +190,7 @@ func TestStreamParserEventCap(t *testing.T) {
 		p.Reset()
 		for i := 0; i < len(stream); i += chunkSize {
 			p.Write(stream[i:min(i+chunkSize, len(stream))])
-			if c := cap(p.line) + cap(p.data); c > 3*MaxEventBytes {
+			if c := p.ev.Held(); c > 3*MaxEventBytes {
 				t.Fatalf("chunk %d: buffers grew to %d bytes", chunkSize, c)
 			}
 		}

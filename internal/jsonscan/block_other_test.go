@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package chatreq
+package jsonscan
 
 func classifiers() map[string]func([]byte, []block) {
 	return map[string]func([]byte, []block){"swar": classifySWAR}

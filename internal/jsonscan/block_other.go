@@ -1,5 +1,5 @@
 //go:build !amd64 || purego
 
-package chatreq
+package jsonscan
 
 func classify(src []byte, dst []block) { classifySWAR(src, dst) }

@@ -1,6 +1,6 @@
 //go:build !purego
 
-package chatreq
+package jsonscan
 
 func classifiers() map[string]func([]byte, []block) {
 	m := map[string]func([]byte, []block){

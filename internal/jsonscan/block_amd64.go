@@ -1,6 +1,6 @@
 //go:build !purego
 
-package chatreq
+package jsonscan
 
 import "golang.org/x/sys/cpu"
 
@@ -21,7 +21,7 @@ var hasAVX2 = cpu.X86.HasAVX2
 // classify classifies the 64-byte blocks of src (len(src) == 64*len(dst)).
 func classify(src []byte, dst []block) {
 	if len(src) != len(dst)<<6 {
-		panic("chatreq: classify: source is not 64 bytes per block") // the assembly would read past it
+		panic("jsonscan: classify: source is not 64 bytes per block") // the assembly would read past it
 	}
 	if len(dst) == 0 {
 		return

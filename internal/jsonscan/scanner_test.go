@@ -1,4 +1,4 @@
-package chatreq
+package jsonscan
 
 import (
 	"encoding/json"
@@ -25,20 +25,20 @@ func TestStringStats(t *testing.T) {
 		}
 		s := string(text)
 		raw, _ := json.Marshal(s) // escapes quotes, controls, and <>& as \u00XX
-		sc := scanner{b: raw}
-		var got textStats
-		if _, _, err := sc.str(&got); err != nil {
+		sc := Scanner{b: raw}
+		var got TextStats
+		if _, _, err := sc.Str(&got); err != nil {
 			t.Fatalf("%q: %v", raw, err)
 		}
-		var want textStats
+		var want TextStats
 		for i := 0; i < len(s); i++ {
 			c := s[i]
-			want.bytes++
+			want.Bytes++
 			switch {
 			case c >= 0x80:
-				want.nonASCII++
-			case byteIsSymbol(c):
-				want.symbols++
+				want.NonASCII++
+			case IsSymbol(c):
+				want.Symbols++
 			}
 		}
 		if got != want {

@@ -1,4 +1,4 @@
-package chatreq
+package jsonscan
 
 import (
 	"encoding/json"
@@ -10,13 +10,13 @@ func benchStr(b *testing.B, text string, stats bool) {
 	raw, _ := json.Marshal(strings.Repeat(text, (1<<16)/len(text)))
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
-		s := scanner{b: raw}
-		var st *textStats
-		var x textStats
+		s := Scanner{b: raw}
+		var st *TextStats
+		var x TextStats
 		if stats {
 			st = &x
 		}
-		if _, _, err := s.str(st); err != nil {
+		if _, _, err := s.Str(st); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package chatreq
+package jsonscan
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package chatreq
+package jsonscan
 
 import "encoding/binary"
 
@@ -33,7 +33,7 @@ type blocks struct {
 
 // block returns block k's masks, classifying it and the ones after it if
 // they are not held.
-func (s *scanner) block(k int) *block {
+func (s *Scanner) block(k int) *block {
 	i := s.blks.end - 1 - k
 	if uint(i) >= batch {
 		s.load(k)
@@ -43,20 +43,24 @@ func (s *scanner) block(k int) *block {
 }
 
 // load classifies blocks k .. k+batch-1 of s.b.
-func (s *scanner) load(k int) {
+func (s *Scanner) load(k int) {
 	base := k << 6
 	full := min(batch, max(0, (len(s.b)-base)>>6))
 	if full > 0 {
 		classify(s.b[base:base+full<<6], s.blks.b[:full])
 	}
 	for j := full; j < batch; j++ {
-		if o := base + j<<6; o < len(s.b) { // the partial last block, padded
-			var pad [64]byte
-			copy(pad[:], s.b[o:])
-			classify(pad[:], s.blks.b[j:j+1])
-		} else {
+		o := base + j<<6
+		if o >= len(s.b) {
+			// One block past the end stops a string that runs off it.
+			// The slots after it are left as they are: no string starts
+			// past the end (Str checks), so none is ever read.
 			s.blks.b[j] = pastEnd
+			break
 		}
+		var pad [64]byte // the partial last block, padded
+		copy(pad[:], s.b[o:])
+		classify(pad[:], s.blks.b[j:j+1])
 	}
 	s.blks.end = k + batch
 }

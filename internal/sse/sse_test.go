@@ -1,0 +1,87 @@
+package sse
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEventsAtEveryChunkSize(t *testing.T) {
+	big := strings.Repeat("x", MaxEventBytes)
+	for _, tt := range []struct {
+		name, stream string
+		drop         bool
+		want         string
+		dropped      int
+	}{
+		{"framing", "event: a\r\ndata: {\"x\":1}\r\n\r\n: comment\n\ndata: one\ndata: two\n\nevent: b\rdata: last", false,
+			`a|{"x":1};|one` + "\n" + `two;b|last`, 0},
+		{"field without colon, no space", "data\n\ndata:x\n\nid: 7\nretry: 1\ndata:  y\n\n", false, "|;|x;| y", 0},
+		{"event without data", "event: e\n\ndata: d\n\n", false, "|d", 0},
+		{"large event dropped", "data: " + big + "\ndata: more\n\nevent: error\ndata: after\n\n", true, "error|after", 1},
+		{"large partial line dropped", "data: a\n" + "data: " + big + big[:10] + "\n\ndata: b\n\n", true, "|b", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sizes := []int{len(tt.stream), 1, 2, 3, 7, 64}
+			if len(tt.stream) > 1<<16 {
+				sizes = []int{len(tt.stream), 4096, 1000}
+			}
+			for _, size := range sizes {
+				p := Events{DropLarge: tt.drop}
+				var got []string
+				fn := func(e Event) error { got = append(got, string(e.Name)+"|"+string(e.Data)); return nil }
+				for i := 0; i < len(tt.stream); i += size {
+					j := min(i+size, len(tt.stream))
+					if err := p.Feed([]byte(tt.stream[i:j]), j == len(tt.stream), fn); err != nil {
+						t.Fatal(err)
+					}
+					if p.Held() > 3*MaxEventBytes {
+						t.Fatalf("chunks of %d: holds %d bytes", size, p.Held())
+					}
+				}
+				if g := strings.Join(got, ";"); g != tt.want || p.Dropped() != tt.dropped {
+					t.Fatalf("chunks of %d: got %q (dropped %d), want %q (%d)", size, g, p.Dropped(), tt.want, tt.dropped)
+				}
+			}
+		})
+	}
+}
+
+func TestEventTooLargeFails(t *testing.T) {
+	for _, stream := range []string{"data: " + strings.Repeat("x", MaxEventBytes+1), "data: " + strings.Repeat("x", MaxEventBytes+1) + "\n\n"} {
+		var p Events
+		if err := p.Feed([]byte(stream), false, func(Event) error { return nil }); err != ErrEventTooLarge {
+			t.Fatalf("got %v, want ErrEventTooLarge", err)
+		}
+	}
+}
+
+func TestFraming(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		term int
+	}{{"abc", -1}, {"a\nb", 1}, {"a\rb\n", 1}, {"ab\n\r", 2}, {"\r\n", 0}} {
+		if got := NextTerminator([]byte(tt.in)); got != tt.term {
+			t.Errorf("NextTerminator(%q) = %d, want %d", tt.in, got, tt.term)
+		}
+	}
+	for _, tt := range []struct{ line, field, value string }{
+		{"data: x", "data", "x"}, {"data:x", "data", "x"}, {"data:  x", "data", " x"}, {"data", "data", ""}, {": c", "", "c"},
+	} {
+		if f, v := SplitField([]byte(tt.line)); string(f) != tt.field || string(v) != tt.value {
+			t.Errorf("SplitField(%q) = %q %q", tt.line, f, v)
+		}
+	}
+	for _, tt := range []struct {
+		block, data string
+		has         bool
+	}{
+		{"data: a\r\ndata: b\r\n\r\n", "a\nb", true}, {"event: x\n: c\n\n", "", false}, {"data\n\n", "", true},
+	} {
+		if d, has := EventData(nil, []byte(tt.block)); string(d) != tt.data || has != tt.has {
+			t.Errorf("EventData(%q) = %q %v", tt.block, d, has)
+		}
+	}
+	if got := string(AppendEvent(nil, "message_stop", []byte(`{}`))); got != "event: message_stop\ndata: {}\n\n" {
+		t.Errorf("AppendEvent = %q", got)
+	}
+}
