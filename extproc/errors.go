@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
@@ -23,7 +22,7 @@ type apiError struct {
 	typ     string
 	code    string
 	param   string
-	headers []*corev3.HeaderValueOption
+	headers []envoymsg.Header
 	// shape is the client's family's error shape (set by refuse and the
 	// upstream filter from the request's path).
 	shape family.ErrorShape
@@ -40,12 +39,12 @@ func (e *apiError) withRetryAfter(d time.Duration) *apiError {
 	if secs < 1 {
 		secs = 1
 	}
-	e.headers = append(e.headers, setHeader("retry-after", strconv.Itoa(secs)))
+	e.headers = append(e.headers, envoymsg.Header{Key: "retry-after", Value: strconv.Itoa(secs)})
 	return e
 }
 
 func (e *apiError) withHeader(k, v string) *apiError {
-	e.headers = append(e.headers, setHeader(k, v))
+	e.headers = append(e.headers, envoymsg.Header{Key: k, Value: v})
 	return e
 }
 
@@ -96,26 +95,8 @@ func (e *apiError) body() []byte {
 // response is the ImmediateResponse Envoy turns into a local reply
 // (https://www.envoyproxy.io/docs/envoy/latest/api-v3/service/ext_proc/v3/external_processor.proto#envoy-v3-api-msg-service-ext-proc-v3-immediateresponse).
 func (e *apiError) response() *extprocv3.ProcessingResponse {
-	hs := append([]*corev3.HeaderValueOption{setHeader("content-type", "application/json")}, e.headers...)
 	status, body := e.render()
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-		Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
-		Body:    body,
-		Details: "swarmgate_" + e.code,
-	}}}
-}
-
-// setHeader overwrites a header. Values go in raw_value only: Envoy rejects
-// a header with both value and raw_value
-// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/core/v3/base.proto#envoy-v3-api-msg-config-core-v3-headervalue).
-// append_action is explicit because its default, APPEND_IF_EXISTS_OR_ADD,
-// would add a second value.
-func setHeader(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
+	return envoymsg.Immediate(status, e.headers, body, "swarmgate_"+e.code)
 }
 
 // errNotAdmitted answers an upstream attempt that carries no valid signed

@@ -267,7 +267,7 @@ func setOf(t testing.TB, m *extprocv3.HeaderMutation) map[string]string {
 func fixture(t testing.TB, name string) []byte {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "accounting", "usage", "testdata", name))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "internal", "accounting", "usage", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

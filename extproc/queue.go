@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -163,7 +164,7 @@ func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
 		name = strings.ToLower(name)
 		for _, kv := range h.GetHeaders().GetHeaders() {
 			if kv.GetKey() == name {
-				e.classHeader = headerValue(kv)
+				e.classHeader = envoymsg.HeaderValue(kv)
 			}
 		}
 	}

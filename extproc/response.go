@@ -10,6 +10,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/contract"
@@ -18,32 +19,11 @@ import (
 
 var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey, contract.HeaderLocal}
 
-// bodyReply is a per-stream response-body answer, reused for every chunk:
-// gRPC marshals a message inside Send, before the next chunk is handled, so
-// a streamed body costs no allocation per chunk.
-type bodyReply struct {
-	resp   extprocv3.ProcessingResponse
-	oneof  extprocv3.ProcessingResponse_ResponseBody
-	body   extprocv3.BodyResponse
-	common extprocv3.CommonResponse
-	mut    extprocv3.BodyMutation
-	mutB   extprocv3.BodyMutation_Body
-}
+// bodyReply is the stream's reusable response-body answer; replaceChunk
+// is the name translation.go uses.
+type bodyReply struct{ envoymsg.BodyReply }
 
-func (b *bodyReply) continueChunk() *extprocv3.ProcessingResponse {
-	b.body.Response = nil
-	b.oneof.ResponseBody = &b.body
-	b.resp.Response = &b.oneof
-	b.resp.DynamicMetadata = nil
-	return &b.resp
-}
-
-func (b *bodyReply) replaceChunk(out []byte) {
-	b.mutB.Body = out
-	b.mut.Mutation = &b.mutB
-	b.common.BodyMutation = &b.mut
-	b.body.Response = &b.common
-}
+func (b *bodyReply) replaceChunk(out []byte) { b.Replace(out) }
 
 func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	var ctype, cenc string
@@ -52,27 +32,27 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		switch kv.GetKey() {
 		case ":status":
-			r.status, _ = strconv.Atoi(headerValue(kv))
+			r.status, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
 		case "content-type":
-			ctype = headerValue(kv)
+			ctype = envoymsg.HeaderValue(kv)
 		case "content-encoding":
-			cenc = headerValue(kv)
+			cenc = envoymsg.HeaderValue(kv)
 		case contract.HeaderBackend:
-			r.backend = headerValue(kv)
+			r.backend = envoymsg.HeaderValue(kv)
 		case contract.HeaderUpstreamKey:
-			r.upstreamKey = headerValue(kv)
+			r.upstreamKey = envoymsg.HeaderValue(kv)
 		case contract.HeaderLocal:
 			local = true
 		case "x-envoy-ratelimited":
 			limited = true
 		case "x-ratelimit-reset":
-			reset, _ = strconv.Atoi(headerValue(kv))
+			reset, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
 		case contract.HeaderRequestID, headerAnthropicRequestID:
 			// The provider's own id, replaced on the answer by the
 			// gateway's: kept for the access log (a support ticket with
 			// the provider quotes it).
 			if r.upstreamRequestID == "" {
-				r.upstreamRequestID = label(headerValue(kv))
+				r.upstreamRequestID = label(envoymsg.HeaderValue(kv))
 			}
 		}
 	}
@@ -131,26 +111,26 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	}
 	renaming := r.admitted && !local && s.startNaming(r, translating)
 	a := r.answer()
-	resp, _ := a.start(answerResponseHeaders)
+	resp, _ := a.Start(envoymsg.ResponseHeaders)
 	for _, h := range removeAttemptHeaders {
-		a.remove(h)
+		a.Remove(h)
 	}
 	if renaming && r.gzip && !translating {
-		a.remove("content-encoding") // renamed from the decoded bytes
+		a.Remove("content-encoding") // renamed from the decoded bytes
 	}
 	if r.requestID != "" {
 		// One id per answer: the provider's under the other family's
 		// name goes too (it is in the access log).
 		name := requestIDHeader(r.shape)
-		a.set(name, r.requestID)
+		a.Set(name, r.requestID)
 		if name == headerAnthropicRequestID {
-			a.remove(contract.HeaderRequestID)
+			a.Remove(contract.HeaderRequestID)
 		} else {
-			a.remove(headerAnthropicRequestID)
+			a.Remove(headerAnthropicRequestID)
 		}
 	}
 	if translating && r.decoder != nil {
-		a.remove("content-encoding")
+		a.Remove("content-encoding")
 	}
 	if h.GetEndOfStream() {
 		s.finish(r, false)
@@ -169,7 +149,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 	if r.reply == nil {
 		r.reply = &bodyReply{}
 	}
-	resp := r.reply.continueChunk()
+	resp := r.reply.Continue()
 	if r.admitted && !r.finished {
 		plain := chunk
 		if r.decoder != nil {
@@ -260,10 +240,11 @@ func (s *Server) startNaming(r *routerStream, translating bool) bool {
 // translation or the usage filter's output when they replaced the chunk,
 // the decoded bytes of a compressed answer, else the chunk itself.
 func (r *routerStream) nameChunk(chunk, plain []byte) {
-	src, replaced := chunk, r.reply.body.Response != nil
+	src := chunk
+	out, replaced := r.reply.Replaced()
 	switch {
 	case replaced:
-		src = r.reply.mutB.Body
+		src = out
 	case r.gzip:
 		src, replaced = plain, true
 	}
@@ -303,9 +284,9 @@ func (r *routerStream) streamMetadata() *structpb.Struct {
 	}
 	r.sentUsage = u
 	if r.meta == nil {
-		r.meta = &tokenMeta{}
+		r.meta = &envoymsg.TokenMeta{}
 	}
-	return r.meta.fill(u, r.estTokens)
+	return fillTokens(r.meta, u, r.estTokens)
 }
 
 // accounted holds the figures finish computed, for the dynamic metadata.
@@ -314,9 +295,9 @@ func (r *routerStream) metadata() *structpb.Struct {
 		return nil
 	}
 	if r.meta == nil {
-		r.meta = &tokenMeta{}
+		r.meta = &envoymsg.TokenMeta{}
 	}
-	return r.meta.fill(r.usage, r.estTokens)
+	return fillTokens(r.meta, r.usage, r.estTokens)
 }
 
 // finish accounts the request once: at the response's end_of_stream, or
@@ -540,4 +521,16 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 		return (&apiError{status: r.status, typ: "server_error", code: code, message: msg}).withRetryAfter(max(ra, time.Second))
 	}
 	return nil
+}
+
+// fillTokens is the token metadata of usage u for a request admitted with
+// the prompt estimate est: tokens_top_up is the completion plus the prompt
+// above the estimate (hits_addend is unsigned, so the estimate can only be
+// topped up).
+func fillTokens(m *envoymsg.TokenMeta, u Usage, est int) *structpb.Struct {
+	topUp := u.CompletionTokens
+	if extra := u.PromptTokens - int64(est); extra > 0 {
+		topUp += extra
+	}
+	return m.Fill(u.PromptTokens, u.CompletionTokens, u.TotalTokens, topUp)
 }

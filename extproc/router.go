@@ -11,12 +11,10 @@ import (
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/chatreq"
@@ -93,13 +91,13 @@ type routerStream struct {
 	decoder      Decoder
 	usage        Usage
 	haveUsage    bool
-	sentUsage    Usage        // the stream's usage as last sent to Envoy before its end
-	reply        *bodyReply   // kept across pooled uses
-	ans          *answer      // kept across pooled uses
-	meta         *tokenMeta   // kept across pooled uses
-	reqMeta      *requestMeta // kept across pooled uses
-	ownParser    UsageStream  // kept across pooled uses; parser when SSE
-	ownFilter    ChunkFilter  // kept across pooled uses; filter when hiding usage
+	sentUsage    Usage               // the stream's usage as last sent to Envoy before its end
+	reply        *bodyReply          // kept across pooled uses
+	ans          *envoymsg.Answer    // kept across pooled uses
+	meta         *envoymsg.TokenMeta // kept across pooled uses
+	reqMeta      *requestMeta        // kept across pooled uses
+	ownParser    UsageStream         // kept across pooled uses; parser when SSE
+	ownFilter    ChunkFilter         // kept across pooled uses; filter when hiding usage
 	// upstreamModel is the model the answering backend was asked for (the
 	// target's model, else the alias); names renames it in the answer to
 	// the alias unless the backend exposes it (modelname.go).
@@ -133,9 +131,9 @@ func (r *routerStream) reset() {
 }
 
 // answer is the stream's reusable answer (see answer).
-func (r *routerStream) answer() *answer {
+func (r *routerStream) answer() *envoymsg.Answer {
 	if r.ans == nil {
-		r.ans = &answer{}
+		r.ans = &envoymsg.Answer{}
 	}
 	return r.ans
 }
@@ -197,9 +195,9 @@ func (s *Server) handleRouter(ctx context.Context, r *routerStream, req *extproc
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return s.responseBody(r, v.ResponseBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		return envoymsg.Continue(envoymsg.RequestTrailers)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		return envoymsg.Continue(envoymsg.ResponseTrailers)
 	}
 	return s.refuse(r, &apiError{status: http.StatusInternalServerError, message: "unexpected ext_proc message", typ: "server_error", code: "internal_error"})
 }
@@ -227,13 +225,7 @@ func (s *Server) refuse(r *routerStream, e *apiError) *extprocv3.ProcessingRespo
 
 // withRequestID adds the request id to a local answer.
 func (r *routerStream) withRequestID(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
-	if ir := resp.GetImmediateResponse(); ir != nil {
-		if ir.Headers == nil {
-			ir.Headers = &extprocv3.HeaderMutation{}
-		}
-		ir.Headers.SetHeaders = append(ir.Headers.SetHeaders, setHeader(requestIDHeader(r.shape), r.requestID))
-	}
-	return resp
+	return envoymsg.AddHeader(resp, requestIDHeader(r.shape), r.requestID)
 }
 
 // answerError is e as the client's answer: in its family's shape, with the
@@ -268,39 +260,39 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 	r.requestID = identity.NewRequestID()
 	var method, auth, apiKey, contentLength string
 	a := r.answer()
-	resp, _ := a.start(answerRequestHeaders)
+	resp, _ := a.Start(envoymsg.RequestHeaders)
 	stickyName := strings.ToLower(r.cfg.Request.StickyHeader)
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		k := kv.GetKey()
 		switch {
 		case k == ":method":
-			method = headerValue(kv)
+			method = envoymsg.HeaderValue(kv)
 		case k == ":path":
-			r.rawPath = headerValue(kv)
+			r.rawPath = envoymsg.HeaderValue(kv)
 		case k == "authorization":
-			auth = headerValue(kv)
-			a.remove(k)
+			auth = envoymsg.HeaderValue(kv)
+			a.Remove(k)
 		case k == "x-api-key":
-			apiKey = headerValue(kv)
-			a.remove(k)
+			apiKey = envoymsg.HeaderValue(kv)
+			a.Remove(k)
 		case k == "content-length":
-			contentLength = headerValue(kv)
+			contentLength = envoymsg.HeaderValue(kv)
 		case k == contract.HeaderRequestID:
-			r.clientID = label(headerValue(kv))
+			r.clientID = label(envoymsg.HeaderValue(kv))
 		case k == "anthropic-version":
-			r.anthropicVersion = label(headerValue(kv))
+			r.anthropicVersion = label(envoymsg.HeaderValue(kv))
 		case k == "anthropic-beta":
-			r.anthropicBeta = label(headerValue(kv))
+			r.anthropicBeta = label(envoymsg.HeaderValue(kv))
 		case k == "traceparent":
-			r.traceparent = headerValue(kv)
+			r.traceparent = envoymsg.HeaderValue(kv)
 		case k == "tracestate":
-			r.tracestate = headerValue(kv)
+			r.tracestate = envoymsg.HeaderValue(kv)
 		case k == stickyName && stickyName != "":
-			r.sticky = label(headerValue(kv))
+			r.sticky = label(envoymsg.HeaderValue(kv))
 		case isInternal(k):
 			// Strip every client-supplied internal header first: none of
 			// them may be spoofed.
-			a.remove(k)
+			a.Remove(k)
 		}
 	}
 	r.path = r.rawPath
@@ -358,7 +350,7 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		}
 		r.reqBody = append(r.reqBody, body...)
 		if !b.GetEndOfStream() {
-			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+			return envoymsg.Continue(envoymsg.RequestBody)
 		}
 		body = r.reqBody
 	}
@@ -543,16 +535,16 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		sticky = tenant.Name + "/" + r.owner.Key.ID
 	}
 	a := r.answer()
-	resp, cresp := a.start(answerRequestBody)
+	resp, cresp := a.Start(envoymsg.RequestBody)
 	// Headers carry only what the route match needs (clear_route_cache
 	// acts only with a header mutation in the same answer:
 	// processor_state.cc clearRouteCache, Envoy 1.38). Everything later
 	// stages read travels as dynamic metadata, because the upstream
 	// filters of every attempt share and mutate one header map.
 	cresp.ClearRouteCache = true
-	a.set(contract.HeaderPool, pool)
+	a.Set(contract.HeaderPool, pool)
 	if long {
-		a.set(contract.HeaderLong, "1")
+		a.Set(contract.HeaderLong, "1")
 	}
 	bodyBytes := len(body)
 	backends := r.cfg.TargetBackends(alias)
@@ -567,11 +559,11 @@ func (s *Server) requestBody(ctx context.Context, r *routerStream, b *extprocv3.
 		r.hideUsage = true
 		// BUFFERED with headers SENT: the processor must keep
 		// content-length right (processing_mode.proto, BodySendMode).
-		a.setInt("content-length", len(nb))
+		a.SetInt("content-length", len(nb))
 		// The usage chunk is removed from the plain SSE stream, so ask the
 		// upstream not to compress it.
-		a.remove("accept-encoding")
-		a.setBody(nb)
+		a.Remove("accept-encoding")
+		a.SetBody(nb)
 		bodyBytes = len(nb)
 	}
 	if r.reqMeta == nil {
@@ -673,51 +665,5 @@ func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 		return s.refuse(r, errModelNotFound(one))
 	}
 	r.finished = true
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status: &typev3.HttpStatus{Code: typev3.StatusCode_OK},
-		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json"),
-			setHeader(requestIDHeader(r.shape), r.requestID)}},
-		Body: b,
-	}}}
-}
-
-// metadataFor builds the dynamic metadata the rate-limit filter reads
-// (%DYNAMIC_METADATA(swarmgate:tokens_top_up)%); Envoy keeps it only when
-// the namespace is in metadata_options.receiving_namespaces.untyped.
-func metadataFor(u Usage, est int) *structpb.Struct {
-	var m tokenMeta
-	return m.fill(u, est)
-}
-
-// tokenMeta is a reusable metadataFor result (one per pooled stream): the
-// struct is sent once per request and marshalled inside Send.
-type tokenMeta struct {
-	outer, inner structpb.Struct
-	ns           structpb.Value
-	nsKind       structpb.Value_StructValue
-	vals         [4]structpb.Value
-	nums         [4]structpb.Value_NumberValue
-}
-
-var tokenMetaKeys = [4]string{contract.MetaPromptTokens, contract.MetaCompletionTokens, contract.MetaTotalTokens, contract.MetaTokensTopUp}
-
-func (m *tokenMeta) fill(u Usage, est int) *structpb.Struct {
-	topUp := u.CompletionTokens
-	if extra := u.PromptTokens - int64(est); extra > 0 {
-		topUp += extra
-	}
-	if m.inner.Fields == nil {
-		m.inner.Fields = make(map[string]*structpb.Value, len(tokenMetaKeys))
-		for i, k := range tokenMetaKeys {
-			m.vals[i].Kind = &m.nums[i]
-			m.inner.Fields[k] = &m.vals[i]
-		}
-		m.nsKind.StructValue = &m.inner
-		m.ns.Kind = &m.nsKind
-		m.outer.Fields = map[string]*structpb.Value{contract.MetadataNamespace: &m.ns}
-	}
-	for i, v := range [4]int64{u.PromptTokens, u.CompletionTokens, u.TotalTokens, topUp} {
-		m.nums[i].NumberValue = float64(v)
-	}
-	return &m.outer
+	return envoymsg.Immediate(http.StatusOK, []envoymsg.Header{{Key: requestIDHeader(r.shape), Value: r.requestID}}, b, "")
 }

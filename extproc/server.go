@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
@@ -85,7 +86,7 @@ type Server struct {
 	// hosts caches the parsed upstream host metadata by its attribute text:
 	// there is one text per endpoint, and prototext parsing it on every
 	// attempt was the largest single cost of the upstream filter.
-	hosts hostCache
+	hosts envoymsg.HostCache
 	// signerCache is the request-identity signer of the newest config seen.
 	signerCache atomic.Pointer[signerFor]
 	// holdsFreed counts settles and releases of reservations on this
@@ -185,5 +186,5 @@ func streamEnded(err error) bool {
 // token metadata without protobuf-go's reflection over maps.
 func GRPCServerOptions(cfg *config.Config) []grpc.ServerOption {
 	n := int(cfg.Request.MaxBodyBytes) + 1<<20 // headers, framing, the added stream_options
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(NewCodec())}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(envoymsg.NewCodec())}
 }

@@ -8,12 +8,9 @@ import (
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/encoding/prototext"
-	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/chatreq"
@@ -21,9 +18,6 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
-
-// attrFilterName is the key Envoy files request_attributes under.
-const attrFilterName = "envoy.filters.http.ext_proc"
 
 // upstreamStream is one attempt. Nothing here outlives the stream: all
 // inputs come from the forwarded admission metadata and attributes, so the
@@ -45,26 +39,14 @@ type upstreamStream struct {
 	dropped  string
 	reported bool   // the attempt's response headers were reported
 	scratch  []byte // the decoded admission token; kept across pooled uses
-	ans      *answer
-}
-
-// bodyOverride asks Envoy for this attempt's buffered body when the model
-// must be rewritten (upstream filter: request body NONE by default,
-// allow_mode_override on). A mode override replaces the whole mode.
-var bodyOverride = &extprocfilter.ProcessingMode{
-	RequestHeaderMode:   extprocfilter.ProcessingMode_SEND,
-	ResponseHeaderMode:  extprocfilter.ProcessingMode_SEND,
-	RequestBodyMode:     extprocfilter.ProcessingMode_BUFFERED,
-	ResponseBodyMode:    extprocfilter.ProcessingMode_NONE,
-	RequestTrailerMode:  extprocfilter.ProcessingMode_SKIP,
-	ResponseTrailerMode: extprocfilter.ProcessingMode_SKIP,
+	ans      *envoymsg.Answer
 }
 
 func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) error {
 	u := s.upstreams.Get().(*upstreamStream)
 	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans, scratch: u.scratch}
 	if u.ans == nil {
-		u.ans = &answer{}
+		u.ans = &envoymsg.Answer{}
 	}
 	defer s.upstreams.Put(u)
 	ctx := st.Context()
@@ -111,59 +93,16 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 	}
 }
 
-// hostMetadata reads the chosen endpoint's metadata. Envoy sends a
-// message-typed attribute as its text format in a string value
-// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes);
-// a struct value is accepted too.
-func (s *Server) hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
-	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
-	if text := v.GetStringValue(); text != "" {
-		if h, ok := s.hosts.get(text); ok {
-			return h.backend, h.model
-		}
-		backend, model = hostMetadata(attrs)
-		s.hosts.put(text, hostInfo{backend, model})
-		return backend, model
-	}
-	return hostMetadata(attrs)
-}
-
-func hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
-	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
-	var fields map[string]*structpb.Value
-	switch {
-	case v.GetStringValue() != "":
-		var md corev3.Metadata
-		if err := prototext.Unmarshal([]byte(v.GetStringValue()), &md); err != nil {
-			return "", ""
-		}
-		fields = md.GetFilterMetadata()[contract.MetadataNamespace].GetFields()
-	case v.GetStructValue() != nil:
-		fm := v.GetStructValue().GetFields()["filter_metadata"].GetStructValue()
-		fields = fm.GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
-	}
-	return fields[contract.EndpointBackend].GetStringValue(), fields[contract.EndpointUpstreamModel].GetStringValue()
-}
-
-func attemptCount(attrs map[string]*structpb.Struct) int {
-	v := attrs[attrFilterName].GetFields()[contract.AttrAttemptCount]
-	if n := v.GetNumberValue(); n > 0 {
-		return int(n)
-	}
-	n, _ := strconv.Atoi(v.GetStringValue())
-	return max(n, 1)
-}
-
 func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	attrs := req.GetAttributes()
 	if len(attrs) == 0 {
 		attrs = h.GetAttributes()
 	}
-	backendName, upstreamModel := s.hostMetadata(attrs)
-	attempt := attemptCount(attrs)
+	backendName, upstreamModel := s.hosts.HostMetadata(attrs)
+	attempt := envoymsg.AttemptCount(attrs)
 	b, known := u.cfg.Backend(backendName)
 	a := u.ans
-	resp, _ := a.start(answerRequestHeaders)
+	resp, _ := a.Start(envoymsg.RequestHeaders)
 	// Every attempt works on the router's one request header map, which
 	// may already carry an earlier attempt's credential, static headers and
 	// :path for another backend (source/common/router/upstream_request.cc,
@@ -175,13 +114,13 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		k := kv.GetKey()
 		switch {
 		case k == "authorization" || k == "x-api-key" || k == "api-key":
-			a.remove(k)
+			a.Remove(k)
 		case isInternal(k):
-			a.remove(k) // no internal header leaves Envoy
+			a.Remove(k) // no internal header leaves Envoy
 		case k == "content-length":
 			hasLength = true
 		case u.cfg.StaticHeader(k) && (!known || !b.SetsHeader(k)):
-			a.remove(k) // another backend's static header
+			a.Remove(k) // another backend's static header
 		}
 	}
 	ad, scratch, ok := readAdmitted(req.GetMetadataContext().GetFilterMetadata()[contract.AdmissionNamespace], s.signer(u.cfg), s.opts.Now(), u.scratch)
@@ -256,28 +195,28 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 	s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
 	switch b.Auth {
 	case config.AuthXAPIKey:
-		a.set("x-api-key", lease.Secret)
+		a.Set("x-api-key", lease.Secret)
 	case config.AuthAPIKey:
-		a.set("api-key", lease.Secret)
+		a.Set("api-key", lease.Secret)
 	default:
-		a.setBearer(lease.Secret)
+		a.SetBearer(lease.Secret)
 	}
 	for k, v := range b.Headers {
-		a.set(k, v)
+		a.Set(k, v)
 	}
 	// Anthropic's version headers go to Anthropic-style backends only,
 	// from the admission (an earlier attempt on another backend may have
 	// removed them from the shared map).
 	if b.Anthropic() {
-		a.set("anthropic-version", cmp.Or(ad.anthropicVersion, family.DefaultAnthropicVersion))
+		a.Set("anthropic-version", cmp.Or(ad.anthropicVersion, family.DefaultAnthropicVersion))
 		if ad.anthropicBeta != "" {
-			a.set("anthropic-beta", ad.anthropicBeta)
+			a.Set("anthropic-beta", ad.anthropicBeta)
 		} else {
-			a.remove("anthropic-beta")
+			a.Remove("anthropic-beta")
 		}
 	} else {
-		a.remove("anthropic-version")
-		a.remove("anthropic-beta")
+		a.Remove("anthropic-version")
+		a.Remove("anthropic-beta")
 	}
 	if tr != nil && !h.GetEndOfStream() {
 		// Another family: the body is rewritten for every attempt on this
@@ -286,20 +225,20 @@ func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *ex
 		// by the router-level filter, which reads it plain.
 		u.tr = tr
 		u.upstreamModel, u.rewrite = cmp.Or(upstreamModel, u.alias), true
-		a.set(":path", b.UpstreamPath(tr.Path))
-		a.set("accept-encoding", "identity")
-		resp.ModeOverride = bodyOverride
+		a.Set(":path", b.UpstreamPath(tr.Path))
+		a.Set("accept-encoding", "identity")
+		resp.ModeOverride = envoymsg.BodyOverride
 		return resp
 	}
-	a.set(":path", b.UpstreamPath(ad.path))
+	a.Set(":path", b.UpstreamPath(ad.path))
 	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
 		u.upstreamModel, u.rewrite = upstreamModel, true
-		resp.ModeOverride = bodyOverride
+		resp.ModeOverride = envoymsg.BodyOverride
 	} else if hasLength && ad.bodyBytes > 0 {
 		// An earlier attempt that renamed the model set content-length for
 		// its own body; bodies are per attempt (the router copies its retry
 		// buffer, router.cc Filter::doRetry), the map is not.
-		a.setInt("content-length", ad.bodyBytes)
+		a.SetInt("content-length", ad.bodyBytes)
 	}
 	return resp
 }
@@ -333,18 +272,14 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 		// The router-level filter validated this body; leave it as it is.
 		return resp
 	}
-	resp.GetRequestBody().Response = &extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(nb)))}},
-		BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}},
-	}
-	return resp
+	return envoymsg.ReplaceBody(nb, strconv.Itoa(len(nb)))
 }
 
 // upstreamResponse feeds the attempt's outcome to the key pool and tags the
 // response with the backend and key for the router-level accounting.
 func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	a := u.ans
-	resp, _ := a.start(answerResponseHeaders)
+	resp, _ := a.Start(envoymsg.ResponseHeaders)
 	if u.backend == nil {
 		return resp
 	}
@@ -352,7 +287,7 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 	get := func(name string) string {
 		for _, kv := range hs {
 			if kv.GetKey() == name {
-				return headerValue(kv)
+				return envoymsg.HeaderValue(kv)
 			}
 		}
 		return ""
@@ -362,12 +297,12 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		s.opts.Keys.Report(ctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ParseOutcome(st, get))
 		u.reported = true
 	}
-	a.set(contract.HeaderBackend, u.backend.Name)
+	a.Set(contract.HeaderBackend, u.backend.Name)
 	if u.dropped != "" {
-		a.set(contract.HeaderDroppedTools, u.dropped)
+		a.Set(contract.HeaderDroppedTools, u.dropped)
 	}
 	if u.keyID != "" {
-		a.set(contract.HeaderUpstreamKey, u.keyID)
+		a.Set(contract.HeaderUpstreamKey, u.keyID)
 	}
 	return resp
 }
@@ -385,7 +320,7 @@ func pathOnly(p string) string {
 func pathOf(h *extprocv3.HttpHeaders) string {
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		if kv.GetKey() == ":path" {
-			return pathOnly(headerValue(kv))
+			return pathOnly(envoymsg.HeaderValue(kv))
 		}
 	}
 	return ""
