@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"errors"
+	"github.com/swarmgate/swarmgate/extproc/admit"
 	"net/http"
 	"strconv"
 	"time"
@@ -48,17 +49,27 @@ func (e *apiError) withHeader(k, v string) *apiError {
 	return e
 }
 
-func errInvalidKey(msg string) *apiError {
-	return &apiError{status: http.StatusUnauthorized, message: msg, typ: "invalid_request_error", code: "invalid_api_key"}
+// fromRefusal is an admission step's refusal as an answer.
+func fromRefusal(x *admit.Refusal) *apiError {
+	e := &apiError{status: x.Status, message: x.Message, typ: x.Type, code: x.Code, param: x.Param}
+	if x.Retry {
+		e.withRetryAfter(x.RetryAfter)
+	}
+	for _, h := range x.Headers {
+		e.withHeader(h.Key, h.Value)
+	}
+	return e
 }
 
 func errBadRequest(msg, code, param string) *apiError {
-	return &apiError{status: http.StatusBadRequest, message: msg, typ: "invalid_request_error", code: code, param: param}
+	return fromRefusal(admit.BadRequest(msg, code, param))
 }
 
-func errModelNotFound(model string) *apiError {
-	return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
-		message: "The model `" + model + "` does not exist or you do not have access to it."}
+func errModelNotFound(model string) *apiError { return fromRefusal(admit.ModelNotFound(model)) }
+
+// errKeysExhausted: see admit.KeysExhausted.
+func errKeysExhausted(model string, retry time.Duration, failing bool) *apiError {
+	return fromRefusal(admit.KeysExhausted(model, retry, failing))
 }
 
 // render is the status and body in the client's family's shape.
@@ -115,19 +126,6 @@ func errNoKey(model string, err error) *apiError {
 		return errKeysExhausted(model, nk.RetryAfter, nk.Failing)
 	}
 	return errKeysExhausted(model, time.Second, false)
-}
-
-// errKeysExhausted: capacity that comes back (keys rate limited, out of
-// quota or busy) is a 429 with Retry-After, which SDKs back off on; keys
-// that are failing are a 503.
-func errKeysExhausted(model string, retry time.Duration, failing bool) *apiError {
-	e := &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_keys_exhausted",
-		message: "Every upstream key for `" + model + "` is rate limited or busy; retry after the indicated time."}
-	if failing {
-		e.status, e.typ = http.StatusServiceUnavailable, "server_error"
-		e.message = "Every upstream key for `" + model + "` is failing; retry later."
-	}
-	return e.withRetryAfter(max(retry, time.Second))
 }
 
 // localError is the ImmediateResponse of an upstream attempt: marked so the

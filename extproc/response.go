@@ -56,7 +56,7 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			}
 		}
 	}
-	if r.admitted && !local {
+	if r.f.Admitted && !local {
 		if e := s.replaceAnswer(r, limited, reset); e != nil {
 			// The answer is not one to pass on: account the request as not
 			// served and send the client an error in its own shape.
@@ -72,13 +72,13 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	default:
 		r.kind = bodyOther
 	}
-	translating := r.admitted && !local && s.startTranslation(r)
+	translating := r.f.Admitted && !local && s.startTranslation(r)
 	if translating && strings.EqualFold(cenc, "gzip") && (r.status < 200 || r.status >= 300) {
 		// The translator reads plain bytes, error bodies too.
 		r.gzip = true
 		r.decoder = s.opts.Usage.NewGzip()
 	}
-	if r.admitted && r.status >= 200 && r.status < 300 {
+	if r.f.Admitted && r.status >= 200 && r.status < 300 {
 		switch {
 		case strings.EqualFold(cenc, "gzip"):
 			r.gzip = true
@@ -109,7 +109,7 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 		// The translator writes plain bytes; its answer has another length.
 		r.filter = nil
 	}
-	renaming := r.admitted && !local && s.startNaming(r, translating)
+	renaming := r.f.Admitted && !local && s.startNaming(r, translating)
 	a := r.answer()
 	resp, _ := a.Start(envoymsg.ResponseHeaders)
 	for _, h := range removeAttemptHeaders {
@@ -118,11 +118,11 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	if renaming && r.gzip && !translating {
 		a.Remove("content-encoding") // renamed from the decoded bytes
 	}
-	if r.requestID != "" {
+	if r.f.RequestID != "" {
 		// One id per answer: the provider's under the other family's
 		// name goes too (it is in the access log).
-		name := requestIDHeader(r.shape)
-		a.Set(name, r.requestID)
+		name := requestIDHeader(r.f.Shape)
+		a.Set(name, r.f.RequestID)
 		if name == headerAnthropicRequestID {
 			a.Remove(contract.HeaderRequestID)
 		} else {
@@ -150,7 +150,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 		r.reply = &bodyReply{}
 	}
 	resp := r.reply.Continue()
-	if r.admitted && !r.finished {
+	if r.f.Admitted && !r.finished {
 		plain := chunk
 		if r.decoder != nil {
 			p, err := r.decoder.Decode(chunk)
@@ -214,24 +214,24 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 // from its decoded bytes, which only a 2xx or translated answer has.
 func (s *Server) startNaming(r *routerStream, translating bool) bool {
 	r.names = nil
-	if r.backend == "" || r.model == nil {
+	if r.backend == "" || r.f.Model == nil {
 		return false
 	}
-	r.upstreamModel = r.alias
-	for i := range r.model.Targets {
-		if t := &r.model.Targets[i]; t.Backend == r.backend && t.Model != "" {
+	r.upstreamModel = r.f.Alias
+	for i := range r.f.Model.Targets {
+		if t := &r.f.Model.Targets[i]; t.Backend == r.backend && t.Model != "" {
 			r.upstreamModel = t.Model
 		}
 	}
 	b, ok := r.cfg.Backend(r.backend)
-	if r.upstreamModel == r.alias || !ok || b.ExposeUpstreamModel || (r.kind != bodyJSON && r.kind != bodySSE) ||
+	if r.upstreamModel == r.f.Alias || !ok || b.ExposeUpstreamModel || (r.kind != bodyJSON && r.kind != bodySSE) ||
 		(r.gzip && r.decoder == nil && !translating) {
 		return false
 	}
 	if r.ownNames == nil {
 		r.ownNames = &modelNamer{}
 	}
-	r.ownNames.reset(r.alias)
+	r.ownNames.reset(r.f.Alias)
 	r.names = r.ownNames
 	return true
 }
@@ -269,7 +269,7 @@ func (r *routerStream) closeDecoder() {
 // rate-limit filter's stream-done charge. The end-of-stream answer still
 // sends the final figures.
 func (r *routerStream) streamMetadata() *structpb.Struct {
-	if r.status < 200 || r.status >= 300 || !r.spec.Billed {
+	if r.status < 200 || r.status >= 300 || !r.f.Spec.Billed {
 		return nil
 	}
 	u, ok := r.parser.Usage()
@@ -286,18 +286,18 @@ func (r *routerStream) streamMetadata() *structpb.Struct {
 	if r.meta == nil {
 		r.meta = &envoymsg.TokenMeta{}
 	}
-	return fillTokens(r.meta, u, r.estTokens)
+	return fillTokens(r.meta, u, r.f.EstTokens)
 }
 
 // accounted holds the figures finish computed, for the dynamic metadata.
 func (r *routerStream) metadata() *structpb.Struct {
-	if !r.admitted || !r.haveUsage {
+	if !r.f.Admitted || !r.haveUsage {
 		return nil
 	}
 	if r.meta == nil {
 		r.meta = &envoymsg.TokenMeta{}
 	}
-	return fillTokens(r.meta, r.usage, r.estTokens)
+	return fillTokens(r.meta, r.usage, r.f.EstTokens)
 }
 
 // finish accounts the request once: at the response's end_of_stream, or
@@ -309,14 +309,14 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	}
 	r.finished = true
 	r.closeDecoder()
-	if !r.admitted {
+	if !r.f.Admitted {
 		return
 	}
-	if !r.spec.Billed {
+	if !r.f.Spec.Billed {
 		// count_tokens: admitted and routed, not a completion. Nothing to
 		// bill, nothing reserved (admission skipped the reservation).
-		s.observe(r, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: r.owner.Tenant.Name, VirtualKeyID: r.owner.Key.ID,
-			Model: r.alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
+		s.observe(r, Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: r.f.Tenant(), VirtualKeyID: r.f.KeyID(),
+			Model: r.f.Alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
 		return
 	}
 	ok2xx := r.status >= 200 && r.status < 300
@@ -340,7 +340,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 			u, reported = r.parser.Usage()
 		}
 	}
-	if ok2xx && r.spec == family.Responses && r.tr == nil {
+	if ok2xx && r.f.Spec == family.Responses && r.tr == nil {
 		// A translated answer's id is the gateway's: no backend holds it.
 		s.rememberResponse(r)
 	}
@@ -349,7 +349,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		s.metrics.disconnects.Inc()
 		switch r.cfg.Accounting.BillOnDisconnect {
 		case "reserved":
-			u, estimated = Usage{PromptTokens: int64(r.estTokens), CompletionTokens: int64(r.maxOut)}, true
+			u, estimated = Usage{PromptTokens: int64(r.f.EstTokens), CompletionTokens: int64(r.f.MaxOut)}, true
 		case "delivered":
 			u, estimated = s.delivered(r), true
 		default: // "reported"
@@ -364,17 +364,17 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
 	r.usage, r.haveUsage = u, ok2xx || cut
-	tenant, key := r.owner.Tenant.Name, r.owner.Key.ID
+	tenant, key := r.f.Tenant(), r.f.KeyID()
 	if u.TotalTokens > 0 {
-		as := s.metrics.admittedFor(tenant, r.alias)
+		as := s.metrics.admittedFor(tenant, r.f.Alias)
 		as.prompt.Add(float64(u.PromptTokens))
 		as.completion.Add(float64(u.CompletionTokens))
 	}
-	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias, UpstreamModel: r.upstreamModel,
-		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream}
+	e := Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.f.Alias, UpstreamModel: r.upstreamModel,
+		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.f.Stream}
 	served := ok2xx || cut
 	var ctx context.Context = context.Background()
-	if s.opts.Ledger != nil || (r.reserved && s.opts.Reserver != nil) {
+	if s.opts.Ledger != nil || (r.f.Reserved && s.opts.Reserver != nil) {
 		// The stream's context may be gone (client disconnect): bound the
 		// accounting writes on their own.
 		var cancel context.CancelFunc
@@ -384,23 +384,23 @@ func (s *Server) finish(r *routerStream, cut bool) {
 	if s.opts.Ledger != nil && served {
 		if err := s.opts.Ledger.Record(ctx, e); err != nil {
 			s.metrics.accountingErr.WithLabelValues("ledger").Inc()
-			s.log.Warn("ledger write failed", "request_id", r.requestID, "err", err)
+			s.log.Warn("ledger write failed", "request_id", r.f.RequestID, "err", err)
 		}
 	}
 	s.observe(r, e)
-	if r.reserved && s.opts.Reserver != nil {
+	if r.f.Reserved && s.opts.Reserver != nil {
 		// Record first, then settle: spend is never under-counted.
 		var err error
 		if served {
-			err = s.opts.Reserver.Settle(ctx, r.reservation, e)
+			err = s.opts.Reserver.Settle(ctx, r.f.Reservation, e)
 		} else {
-			err = s.opts.Reserver.Release(ctx, r.reservation)
+			err = s.opts.Reserver.Release(ctx, r.f.Reservation)
 		}
 		if err != nil {
 			s.metrics.accountingErr.WithLabelValues("settle").Inc()
-			s.log.Warn("reservation settle failed", "request_id", r.requestID, "err", err)
+			s.log.Warn("reservation settle failed", "request_id", r.f.RequestID, "err", err)
 		}
-		s.holdsFreed.Add(1)
+		s.admit.Freed()
 	}
 }
 
@@ -411,7 +411,7 @@ func (s *Server) observe(r *routerStream, e Entry) {
 	}
 	lat := time.Since(r.start)
 	var ttft time.Duration
-	if r.stream && !r.firstChunk.IsZero() {
+	if r.f.Stream && !r.firstChunk.IsZero() {
 		ttft = r.firstChunk.Sub(r.start)
 	}
 	tok := telemetry.Tokens{Input: e.Usage.PromptTokens, Output: e.Usage.CompletionTokens, CachedInput: e.Usage.CachedTokens, Reasoning: e.Usage.ReasoningTokens}
@@ -426,8 +426,8 @@ func (s *Server) observe(r *routerStream, e Entry) {
 	if e.Disconnected {
 		reason = "stream cut before its end"
 	}
-	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.clientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
-		UpstreamModel: e.UpstreamModel, UpstreamRequestID: r.upstreamRequestID, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
+	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.f.ClientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
+		UpstreamModel: e.UpstreamModel, UpstreamRequestID: r.upstreamRequestID, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.f.Stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
 	if r.span != nil {
 		errType := ""
 		switch {
@@ -450,7 +450,7 @@ func (s *Server) cost(r *routerStream, e Entry) float64 {
 	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
 		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens, CacheWriteTokens: e.Usage.CacheWriteTokens}
 	var c pricing.Money
-	for _, t := range r.model.Targets {
+	for _, t := range r.f.Model.Targets {
 		tc := pricing.RateOf(t.Price).Cost(u)
 		if t.Backend == e.Backend {
 			return tc.Float()
@@ -463,7 +463,7 @@ func (s *Server) cost(r *routerStream, e Entry) float64 {
 // delivered estimates usage from what reached the client: the prompt
 // estimate plus streamed content at the configured bytes per token.
 func (s *Server) delivered(r *routerStream) Usage {
-	u := Usage{PromptTokens: int64(r.estTokens)}
+	u := Usage{PromptTokens: int64(r.f.EstTokens)}
 	if r.parser != nil {
 		bpt := r.cfg.Request.BytesPerToken
 		if bpt <= 0 {
@@ -488,35 +488,35 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 	switch {
 	case r.backend == "" && limited && r.status == http.StatusTooManyRequests:
 		e := &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded",
-			message: "Rate limit reached for `" + r.alias + "` on tenant `" + r.owner.Tenant.Name + "`; retry after the indicated time."}
+			message: "Rate limit reached for `" + r.f.Alias + "` on tenant `" + r.f.Tenant() + "`; retry after the indicated time."}
 		return e.withRetryAfter(time.Duration(max(reset, 1))*time.Second).withHeader("x-ratelimit-reset", strconv.Itoa(max(reset, 1)))
 	case r.backend != "" && (r.status == http.StatusUnauthorized || r.status == http.StatusForbidden):
 		e := &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_credentials_rejected",
-			message: "The provider refused the gateway's upstream credentials for `" + r.alias + "`; the key is out of rotation. Retry later."}
-		_, ra := s.opts.Keys.Available(r.backends)
+			message: "The provider refused the gateway's upstream credentials for `" + r.f.Alias + "`; the key is out of rotation. Retry later."}
+		_, ra := s.opts.Keys.Available(r.f.Backends)
 		return e.withRetryAfter(max(ra, time.Second))
 	case r.backend == "" && r.status >= 500:
-		ok, ra := s.opts.Keys.Available(r.backends)
+		ok, ra := s.opts.Keys.Available(r.f.Backends)
 		switch {
-		case r.status == http.StatusServiceUnavailable && !ok && !s.opts.Keys.Failing(r.backends):
+		case r.status == http.StatusServiceUnavailable && !ok && !s.opts.Keys.Failing(r.f.Backends):
 			// No healthy host because every key of the pool is rate
 			// limited or busy (EDS follows the keys): capacity comes
 			// back, so the answer SDKs back off on.
-			return errKeysExhausted(r.alias, ra, false)
+			return errKeysExhausted(r.f.Alias, ra, false)
 		case r.status == http.StatusServiceUnavailable && ok:
 			// Envoy had no healthy host while the keys now have room: EDS
 			// was behind the keys (a quota window that reset between the
 			// push and this answer). Nothing is failing: a short 429.
 			return (&apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_unavailable",
-				message: "No upstream for `" + r.alias + "` could take the request at this moment; retry after the indicated time."}).
+				message: "No upstream for `" + r.f.Alias + "` could take the request at this moment; retry after the indicated time."}).
 				withRetryAfter(time.Second)
 		case ok:
 			ra = time.Second
 		}
-		msg := "No upstream for `" + r.alias + "` could take the request (every relay is down or failing); retry later."
+		msg := "No upstream for `" + r.f.Alias + "` could take the request (every relay is down or failing); retry later."
 		code := "upstream_unavailable"
 		if r.status == http.StatusGatewayTimeout {
-			msg, code = "The upstream for `"+r.alias+"` did not answer in time.", "upstream_timeout"
+			msg, code = "The upstream for `"+r.f.Alias+"` did not answer in time.", "upstream_timeout"
 		}
 		return (&apiError{status: r.status, typ: "server_error", code: code, message: msg}).withRetryAfter(max(ra, time.Second))
 	}

@@ -18,6 +18,7 @@ package extproc
 import (
 	"errors"
 	"fmt"
+	"github.com/swarmgate/swarmgate/extproc/admit"
 	"io"
 	"log/slog"
 	"sync"
@@ -89,10 +90,8 @@ type Server struct {
 	hosts envoymsg.HostCache
 	// signerCache is the request-identity signer of the newest config seen.
 	signerCache atomic.Pointer[signerFor]
-	// holdsFreed counts settles and releases of reservations on this
-	// replica: a request waiting for a TPM window asks again when it moves
-	// (a settle usually frees part of its hold).
-	holdsFreed atomic.Uint64
+	// admit runs the admission steps (extproc/admit).
+	admit *admit.Admitter
 }
 
 // New builds a server.
@@ -119,6 +118,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("extproc: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, metrics: m}
+	s.admit = &admit.Admitter{Keys: opts.Keys, Queue: opts.Queue, Budgets: opts.Budgets, Reserver: opts.Reserver, Owners: opts.Affinity,
+		Log: opts.Logger, Failed: func(step string) { m.accountingErr.WithLabelValues(step).Inc() }}
 	s.cfg.Store(opts.Config)
 	s.routers.New = func() any { return &routerStream{} }
 	s.upstreams.New = func() any { return &upstreamStream{} }
