@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,10 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/extproc/envoymsg"
-	"github.com/swarmgate/swarmgate/extproc/family"
-	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey, contract.HeaderLocal}
@@ -25,91 +21,20 @@ type bodyReply struct{ envoymsg.BodyReply }
 
 func (b *bodyReply) replaceChunk(out []byte) { b.Replace(out) }
 
+// responseHeaders reads the answer's status, type and attempt tags,
+// replaces an answer that must not reach the client as it is, and sets up
+// reading the body (usage, translation, model names).
 func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var ctype, cenc string
-	local, limited := false, false
-	reset := 0
-	for _, kv := range h.GetHeaders().GetHeaders() {
-		switch kv.GetKey() {
-		case ":status":
-			r.status, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
-		case "content-type":
-			ctype = envoymsg.HeaderValue(kv)
-		case "content-encoding":
-			cenc = envoymsg.HeaderValue(kv)
-		case contract.HeaderBackend:
-			r.backend = envoymsg.HeaderValue(kv)
-		case contract.HeaderUpstreamKey:
-			r.upstreamKey = envoymsg.HeaderValue(kv)
-		case contract.HeaderLocal:
-			local = true
-		case "x-envoy-ratelimited":
-			limited = true
-		case "x-ratelimit-reset":
-			reset, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
-		case contract.HeaderRequestID, headerAnthropicRequestID:
-			// The provider's own id, replaced on the answer by the
-			// gateway's: kept for the access log (a support ticket with
-			// the provider quotes it).
-			if r.upstreamRequestID == "" {
-				r.upstreamRequestID = label(envoymsg.HeaderValue(kv))
-			}
-		}
-	}
-	if r.f.Admitted && !local {
-		if e := s.replaceAnswer(r, limited, reset); e != nil {
+	rh := r.readResponseHeaders(h)
+	if r.f.Admitted && !rh.local {
+		if e := s.replaceAnswer(r, rh.limited, rh.reset); e != nil {
 			// The answer is not one to pass on: account the request as not
 			// served and send the client an error in its own shape.
 			s.finish(r, false)
 			return r.answerError(e)
 		}
 	}
-	switch {
-	case strings.HasPrefix(ctype, "text/event-stream"):
-		r.kind = bodySSE
-	case strings.HasPrefix(ctype, "application/json"):
-		r.kind = bodyJSON
-	default:
-		r.kind = bodyOther
-	}
-	translating := r.f.Admitted && !local && s.startTranslation(r)
-	if translating && strings.EqualFold(cenc, "gzip") && (r.status < 200 || r.status >= 300) {
-		// The translator reads plain bytes, error bodies too.
-		r.gzip = true
-		r.decoder = s.opts.Usage.NewGzip()
-	}
-	if r.f.Admitted && r.status >= 200 && r.status < 300 {
-		switch {
-		case strings.EqualFold(cenc, "gzip"):
-			r.gzip = true
-			r.decoder = s.opts.Usage.NewGzip()
-		case cenc != "" && !strings.EqualFold(cenc, "identity"):
-			r.kind = bodyOther // cannot read usage from it
-		}
-		if r.kind == bodySSE {
-			// The pooled stream's parser and filter, reset: their buffers
-			// serve request after request.
-			if r.ownParser == nil {
-				r.ownParser = s.opts.Usage.NewStream()
-			} else {
-				r.ownParser.Reset()
-			}
-			r.parser = r.ownParser
-			if r.hideUsage && !r.gzip {
-				if r.ownFilter == nil {
-					r.ownFilter = s.opts.Usage.NewFilter()
-				} else {
-					r.ownFilter.Reset()
-				}
-				r.filter = r.ownFilter
-			}
-		}
-	}
-	if translating {
-		// The translator writes plain bytes; its answer has another length.
-		r.filter = nil
-	}
-	renaming := r.f.Admitted && !local && s.startNaming(r, translating)
+	translating, renaming := s.startBody(r, rh)
 	a := r.answer()
 	resp, _ := a.Start(envoymsg.ResponseHeaders)
 	for _, h := range removeAttemptHeaders {
@@ -139,6 +64,106 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 		}
 	}
 	return resp
+}
+
+// responseHeaderFacts is what the response headers say beyond the stream's
+// answer state.
+type responseHeaderFacts struct {
+	ctype, cenc    string
+	local, limited bool // an upstream filter's local reply; the rate-limit filter's 429
+	reset          int  // x-ratelimit-reset
+}
+
+// readResponseHeaders reads the status and the attempt's tags into the
+// stream, the rest into the result.
+func (r *routerStream) readResponseHeaders(h *extprocv3.HttpHeaders) responseHeaderFacts {
+	var rh responseHeaderFacts
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		switch kv.GetKey() {
+		case ":status":
+			r.status, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
+		case "content-type":
+			rh.ctype = envoymsg.HeaderValue(kv)
+		case "content-encoding":
+			rh.cenc = envoymsg.HeaderValue(kv)
+		case contract.HeaderBackend:
+			r.backend = envoymsg.HeaderValue(kv)
+		case contract.HeaderUpstreamKey:
+			r.upstreamKey = envoymsg.HeaderValue(kv)
+		case contract.HeaderLocal:
+			rh.local = true
+		case "x-envoy-ratelimited":
+			rh.limited = true
+		case "x-ratelimit-reset":
+			rh.reset, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
+		case contract.HeaderRequestID, headerAnthropicRequestID:
+			// The provider's own id, replaced on the answer by the
+			// gateway's: kept for the access log (a support ticket with
+			// the provider quotes it).
+			if r.upstreamRequestID == "" {
+				r.upstreamRequestID = label(envoymsg.HeaderValue(kv))
+			}
+		}
+	}
+	return rh
+}
+
+// startBody sets up reading the answer's body: its kind, decoding, the
+// usage parser and filter of a 2xx stream, translation into the client's
+// family and renaming the model.
+func (s *Server) startBody(r *routerStream, rh responseHeaderFacts) (translating, renaming bool) {
+	switch {
+	case strings.HasPrefix(rh.ctype, "text/event-stream"):
+		r.kind = bodySSE
+	case strings.HasPrefix(rh.ctype, "application/json"):
+		r.kind = bodyJSON
+	default:
+		r.kind = bodyOther
+	}
+	translating = r.f.Admitted && !rh.local && s.startTranslation(r)
+	if translating && strings.EqualFold(rh.cenc, "gzip") && (r.status < 200 || r.status >= 300) {
+		// The translator reads plain bytes, error bodies too.
+		r.gzip = true
+		r.decoder = s.opts.Usage.NewGzip()
+	}
+	if r.f.Admitted && r.status >= 200 && r.status < 300 {
+		switch {
+		case strings.EqualFold(rh.cenc, "gzip"):
+			r.gzip = true
+			r.decoder = s.opts.Usage.NewGzip()
+		case rh.cenc != "" && !strings.EqualFold(rh.cenc, "identity"):
+			r.kind = bodyOther // cannot read usage from it
+		}
+		if r.kind == bodySSE {
+			s.startUsageStream(r)
+		}
+	}
+	if translating {
+		// The translator writes plain bytes; its answer has another length.
+		r.filter = nil
+	}
+	renaming = r.f.Admitted && !rh.local && s.startNaming(r, translating)
+	return translating, renaming
+}
+
+// startUsageStream sets up the pooled stream's SSE parser and, when the
+// gateway asked for usage the client did not, its filter; reset, their
+// buffers serve request after request.
+func (s *Server) startUsageStream(r *routerStream) {
+	if r.ownParser == nil {
+		r.ownParser = s.opts.Usage.NewStream()
+	} else {
+		r.ownParser.Reset()
+	}
+	r.parser = r.ownParser
+	if r.hideUsage && !r.gzip {
+		if r.ownFilter == nil {
+			r.ownFilter = s.opts.Usage.NewFilter()
+		} else {
+			r.ownFilter.Reset()
+		}
+		r.filter = r.ownFilter
+	}
 }
 
 func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
@@ -298,180 +323,6 @@ func (r *routerStream) metadata() *structpb.Struct {
 		r.meta = &envoymsg.TokenMeta{}
 	}
 	return fillTokens(r.meta, r.usage, r.f.EstTokens)
-}
-
-// finish accounts the request once: at the response's end_of_stream, or
-// when the stream ends without it (client disconnect, upstream reset, local
-// reply), billed per accounting.bill_on_disconnect.
-func (s *Server) finish(r *routerStream, cut bool) {
-	if r.finished {
-		return
-	}
-	r.finished = true
-	r.closeDecoder()
-	if !r.f.Admitted {
-		return
-	}
-	if !r.f.Spec.Billed {
-		// count_tokens: admitted and routed, not a completion. Nothing to
-		// bill, nothing reserved (admission skipped the reservation).
-		s.observe(r, Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: r.f.Tenant(), VirtualKeyID: r.f.KeyID(),
-			Model: r.f.Alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
-		return
-	}
-	ok2xx := r.status >= 200 && r.status < 300
-	if cut && ok2xx && r.kind == bodySSE && r.parser != nil {
-		// SDKs close the connection once they read the last event; when
-		// the provider's end of stream comes later, the stream ends here
-		// without it. The client had the whole answer: not a disconnect.
-		r.parser.Flush()
-		if r.parser.Done() {
-			cut = false
-		}
-	}
-	var u Usage
-	reported := false
-	if ok2xx {
-		switch {
-		case r.kind == bodyJSON && !r.jsonOverflow && len(r.jsonBuf) > 0:
-			u, reported = s.opts.Usage.FromJSON(r.jsonBuf)
-		case r.kind == bodySSE && r.parser != nil:
-			r.parser.Flush()
-			u, reported = r.parser.Usage()
-		}
-	}
-	if ok2xx && r.f.Spec == family.Responses && r.tr == nil {
-		// A translated answer's id is the gateway's: no backend holds it.
-		s.rememberResponse(r)
-	}
-	estimated := false
-	if cut {
-		s.metrics.disconnects.Inc()
-		switch r.cfg.Accounting.BillOnDisconnect {
-		case "reserved":
-			u, estimated = Usage{PromptTokens: int64(r.f.EstTokens), CompletionTokens: int64(r.f.MaxOut)}, true
-		case "delivered":
-			u, estimated = s.delivered(r), true
-		default: // "reported"
-			if !reported {
-				u, estimated = s.delivered(r), true
-			}
-		}
-	} else if ok2xx && !reported {
-		u, estimated = s.delivered(r), true
-	}
-	if u.TotalTokens == 0 {
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	}
-	r.usage, r.haveUsage = u, ok2xx || cut
-	tenant, key := r.f.Tenant(), r.f.KeyID()
-	if u.TotalTokens > 0 {
-		as := s.metrics.admittedFor(tenant, r.f.Alias)
-		as.prompt.Add(float64(u.PromptTokens))
-		as.completion.Add(float64(u.CompletionTokens))
-	}
-	e := Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.f.Alias, UpstreamModel: r.upstreamModel,
-		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.f.Stream}
-	served := ok2xx || cut
-	var ctx context.Context = context.Background()
-	if s.opts.Ledger != nil || (r.f.Reserved && s.opts.Reserver != nil) {
-		// The stream's context may be gone (client disconnect): bound the
-		// accounting writes on their own.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.SettleTimeout)
-		defer cancel()
-	}
-	if s.opts.Ledger != nil && served {
-		if err := s.opts.Ledger.Record(ctx, e); err != nil {
-			s.metrics.accountingErr.WithLabelValues("ledger").Inc()
-			s.log.Warn("ledger write failed", "request_id", r.f.RequestID, "err", err)
-		}
-	}
-	s.observe(r, e)
-	if r.f.Reserved && s.opts.Reserver != nil {
-		// Record first, then settle: spend is never under-counted.
-		var err error
-		if served {
-			err = s.opts.Reserver.Settle(ctx, r.f.Reservation, e)
-		} else {
-			err = s.opts.Reserver.Release(ctx, r.f.Reservation)
-		}
-		if err != nil {
-			s.metrics.accountingErr.WithLabelValues("settle").Inc()
-			s.log.Warn("reservation settle failed", "request_id", r.f.RequestID, "err", err)
-		}
-		s.admit.Freed()
-	}
-}
-
-// observe feeds the data-path metrics and the access log.
-func (s *Server) observe(r *routerStream, e Entry) {
-	if s.opts.Metrics == nil && s.opts.AccessLog == nil && r.span == nil {
-		return
-	}
-	lat := time.Since(r.start)
-	var ttft time.Duration
-	if r.f.Stream && !r.firstChunk.IsZero() {
-		ttft = r.firstChunk.Sub(r.start)
-	}
-	tok := telemetry.Tokens{Input: e.Usage.PromptTokens, Output: e.Usage.CompletionTokens, CachedInput: e.Usage.CachedTokens, Reasoning: e.Usage.ReasoningTokens}
-	cost := s.cost(r, e)
-	status := e.Status
-	if e.Disconnected {
-		status = 0
-	}
-	s.opts.Metrics.ObserveRequest(telemetry.Completion{Labels: telemetry.Labels{Tenant: e.Tenant, Model: e.Model, Backend: e.Backend},
-		Status: status, Latency: lat, TTFT: ttft, Tokens: tok, Cost: cost})
-	reason := ""
-	if e.Disconnected {
-		reason = "stream cut before its end"
-	}
-	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.f.ClientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
-		UpstreamModel: e.UpstreamModel, UpstreamRequestID: r.upstreamRequestID, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.f.Stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
-	if r.span != nil {
-		errType := ""
-		switch {
-		case e.Disconnected:
-			errType = "stream_cut"
-		case status == http.StatusTooManyRequests:
-			errType = "rate_limited"
-		case status >= 500:
-			errType = "upstream_5xx"
-		}
-		telemetry.EndGenAISpan(r.span, telemetry.GenAIResponse{Model: e.UpstreamModel, Tokens: tok, Status: status, Backend: e.Backend, KeyID: e.UpstreamKeyID,
-			Cost: cost, ErrorType: errType})
-		r.span = nil
-	}
-}
-
-// cost prices usage at the serving target's price (the dearest target when
-// no backend answered).
-func (s *Server) cost(r *routerStream, e Entry) float64 {
-	u := pricing.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens,
-		CachedTokens: e.Usage.CachedTokens, ReasoningTokens: e.Usage.ReasoningTokens, CacheWriteTokens: e.Usage.CacheWriteTokens}
-	var c pricing.Money
-	for _, t := range r.f.Model.Targets {
-		tc := pricing.RateOf(t.Price).Cost(u)
-		if t.Backend == e.Backend {
-			return tc.Float()
-		}
-		c = max(c, tc)
-	}
-	return c.Float()
-}
-
-// delivered estimates usage from what reached the client: the prompt
-// estimate plus streamed content at the configured bytes per token.
-func (s *Server) delivered(r *routerStream) Usage {
-	u := Usage{PromptTokens: int64(r.f.EstTokens)}
-	if r.parser != nil {
-		bpt := r.cfg.Request.BytesPerToken
-		if bpt <= 0 {
-			bpt = 4
-		}
-		u.CompletionTokens = int64(float64(r.parser.DeliveredContentBytes())/bpt + 0.999)
-	}
-	return u
 }
 
 // replaceAnswer decides whether a response must not reach the client as it
