@@ -6,7 +6,6 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/swarmgate/swarmgate/extproc/admit"
 	"github.com/swarmgate/swarmgate/extproc/envoymsg"
@@ -61,7 +60,7 @@ func (e *timerExtension) Extend(d time.Duration) {
 	e.until = time.Now().Add(d)
 	// A failed send means the stream is gone; the wait ends with the
 	// stream's context.
-	_ = e.ExternalProcessor_ProcessServer.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)})
+	_ = e.ExternalProcessor_ProcessServer.Send(envoymsg.TimeoutOverride(d))
 }
 
 // Left is how long a further wait may last within the override already

@@ -13,6 +13,11 @@
 //
 // The two streams of one request may reach different replicas: everything
 // the upstream filter needs travels in internal headers and attributes.
+//
+// The admission decisions are steps in extproc/admit, which knows nothing
+// of Envoy; the Envoy messages are written by extproc/envoymsg. This
+// package connects them: one handler per message, each a short sequence
+// of steps (docs/extproc.md, Code layout).
 package extproc
 
 import (

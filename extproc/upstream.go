@@ -79,11 +79,11 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			resp = s.upstreamResponse(ctx, u, v.ResponseHeaders)
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+			resp = envoymsg.Continue(envoymsg.ResponseBody)
 		case *extprocv3.ProcessingRequest_RequestTrailers:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+			resp = envoymsg.Continue(envoymsg.RequestTrailers)
 		default:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+			resp = envoymsg.Continue(envoymsg.ResponseTrailers)
 		}
 		s.opts.Metrics.ObservePhase(telemetry.FilterUpstream, phase(req), time.Since(start))
 		if err := st.Send(resp); err != nil {
@@ -93,7 +93,7 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 }
 
 func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+	resp := envoymsg.Continue(envoymsg.RequestBody)
 	if !u.rewrite || !b.GetEndOfStream() {
 		return resp
 	}

@@ -1,9 +1,12 @@
 package envoymsg
 
 import (
+	"time"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Header is one header of a local reply.
@@ -61,4 +64,11 @@ func ReplaceBody(body []byte, contentLength string) *extprocv3.ProcessingRespons
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{SetHeader("content-length", contentLength)}},
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		}}}}
+}
+
+// TimeoutOverride is an answer carrying only override_message_timeout: it
+// restarts the message timer of the message being processed with d
+// (Envoy honours the first per message).
+func TimeoutOverride(d time.Duration) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)}
 }
