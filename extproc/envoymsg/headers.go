@@ -2,7 +2,6 @@ package envoymsg
 
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
 // SetHeader overwrites a header. Values go in raw_value only: Envoy rejects
@@ -24,14 +23,4 @@ func HeaderValue(h *corev3.HeaderValue) string {
 		return string(rv)
 	}
 	return h.GetValue()
-}
-
-// Get is the value of the first header called name in h ("" when absent).
-func Get(h *extprocv3.HttpHeaders, name string) string {
-	for _, kv := range h.GetHeaders().GetHeaders() {
-		if kv.GetKey() == name {
-			return HeaderValue(kv)
-		}
-	}
-	return ""
 }
