@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/identity"
@@ -59,69 +60,25 @@ func (a *admitted) appendSigned(msg []byte) []byte {
 	return msg
 }
 
-// requestMeta is a reusable dynamic-metadata struct for the request-body
-// answer (one per pooled router stream): it is filled per request and
-// marshalled inside Send, like tokenMeta. It carries two namespaces:
-//
-//   - contract.MetadataNamespace, plain fields for Envoy's other filters (the
-//     rate-limit filter's descriptors and hits_addend) and the response path;
-//   - contract.AdmissionNamespace, one string: the signed admission token,
-//     the only thing forwarded to the upstream filter of each attempt, so an
-//     attempt decodes one field instead of a Struct of a dozen.
+// requestMeta is the request-body answer's metadata (envoymsg.RequestMeta)
+// with the buffers the admission token is built in, reused per pooled
+// router stream.
 type requestMeta struct {
-	outer, inner, adm structpb.Struct
-	ns, admNS         structpb.Value
-	nsKind, admKind   structpb.Value_StructValue
-	token             structpb.Value
-	tokenKind         structpb.Value_StringValue
-	strs              [len(requestMetaStrings)]structpb.Value
-	strKinds          [len(requestMetaStrings)]structpb.Value_StringValue
-	nums              [len(requestMetaNumbers)]structpb.Value
-	numKinds          [len(requestMetaNumbers)]structpb.Value_NumberValue
-	scratch, tok      []byte
+	envoymsg.RequestMeta
+	scratch, tok []byte
 }
-
-var (
-	requestMetaStrings = [...]string{contract.MetaRequestID, contract.MetaTenant, contract.MetaVirtualKey, contract.MetaModel,
-		contract.MetaReservation}
-	requestMetaNumbers = [...]string{contract.MetaEstTokens, contract.MetaMaxTokens}
-)
 
 // tokenEncoding encodes the signed message in the token (a metadata string
 // must be UTF-8; the message is length-prefixed binary).
 var tokenEncoding = base64.RawURLEncoding
 
 func (m *requestMeta) fill(sg *keyRing, a admitted) *structpb.Struct {
-	if m.inner.Fields == nil {
-		m.inner.Fields = make(map[string]*structpb.Value, len(requestMetaStrings)+len(requestMetaNumbers))
-		for i, k := range requestMetaStrings {
-			m.strs[i].Kind = &m.strKinds[i]
-			m.inner.Fields[k] = &m.strs[i]
-		}
-		for i, k := range requestMetaNumbers {
-			m.nums[i].Kind = &m.numKinds[i]
-			m.inner.Fields[k] = &m.nums[i]
-		}
-		m.nsKind.StructValue = &m.inner
-		m.ns.Kind = &m.nsKind
-		m.token.Kind = &m.tokenKind
-		m.adm.Fields = map[string]*structpb.Value{contract.MetaAdmission: &m.token}
-		m.admKind.StructValue = &m.adm
-		m.admNS.Kind = &m.admKind
-		m.outer.Fields = map[string]*structpb.Value{contract.MetadataNamespace: &m.ns, contract.AdmissionNamespace: &m.admNS}
-	}
 	m.scratch = a.appendSigned(m.scratch[:0])
 	m.tok = tokenEncoding.AppendEncode(m.tok[:0], m.scratch)
 	m.tok = append(m.tok, '.')
 	m.tok = sg.cur.signer.Sign(m.tok, m.scratch)
-	m.tokenKind.StringValue = string(m.tok)
-	for i, v := range [len(requestMetaStrings)]string{a.requestID, a.tenant, a.virtualKey, a.model, a.reservation} {
-		m.strKinds[i].StringValue = v
-	}
-	for i, v := range [len(requestMetaNumbers)]int64{int64(a.estTokens), int64(a.maxTokens)} {
-		m.numKinds[i].NumberValue = float64(v)
-	}
-	return &m.outer
+	return m.Fill(envoymsg.RequestFields{RequestID: a.requestID, Tenant: a.tenant, VirtualKey: a.virtualKey, Model: a.model,
+		Reservation: a.reservation, EstTokens: a.estTokens, MaxTokens: a.maxTokens, Token: m.tok})
 }
 
 // readAdmitted reads and verifies the admission token Envoy forwarded to an

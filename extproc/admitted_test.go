@@ -4,15 +4,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
 // signedBy is the admission namespace a router-level stream signing with
 // ring writes for a request admitted at now.
-func signedBy(ring *keyRing, now time.Time) *requestMeta {
+func signedBy(ring *keyRing, now time.Time) *structpb.Struct {
 	var m requestMeta
-	m.fill(ring, admitted{requestID: "sg-1", tenant: "team", model: "gpt", path: "/v1/chat/completions", issued: now.Unix()})
-	return &m
+	return m.fill(ring, admitted{requestID: "sg-1", tenant: "team", model: "gpt", path: "/v1/chat/completions", issued: now.Unix()})
 }
 
 // TestKeyRingAcrossReloads: an admission signed before a reload that
@@ -46,7 +47,7 @@ func TestKeyRingAcrossReloads(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := signedBy(tt.signer, t0)
-			md := m.outer.Fields[contract.AdmissionNamespace].GetStructValue()
+			md := m.Fields[contract.AdmissionNamespace].GetStructValue()
 			a, _, ok := readAdmitted(md, tt.ring, t0.Add(tt.at), nil)
 			if ok != tt.want {
 				t.Fatalf("verified %v, want %v", ok, tt.want)

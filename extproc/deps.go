@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/swarmgate/swarmgate/extproc/admit"
 	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/accounting/usage"
-	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 // The interfaces below are what the ext_proc service needs from the policy
@@ -105,15 +105,6 @@ type ResponseAffinity interface {
 	Owner(ctx context.Context, responseID string) (ResponseOwner, error)
 }
 
-// ResponseOwner is the backend and upstream key that created a response,
-// and the tenant it was created for.
-type ResponseOwner struct {
-	Backend, KeyID, Tenant string
-}
-
-// ErrUnknownResponse: no owner is recorded for a previous_response_id.
-var ErrUnknownResponse = errors.New("unknown response id")
-
 // PickRequest describes one upstream attempt.
 type PickRequest struct {
 	RequestID string
@@ -149,49 +140,10 @@ type Reserver interface {
 	Release(ctx context.Context, res Reservation) error
 }
 
-// ReserveRequest asks for tokens for one request.
-type ReserveRequest struct {
-	RequestID       string
-	Tenant          string
-	KeyID           string
-	Model           string
-	PromptTokens    int
-	MaxOutputTokens int
-	// Price is the dearest price among the targets that may serve it: the
-	// money hold must cover the worst case.
-	Price config.Price
-}
-
-// Reservation is the answer. When Granted is false the request is refused
-// with 429 and Retry-After: Budget set means the money budget is spent,
-// else a token limit (Scope) is reached and Limit/Remaining/Reset fill the
-// x-ratelimit-*-tokens headers.
-type Reservation struct {
-	ID         string
-	Granted    bool
-	Budget     bool
-	Scope      string
-	RetryAfter time.Duration
-	Limit      int64
-	Remaining  int64
-	Reset      time.Duration
-	// Handle is the reserver's own state, handed back to Settle/Release.
-	Handle any
-}
-
 // BudgetChecker tells whether a tenant's hard-capped budget is spent
 // (accounting/budget).
 type BudgetChecker interface {
 	Check(ctx context.Context, tenant string) (BudgetStatus, error)
-}
-
-// BudgetStatus is a tenant's month so far.
-type BudgetStatus struct {
-	Exhausted  bool
-	Spent      float64
-	Limit      float64
-	Currency   string
-	RetryAfter time.Duration // until the budget frees room
 }
 
 // Recorder writes ledger entries idempotently per request id
@@ -254,35 +206,23 @@ type AdmissionQueue interface {
 	Admit(ctx context.Context, req QueueRequest, capacity func() (ready bool, retryAfter time.Duration, pace Rate)) QueueResult
 }
 
-// Rate is what the usable keys of a backend set can take per second
-// (0: not paced by that measure).
-type Rate struct {
-	Requests, Tokens float64
-}
-
-// QueueRequest is one request asking the queue. OnWait is called once,
-// before it starts waiting (not when it is admitted at once).
-type QueueRequest struct {
-	Scope    string // the target backends
-	Tenant   string
-	Class    string
-	Priority int
-	Weight   float64
-	MaxWait  time.Duration
-	Tokens   int // estimated prompt + completion tokens
-	OnWait   func()
-}
-
-// QueueResult is the queue's answer. Reason is set when not admitted.
-type QueueResult struct {
-	Admitted   bool
-	Reason     string
-	Waited     time.Duration
-	RetryAfter time.Duration
-}
-
 // KeyPacer is what a KeyPicker may also offer: the rate the usable keys
 // of backends can take, from their configured and learned limits.
 type KeyPacer interface {
 	Pace(backends []string) Rate
 }
+
+// The admission types are extproc/admit's (the steps that use them have no
+// Envoy types); these names keep the adapters' and tests' spelling.
+type (
+	ResponseOwner  = admit.ResponseOwner
+	ReserveRequest = admit.ReserveRequest
+	Reservation    = admit.Reservation
+	BudgetStatus   = admit.BudgetStatus
+	Rate           = admit.Rate
+	QueueRequest   = admit.QueueRequest
+	QueueResult    = admit.QueueResult
+)
+
+// ErrUnknownResponse: no owner is recorded for a previous_response_id.
+var ErrUnknownResponse = admit.ErrUnknownResponse

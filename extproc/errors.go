@@ -2,14 +2,14 @@ package extproc
 
 import (
 	"errors"
+	"github.com/swarmgate/swarmgate/extproc/admit"
 	"net/http"
 	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
@@ -23,7 +23,7 @@ type apiError struct {
 	typ     string
 	code    string
 	param   string
-	headers []*corev3.HeaderValueOption
+	headers []envoymsg.Header
 	// shape is the client's family's error shape (set by refuse and the
 	// upstream filter from the request's path).
 	shape family.ErrorShape
@@ -40,26 +40,36 @@ func (e *apiError) withRetryAfter(d time.Duration) *apiError {
 	if secs < 1 {
 		secs = 1
 	}
-	e.headers = append(e.headers, setHeader("retry-after", strconv.Itoa(secs)))
+	e.headers = append(e.headers, envoymsg.Header{Key: "retry-after", Value: strconv.Itoa(secs)})
 	return e
 }
 
 func (e *apiError) withHeader(k, v string) *apiError {
-	e.headers = append(e.headers, setHeader(k, v))
+	e.headers = append(e.headers, envoymsg.Header{Key: k, Value: v})
 	return e
 }
 
-func errInvalidKey(msg string) *apiError {
-	return &apiError{status: http.StatusUnauthorized, message: msg, typ: "invalid_request_error", code: "invalid_api_key"}
+// fromRefusal is an admission step's refusal as an answer.
+func fromRefusal(x *admit.Refusal) *apiError {
+	e := &apiError{status: x.Status, message: x.Message, typ: x.Type, code: x.Code, param: x.Param}
+	if x.Retry {
+		e.withRetryAfter(x.RetryAfter)
+	}
+	for _, h := range x.Headers {
+		e.withHeader(h.Key, h.Value)
+	}
+	return e
 }
 
 func errBadRequest(msg, code, param string) *apiError {
-	return &apiError{status: http.StatusBadRequest, message: msg, typ: "invalid_request_error", code: code, param: param}
+	return fromRefusal(admit.BadRequest(msg, code, param))
 }
 
-func errModelNotFound(model string) *apiError {
-	return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
-		message: "The model `" + model + "` does not exist or you do not have access to it."}
+func errModelNotFound(model string) *apiError { return fromRefusal(admit.ModelNotFound(model)) }
+
+// errKeysExhausted: see admit.KeysExhausted.
+func errKeysExhausted(model string, retry time.Duration, failing bool) *apiError {
+	return fromRefusal(admit.KeysExhausted(model, retry, failing))
 }
 
 // render is the status and body in the client's family's shape.
@@ -96,26 +106,8 @@ func (e *apiError) body() []byte {
 // response is the ImmediateResponse Envoy turns into a local reply
 // (https://www.envoyproxy.io/docs/envoy/latest/api-v3/service/ext_proc/v3/external_processor.proto#envoy-v3-api-msg-service-ext-proc-v3-immediateresponse).
 func (e *apiError) response() *extprocv3.ProcessingResponse {
-	hs := append([]*corev3.HeaderValueOption{setHeader("content-type", "application/json")}, e.headers...)
 	status, body := e.render()
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-		Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
-		Body:    body,
-		Details: "swarmgate_" + e.code,
-	}}}
-}
-
-// setHeader overwrites a header. Values go in raw_value only: Envoy rejects
-// a header with both value and raw_value
-// (https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/core/v3/base.proto#envoy-v3-api-msg-config-core-v3-headervalue).
-// append_action is explicit because its default, APPEND_IF_EXISTS_OR_ADD,
-// would add a second value.
-func setHeader(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
+	return envoymsg.Immediate(status, e.headers, body, "swarmgate_"+e.code)
 }
 
 // errNotAdmitted answers an upstream attempt that carries no valid signed
@@ -134,19 +126,6 @@ func errNoKey(model string, err error) *apiError {
 		return errKeysExhausted(model, nk.RetryAfter, nk.Failing)
 	}
 	return errKeysExhausted(model, time.Second, false)
-}
-
-// errKeysExhausted: capacity that comes back (keys rate limited, out of
-// quota or busy) is a 429 with Retry-After, which SDKs back off on; keys
-// that are failing are a 503.
-func errKeysExhausted(model string, retry time.Duration, failing bool) *apiError {
-	e := &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_keys_exhausted",
-		message: "Every upstream key for `" + model + "` is rate limited or busy; retry after the indicated time."}
-	if failing {
-		e.status, e.typ = http.StatusServiceUnavailable, "server_error"
-		e.message = "Every upstream key for `" + model + "` is failing; retry later."
-	}
-	return e.withRetryAfter(max(retry, time.Second))
 }
 
 // localError is the ImmediateResponse of an upstream attempt: marked so the

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 )
 
 // KeptTranslations is how many router translations wait for an attempt
@@ -22,7 +24,7 @@ type UpstreamExchange struct {
 }
 
 func (s *Server) NewUpstreamExchange() *UpstreamExchange {
-	return &UpstreamExchange{s: s, u: &upstreamStream{cfg: s.cfg.Load(), ans: &answer{}}}
+	return &UpstreamExchange{s: s, u: &upstreamStream{cfg: s.cfg.Load(), ans: &envoymsg.Answer{}}}
 }
 
 func (x *UpstreamExchange) Handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {

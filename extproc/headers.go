@@ -5,6 +5,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -24,14 +25,8 @@ func requestIDHeader(sh family.ErrorShape) string {
 	return contract.HeaderRequestID
 }
 
-// headerValue reads a header from Envoy's map: raw_value, else value (Envoy
-// sends raw_value; other clients such as grpc-go's ext_proc send value).
-func headerValue(h *corev3.HeaderValue) string {
-	if rv := h.GetRawValue(); len(rv) > 0 {
-		return string(rv)
-	}
-	return h.GetValue()
-}
+// setHeader is envoymsg.SetHeader (the answers translation.go builds).
+func setHeader(k, v string) *corev3.HeaderValueOption { return envoymsg.SetHeader(k, v) }
 
 // isInternal reports whether a header name carries contract.HeaderPrefix.
 // Envoy sends header names lower-cased.

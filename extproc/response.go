@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,147 +9,53 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/swarmgate/swarmgate/extproc/family"
-	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/contract"
-	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
 var removeAttemptHeaders = []string{contract.HeaderBackend, contract.HeaderUpstreamKey, contract.HeaderLocal}
 
-// bodyReply is a per-stream response-body answer, reused for every chunk:
-// gRPC marshals a message inside Send, before the next chunk is handled, so
-// a streamed body costs no allocation per chunk.
-type bodyReply struct {
-	resp   extprocv3.ProcessingResponse
-	oneof  extprocv3.ProcessingResponse_ResponseBody
-	body   extprocv3.BodyResponse
-	common extprocv3.CommonResponse
-	mut    extprocv3.BodyMutation
-	mutB   extprocv3.BodyMutation_Body
-}
+// bodyReply is the stream's reusable response-body answer; replaceChunk
+// is the name translation.go uses.
+type bodyReply struct{ envoymsg.BodyReply }
 
-func (b *bodyReply) continueChunk() *extprocv3.ProcessingResponse {
-	b.body.Response = nil
-	b.oneof.ResponseBody = &b.body
-	b.resp.Response = &b.oneof
-	b.resp.DynamicMetadata = nil
-	return &b.resp
-}
+func (b *bodyReply) replaceChunk(out []byte) { b.Replace(out) }
 
-func (b *bodyReply) replaceChunk(out []byte) {
-	b.mutB.Body = out
-	b.mut.Mutation = &b.mutB
-	b.common.BodyMutation = &b.mut
-	b.body.Response = &b.common
-}
-
+// responseHeaders reads the answer's status, type and attempt tags,
+// replaces an answer that must not reach the client as it is, and sets up
+// reading the body (usage, translation, model names).
 func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var ctype, cenc string
-	local, limited := false, false
-	reset := 0
-	for _, kv := range h.GetHeaders().GetHeaders() {
-		switch kv.GetKey() {
-		case ":status":
-			r.status, _ = strconv.Atoi(headerValue(kv))
-		case "content-type":
-			ctype = headerValue(kv)
-		case "content-encoding":
-			cenc = headerValue(kv)
-		case contract.HeaderBackend:
-			r.backend = headerValue(kv)
-		case contract.HeaderUpstreamKey:
-			r.upstreamKey = headerValue(kv)
-		case contract.HeaderLocal:
-			local = true
-		case "x-envoy-ratelimited":
-			limited = true
-		case "x-ratelimit-reset":
-			reset, _ = strconv.Atoi(headerValue(kv))
-		case contract.HeaderRequestID, headerAnthropicRequestID:
-			// The provider's own id, replaced on the answer by the
-			// gateway's: kept for the access log (a support ticket with
-			// the provider quotes it).
-			if r.upstreamRequestID == "" {
-				r.upstreamRequestID = label(headerValue(kv))
-			}
-		}
-	}
-	if r.admitted && !local {
-		if e := s.replaceAnswer(r, limited, reset); e != nil {
+	rh := r.readResponseHeaders(h)
+	if r.f.Admitted && !rh.local {
+		if e := s.replaceAnswer(r, rh.limited, rh.reset); e != nil {
 			// The answer is not one to pass on: account the request as not
 			// served and send the client an error in its own shape.
 			s.finish(r, false)
 			return r.answerError(e)
 		}
 	}
-	switch {
-	case strings.HasPrefix(ctype, "text/event-stream"):
-		r.kind = bodySSE
-	case strings.HasPrefix(ctype, "application/json"):
-		r.kind = bodyJSON
-	default:
-		r.kind = bodyOther
-	}
-	translating := r.admitted && !local && s.startTranslation(r)
-	if translating && strings.EqualFold(cenc, "gzip") && (r.status < 200 || r.status >= 300) {
-		// The translator reads plain bytes, error bodies too.
-		r.gzip = true
-		r.decoder = s.opts.Usage.NewGzip()
-	}
-	if r.admitted && r.status >= 200 && r.status < 300 {
-		switch {
-		case strings.EqualFold(cenc, "gzip"):
-			r.gzip = true
-			r.decoder = s.opts.Usage.NewGzip()
-		case cenc != "" && !strings.EqualFold(cenc, "identity"):
-			r.kind = bodyOther // cannot read usage from it
-		}
-		if r.kind == bodySSE {
-			// The pooled stream's parser and filter, reset: their buffers
-			// serve request after request.
-			if r.ownParser == nil {
-				r.ownParser = s.opts.Usage.NewStream()
-			} else {
-				r.ownParser.Reset()
-			}
-			r.parser = r.ownParser
-			if r.hideUsage && !r.gzip {
-				if r.ownFilter == nil {
-					r.ownFilter = s.opts.Usage.NewFilter()
-				} else {
-					r.ownFilter.Reset()
-				}
-				r.filter = r.ownFilter
-			}
-		}
-	}
-	if translating {
-		// The translator writes plain bytes; its answer has another length.
-		r.filter = nil
-	}
-	renaming := r.admitted && !local && s.startNaming(r, translating)
+	translating, renaming := s.startBody(r, rh)
 	a := r.answer()
-	resp, _ := a.start(answerResponseHeaders)
+	resp, _ := a.Start(envoymsg.ResponseHeaders)
 	for _, h := range removeAttemptHeaders {
-		a.remove(h)
+		a.Remove(h)
 	}
 	if renaming && r.gzip && !translating {
-		a.remove("content-encoding") // renamed from the decoded bytes
+		a.Remove("content-encoding") // renamed from the decoded bytes
 	}
-	if r.requestID != "" {
+	if r.f.RequestID != "" {
 		// One id per answer: the provider's under the other family's
 		// name goes too (it is in the access log).
-		name := requestIDHeader(r.shape)
-		a.set(name, r.requestID)
+		name := requestIDHeader(r.f.Shape)
+		a.Set(name, r.f.RequestID)
 		if name == headerAnthropicRequestID {
-			a.remove(contract.HeaderRequestID)
+			a.Remove(contract.HeaderRequestID)
 		} else {
-			a.remove(headerAnthropicRequestID)
+			a.Remove(headerAnthropicRequestID)
 		}
 	}
 	if translating && r.decoder != nil {
-		a.remove("content-encoding")
+		a.Remove("content-encoding")
 	}
 	if h.GetEndOfStream() {
 		s.finish(r, false)
@@ -161,6 +66,106 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	return resp
 }
 
+// responseHeaderFacts is what the response headers say beyond the stream's
+// answer state.
+type responseHeaderFacts struct {
+	ctype, cenc    string
+	local, limited bool // an upstream filter's local reply; the rate-limit filter's 429
+	reset          int  // x-ratelimit-reset
+}
+
+// readResponseHeaders reads the status and the attempt's tags into the
+// stream, the rest into the result.
+func (r *routerStream) readResponseHeaders(h *extprocv3.HttpHeaders) responseHeaderFacts {
+	var rh responseHeaderFacts
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		switch kv.GetKey() {
+		case ":status":
+			r.status, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
+		case "content-type":
+			rh.ctype = envoymsg.HeaderValue(kv)
+		case "content-encoding":
+			rh.cenc = envoymsg.HeaderValue(kv)
+		case contract.HeaderBackend:
+			r.backend = envoymsg.HeaderValue(kv)
+		case contract.HeaderUpstreamKey:
+			r.upstreamKey = envoymsg.HeaderValue(kv)
+		case contract.HeaderLocal:
+			rh.local = true
+		case "x-envoy-ratelimited":
+			rh.limited = true
+		case "x-ratelimit-reset":
+			rh.reset, _ = strconv.Atoi(envoymsg.HeaderValue(kv))
+		case contract.HeaderRequestID, headerAnthropicRequestID:
+			// The provider's own id, replaced on the answer by the
+			// gateway's: kept for the access log (a support ticket with
+			// the provider quotes it).
+			if r.upstreamRequestID == "" {
+				r.upstreamRequestID = label(envoymsg.HeaderValue(kv))
+			}
+		}
+	}
+	return rh
+}
+
+// startBody sets up reading the answer's body: its kind, decoding, the
+// usage parser and filter of a 2xx stream, translation into the client's
+// family and renaming the model.
+func (s *Server) startBody(r *routerStream, rh responseHeaderFacts) (translating, renaming bool) {
+	switch {
+	case strings.HasPrefix(rh.ctype, "text/event-stream"):
+		r.kind = bodySSE
+	case strings.HasPrefix(rh.ctype, "application/json"):
+		r.kind = bodyJSON
+	default:
+		r.kind = bodyOther
+	}
+	translating = r.f.Admitted && !rh.local && s.startTranslation(r)
+	if translating && strings.EqualFold(rh.cenc, "gzip") && (r.status < 200 || r.status >= 300) {
+		// The translator reads plain bytes, error bodies too.
+		r.gzip = true
+		r.decoder = s.opts.Usage.NewGzip()
+	}
+	if r.f.Admitted && r.status >= 200 && r.status < 300 {
+		switch {
+		case strings.EqualFold(rh.cenc, "gzip"):
+			r.gzip = true
+			r.decoder = s.opts.Usage.NewGzip()
+		case rh.cenc != "" && !strings.EqualFold(rh.cenc, "identity"):
+			r.kind = bodyOther // cannot read usage from it
+		}
+		if r.kind == bodySSE {
+			s.startUsageStream(r)
+		}
+	}
+	if translating {
+		// The translator writes plain bytes; its answer has another length.
+		r.filter = nil
+	}
+	renaming = r.f.Admitted && !rh.local && s.startNaming(r, translating)
+	return translating, renaming
+}
+
+// startUsageStream sets up the pooled stream's SSE parser and, when the
+// gateway asked for usage the client did not, its filter; reset, their
+// buffers serve request after request.
+func (s *Server) startUsageStream(r *routerStream) {
+	if r.ownParser == nil {
+		r.ownParser = s.opts.Usage.NewStream()
+	} else {
+		r.ownParser.Reset()
+	}
+	r.parser = r.ownParser
+	if r.hideUsage && !r.gzip {
+		if r.ownFilter == nil {
+			r.ownFilter = s.opts.Usage.NewFilter()
+		} else {
+			r.ownFilter.Reset()
+		}
+		r.filter = r.ownFilter
+	}
+}
+
 func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	chunk := b.GetBody()
 	if r.firstChunk.IsZero() && len(chunk) > 0 {
@@ -169,8 +174,8 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 	if r.reply == nil {
 		r.reply = &bodyReply{}
 	}
-	resp := r.reply.continueChunk()
-	if r.admitted && !r.finished {
+	resp := r.reply.Continue()
+	if r.f.Admitted && !r.finished {
 		plain := chunk
 		if r.decoder != nil {
 			p, err := r.decoder.Decode(chunk)
@@ -234,24 +239,24 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 // from its decoded bytes, which only a 2xx or translated answer has.
 func (s *Server) startNaming(r *routerStream, translating bool) bool {
 	r.names = nil
-	if r.backend == "" || r.model == nil {
+	if r.backend == "" || r.f.Model == nil {
 		return false
 	}
-	r.upstreamModel = r.alias
-	for i := range r.model.Targets {
-		if t := &r.model.Targets[i]; t.Backend == r.backend && t.Model != "" {
+	r.upstreamModel = r.f.Alias
+	for i := range r.f.Model.Targets {
+		if t := &r.f.Model.Targets[i]; t.Backend == r.backend && t.Model != "" {
 			r.upstreamModel = t.Model
 		}
 	}
 	b, ok := r.cfg.Backend(r.backend)
-	if r.upstreamModel == r.alias || !ok || b.ExposeUpstreamModel || (r.kind != bodyJSON && r.kind != bodySSE) ||
+	if r.upstreamModel == r.f.Alias || !ok || b.ExposeUpstreamModel || (r.kind != bodyJSON && r.kind != bodySSE) ||
 		(r.gzip && r.decoder == nil && !translating) {
 		return false
 	}
 	if r.ownNames == nil {
 		r.ownNames = &modelNamer{}
 	}
-	r.ownNames.reset(r.alias)
+	r.ownNames.reset(r.f.Alias)
 	r.names = r.ownNames
 	return true
 }
@@ -260,10 +265,11 @@ func (s *Server) startNaming(r *routerStream, translating bool) bool {
 // translation or the usage filter's output when they replaced the chunk,
 // the decoded bytes of a compressed answer, else the chunk itself.
 func (r *routerStream) nameChunk(chunk, plain []byte) {
-	src, replaced := chunk, r.reply.body.Response != nil
+	src := chunk
+	out, replaced := r.reply.Replaced()
 	switch {
 	case replaced:
-		src = r.reply.mutB.Body
+		src = out
 	case r.gzip:
 		src, replaced = plain, true
 	}
@@ -288,7 +294,7 @@ func (r *routerStream) closeDecoder() {
 // rate-limit filter's stream-done charge. The end-of-stream answer still
 // sends the final figures.
 func (r *routerStream) streamMetadata() *structpb.Struct {
-	if r.status < 200 || r.status >= 300 || !r.spec.Billed {
+	if r.status < 200 || r.status >= 300 || !r.f.Spec.Billed {
 		return nil
 	}
 	u, ok := r.parser.Usage()
@@ -303,193 +309,20 @@ func (r *routerStream) streamMetadata() *structpb.Struct {
 	}
 	r.sentUsage = u
 	if r.meta == nil {
-		r.meta = &tokenMeta{}
+		r.meta = &envoymsg.TokenMeta{}
 	}
-	return r.meta.fill(u, r.estTokens)
+	return fillTokens(r.meta, u, r.f.EstTokens)
 }
 
 // accounted holds the figures finish computed, for the dynamic metadata.
 func (r *routerStream) metadata() *structpb.Struct {
-	if !r.admitted || !r.haveUsage {
+	if !r.f.Admitted || !r.haveUsage {
 		return nil
 	}
 	if r.meta == nil {
-		r.meta = &tokenMeta{}
+		r.meta = &envoymsg.TokenMeta{}
 	}
-	return r.meta.fill(r.usage, r.estTokens)
-}
-
-// finish accounts the request once: at the response's end_of_stream, or
-// when the stream ends without it (client disconnect, upstream reset, local
-// reply), billed per accounting.bill_on_disconnect.
-func (s *Server) finish(r *routerStream, cut bool) {
-	if r.finished {
-		return
-	}
-	r.finished = true
-	r.closeDecoder()
-	if !r.admitted {
-		return
-	}
-	if !r.spec.Billed {
-		// count_tokens: admitted and routed, not a completion. Nothing to
-		// bill, nothing reserved (admission skipped the reservation).
-		s.observe(r, Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: r.owner.Tenant.Name, VirtualKeyID: r.owner.Key.ID,
-			Model: r.alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
-		return
-	}
-	ok2xx := r.status >= 200 && r.status < 300
-	if cut && ok2xx && r.kind == bodySSE && r.parser != nil {
-		// SDKs close the connection once they read the last event; when
-		// the provider's end of stream comes later, the stream ends here
-		// without it. The client had the whole answer: not a disconnect.
-		r.parser.Flush()
-		if r.parser.Done() {
-			cut = false
-		}
-	}
-	var u Usage
-	reported := false
-	if ok2xx {
-		switch {
-		case r.kind == bodyJSON && !r.jsonOverflow && len(r.jsonBuf) > 0:
-			u, reported = s.opts.Usage.FromJSON(r.jsonBuf)
-		case r.kind == bodySSE && r.parser != nil:
-			r.parser.Flush()
-			u, reported = r.parser.Usage()
-		}
-	}
-	if ok2xx && r.spec == family.Responses && r.tr == nil {
-		// A translated answer's id is the gateway's: no backend holds it.
-		s.rememberResponse(r)
-	}
-	estimated := false
-	if cut {
-		s.metrics.disconnects.Inc()
-		switch r.cfg.Accounting.BillOnDisconnect {
-		case "reserved":
-			u, estimated = Usage{PromptTokens: int64(r.estTokens), CompletionTokens: int64(r.maxOut)}, true
-		case "delivered":
-			u, estimated = s.delivered(r), true
-		default: // "reported"
-			if !reported {
-				u, estimated = s.delivered(r), true
-			}
-		}
-	} else if ok2xx && !reported {
-		u, estimated = s.delivered(r), true
-	}
-	if u.TotalTokens == 0 {
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	}
-	r.usage, r.haveUsage = u, ok2xx || cut
-	tenant, key := r.owner.Tenant.Name, r.owner.Key.ID
-	if u.TotalTokens > 0 {
-		as := s.metrics.admittedFor(tenant, r.alias)
-		as.prompt.Add(float64(u.PromptTokens))
-		as.completion.Add(float64(u.CompletionTokens))
-	}
-	e := Entry{RequestID: r.requestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: key, Model: r.alias, UpstreamModel: r.upstreamModel,
-		Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u, Estimated: estimated, Disconnected: cut, Streamed: r.stream}
-	e.Cost = s.cost(r, e.Backend, u)
-	served := ok2xx || cut
-	var ctx context.Context = context.Background()
-	if s.opts.Ledger != nil || (r.reserved && s.opts.Reserver != nil) {
-		// The stream's context may be gone (client disconnect): bound the
-		// accounting writes on their own.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.SettleTimeout)
-		defer cancel()
-	}
-	if s.opts.Ledger != nil && served {
-		if err := s.opts.Ledger.Record(ctx, e); err != nil {
-			s.metrics.accountingErr.WithLabelValues("ledger").Inc()
-			s.log.Warn("ledger write failed", "request_id", r.requestID, "err", err)
-		}
-	}
-	s.observe(r, e)
-	if r.reserved && s.opts.Reserver != nil {
-		// Record first, then settle: spend is never under-counted.
-		var err error
-		if served {
-			err = s.opts.Reserver.Settle(ctx, r.reservation, e)
-		} else {
-			err = s.opts.Reserver.Release(ctx, r.reservation)
-		}
-		if err != nil {
-			s.metrics.accountingErr.WithLabelValues("settle").Inc()
-			s.log.Warn("reservation settle failed", "request_id", r.requestID, "err", err)
-		}
-		s.holdsFreed.Add(1)
-	}
-}
-
-// observe feeds the data-path metrics and the access log.
-func (s *Server) observe(r *routerStream, e Entry) {
-	if s.opts.Metrics == nil && s.opts.AccessLog == nil && r.span == nil {
-		return
-	}
-	lat := time.Since(r.start)
-	var ttft time.Duration
-	if r.stream && !r.firstChunk.IsZero() {
-		ttft = r.firstChunk.Sub(r.start)
-	}
-	tok := telemetry.Tokens{Input: e.Usage.PromptTokens, Output: e.Usage.CompletionTokens, CachedInput: e.Usage.CachedTokens, Reasoning: e.Usage.ReasoningTokens}
-	cost := e.Cost.Float()
-	status := e.Status
-	if e.Disconnected {
-		status = 0
-	}
-	s.opts.Metrics.ObserveRequest(telemetry.Completion{Labels: telemetry.Labels{Tenant: e.Tenant, Model: e.Model, Backend: e.Backend},
-		Status: status, Latency: lat, TTFT: ttft, Tokens: tok, Cost: cost})
-	reason := ""
-	if e.Disconnected {
-		reason = "stream cut before its end"
-	}
-	s.opts.AccessLog.Log(telemetry.RequestLog{RequestID: e.RequestID, ClientRequestID: r.clientID, Tenant: e.Tenant, VirtualKeyID: e.VirtualKeyID, Model: e.Model,
-		UpstreamModel: e.UpstreamModel, UpstreamRequestID: r.upstreamRequestID, Backend: e.Backend, KeyID: e.UpstreamKeyID, Status: status, Stream: r.stream, Tokens: tok, Cost: cost, Latency: lat, TTFT: ttft, Reason: reason})
-	if r.span != nil {
-		errType := ""
-		switch {
-		case e.Disconnected:
-			errType = "stream_cut"
-		case status == http.StatusTooManyRequests:
-			errType = "rate_limited"
-		case status >= 500:
-			errType = "upstream_5xx"
-		}
-		telemetry.EndGenAISpan(r.span, telemetry.GenAIResponse{Model: e.UpstreamModel, Tokens: tok, Status: status, Backend: e.Backend, KeyID: e.UpstreamKeyID,
-			Cost: cost, ErrorType: errType})
-		r.span = nil
-	}
-}
-
-// cost prices usage at the serving target's price (the dearest target when
-// no backend answered).
-func (s *Server) cost(r *routerStream, backend string, u Usage) pricing.Money {
-	var c pricing.Money
-	for _, t := range r.model.Targets {
-		tc := pricing.RateOf(t.Price).Cost(u)
-		if t.Backend == backend {
-			return tc
-		}
-		c = max(c, tc)
-	}
-	return c
-}
-
-// delivered estimates usage from what reached the client: the prompt
-// estimate plus streamed content at the configured bytes per token.
-func (s *Server) delivered(r *routerStream) Usage {
-	u := Usage{PromptTokens: int64(r.estTokens)}
-	if r.parser != nil {
-		bpt := r.cfg.Request.BytesPerToken
-		if bpt <= 0 {
-			bpt = 4
-		}
-		u.CompletionTokens = int64(float64(r.parser.DeliveredContentBytes())/bpt + 0.999)
-	}
-	return u
+	return fillTokens(r.meta, r.usage, r.f.EstTokens)
 }
 
 // replaceAnswer decides whether a response must not reach the client as it
@@ -506,37 +339,49 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 	switch {
 	case r.backend == "" && limited && r.status == http.StatusTooManyRequests:
 		e := &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded",
-			message: "Rate limit reached for `" + r.alias + "` on tenant `" + r.owner.Tenant.Name + "`; retry after the indicated time."}
+			message: "Rate limit reached for `" + r.f.Alias + "` on tenant `" + r.f.Tenant() + "`; retry after the indicated time."}
 		return e.withRetryAfter(time.Duration(max(reset, 1))*time.Second).withHeader("x-ratelimit-reset", strconv.Itoa(max(reset, 1)))
 	case r.backend != "" && (r.status == http.StatusUnauthorized || r.status == http.StatusForbidden):
 		e := &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_credentials_rejected",
-			message: "The provider refused the gateway's upstream credentials for `" + r.alias + "`; the key is out of rotation. Retry later."}
-		_, ra := s.opts.Keys.Available(r.backends)
+			message: "The provider refused the gateway's upstream credentials for `" + r.f.Alias + "`; the key is out of rotation. Retry later."}
+		_, ra := s.opts.Keys.Available(r.f.Backends)
 		return e.withRetryAfter(max(ra, time.Second))
 	case r.backend == "" && r.status >= 500:
-		ok, ra := s.opts.Keys.Available(r.backends)
+		ok, ra := s.opts.Keys.Available(r.f.Backends)
 		switch {
-		case r.status == http.StatusServiceUnavailable && !ok && !s.opts.Keys.Failing(r.backends):
+		case r.status == http.StatusServiceUnavailable && !ok && !s.opts.Keys.Failing(r.f.Backends):
 			// No healthy host because every key of the pool is rate
 			// limited or busy (EDS follows the keys): capacity comes
 			// back, so the answer SDKs back off on.
-			return errKeysExhausted(r.alias, ra, false)
+			return errKeysExhausted(r.f.Alias, ra, false)
 		case r.status == http.StatusServiceUnavailable && ok:
 			// Envoy had no healthy host while the keys now have room: EDS
 			// was behind the keys (a quota window that reset between the
 			// push and this answer). Nothing is failing: a short 429.
 			return (&apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "upstream_unavailable",
-				message: "No upstream for `" + r.alias + "` could take the request at this moment; retry after the indicated time."}).
+				message: "No upstream for `" + r.f.Alias + "` could take the request at this moment; retry after the indicated time."}).
 				withRetryAfter(time.Second)
 		case ok:
 			ra = time.Second
 		}
-		msg := "No upstream for `" + r.alias + "` could take the request (every relay is down or failing); retry later."
+		msg := "No upstream for `" + r.f.Alias + "` could take the request (every relay is down or failing); retry later."
 		code := "upstream_unavailable"
 		if r.status == http.StatusGatewayTimeout {
-			msg, code = "The upstream for `"+r.alias+"` did not answer in time.", "upstream_timeout"
+			msg, code = "The upstream for `"+r.f.Alias+"` did not answer in time.", "upstream_timeout"
 		}
 		return (&apiError{status: r.status, typ: "server_error", code: code, message: msg}).withRetryAfter(max(ra, time.Second))
 	}
 	return nil
+}
+
+// fillTokens is the token metadata of usage u for a request admitted with
+// the prompt estimate est: tokens_top_up is the completion plus the prompt
+// above the estimate (hits_addend is unsigned, so the estimate can only be
+// topped up).
+func fillTokens(m *envoymsg.TokenMeta, u Usage, est int) *structpb.Struct {
+	topUp := u.CompletionTokens
+	if extra := u.PromptTokens - int64(est); extra > 0 {
+		topUp += extra
+	}
+	return m.Fill(u.PromptTokens, u.CompletionTokens, u.TotalTokens, topUp)
 }

@@ -13,11 +13,17 @@
 //
 // The two streams of one request may reach different replicas: everything
 // the upstream filter needs travels in internal headers and attributes.
+//
+// The admission decisions are steps in extproc/admit, which knows nothing
+// of Envoy; the Envoy messages are written by extproc/envoymsg. This
+// package connects them: one handler per message, each a short sequence
+// of steps (docs/extproc.md, Code layout).
 package extproc
 
 import (
 	"errors"
 	"fmt"
+	"github.com/swarmgate/swarmgate/extproc/admit"
 	"io"
 	"log/slog"
 	"sync"
@@ -32,6 +38,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
@@ -85,16 +92,14 @@ type Server struct {
 	// hosts caches the parsed upstream host metadata by its attribute text:
 	// there is one text per endpoint, and prototext parsing it on every
 	// attempt was the largest single cost of the upstream filter.
-	hosts hostCache
+	hosts envoymsg.HostCache
 	// signerCache is the request-identity signer of the newest config seen.
 	signerCache atomic.Pointer[signerFor]
-	// holdsFreed counts settles and releases of reservations on this
-	// replica: a request waiting for a TPM window asks again when it moves
-	// (a settle usually frees part of its hold).
-	holdsFreed atomic.Uint64
 	// translations hands the router's request translations to the first
 	// attempt on this replica (translatecache.go).
 	translations translationCache
+	// admit runs the admission steps (extproc/admit).
+	admit *admit.Admitter
 }
 
 // New builds a server.
@@ -121,6 +126,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("extproc: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, metrics: m}
+	s.admit = &admit.Admitter{Keys: opts.Keys, Queue: opts.Queue, Budgets: opts.Budgets, Reserver: opts.Reserver, Owners: opts.Affinity,
+		Log: opts.Logger, Failed: func(step string) { m.accountingErr.WithLabelValues(step).Inc() }}
 	s.cfg.Store(opts.Config)
 	s.routers.New = func() any { return &routerStream{} }
 	s.upstreams.New = func() any { return &upstreamStream{} }
@@ -188,5 +195,5 @@ func streamEnded(err error) bool {
 // token metadata without protobuf-go's reflection over maps.
 func GRPCServerOptions(cfg *config.Config) []grpc.ServerOption {
 	n := int(cfg.Request.MaxBodyBytes) + 1<<20 // headers, framing, the added stream_options
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(NewCodec())}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(envoymsg.NewCodec())}
 }

@@ -18,6 +18,6 @@ func (s *Server) startSpan(r *routerStream, cr chatreq.Request, tenant string) {
 	}
 	// The family names the span: /v1/messages is Anthropic's chat,
 	// /v1/responses OpenAI's (docs/families.md).
-	_, r.span = telemetry.StartGenAISpan(ctx, s.opts.Tracer, telemetry.GenAIRequest{RequestID: r.requestID, System: r.spec.Provider,
-		Operation: r.spec.Operation, Model: r.alias, MaxTokens: cr.MaxTokens, Stream: cr.Stream, Tenant: tenant})
+	_, r.span = telemetry.StartGenAISpan(ctx, s.opts.Tracer, telemetry.GenAIRequest{RequestID: r.f.RequestID, System: r.f.Spec.Provider,
+		Operation: r.f.Spec.Operation, Model: r.f.Alias, MaxTokens: cr.MaxTokens, Stream: cr.Stream, Tenant: tenant})
 }

@@ -70,7 +70,7 @@ type translationNeed struct {
 	field  string // its backend's max_tokens field
 }
 
-// route chooses the request's cluster and the backends in it that may
+// choose chooses the request's cluster and the backends in it that may
 // serve it (internal/routing, the plan xds/ir builds the clusters from),
 // or answers the refusal. The body is translated once here for the
 // backends that take the family only translated: a request the translator
@@ -78,19 +78,19 @@ type translationNeed struct {
 // say) goes to native targets only, or is refused naming the field when
 // there are none, so the answer does not depend on which backend Envoy
 // picks.
-func (s *Server) route(r *routerStream, model *config.Model, cr chatreq.Request, body []byte, need int) (contract.Pool, *extprocv3.ProcessingResponse) {
-	req := routing.Request{Family: r.spec.Name, Untranslated: r.spec.Untranslated, Need: need, Pinned: r.pinned.Backend}
+func (s *Server) choose(r *routerStream, model *config.Model, cr chatreq.Request, body []byte, need int) (contract.Pool, *extprocv3.ProcessingResponse) {
+	req := routing.Request{Family: r.f.Spec.Name, Untranslated: r.f.Spec.Untranslated, Need: need, Pinned: r.f.Pinned.Backend}
 	ch, refusal := routing.Choose(r.cfg, model, req, func(backends []*config.Backend, native bool) error {
 		if un := s.untranslatable(r, backends, native, body); un != nil {
 			return un
 		}
 		return nil
-	}, r.backends)
+	}, r.f.Backends)
 	if refusal != nil {
 		return contract.Pool{}, s.refuseRoute(r, model, cr, refusal, need)
 	}
-	r.backends = ch.Backends
-	if r.spec.EchoesRequest && ch.Translated {
+	r.f.Backends = ch.Backends
+	if r.f.Spec.EchoesRequest && ch.Translated {
 		r.echo = append(r.echo[:0], body...)
 	}
 	return ch.Pool, nil
@@ -108,15 +108,15 @@ func (s *Server) refuseRoute(r *routerStream, model *config.Model, cr chatreq.Re
 		return s.refuse(r, errBadRequest(un.Message, "unsupported_parameter", un.Param))
 	case routing.ContextTooLong:
 		return s.refuse(r, errBadRequest("This model's maximum context length is "+strconv.Itoa(refusal.MaxWindow)+
-			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.estTokens)+
-			" in the messages, "+strconv.Itoa(r.maxOut)+" in the completion). Please reduce the length of the messages or completion.",
+			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.f.EstTokens)+
+			" in the messages, "+strconv.Itoa(r.f.MaxOut)+" in the completion). Please reduce the length of the messages or completion.",
 			"context_length_exceeded", "messages"))
 	}
-	if r.spec == family.CountTokens {
+	if r.f.Spec == family.CountTokens {
 		return r.withRequestID(s.countTokensLocally(r, cr))
 	}
 	return s.refuse(r, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "unsupported_api", param: "model",
-		message: "The model `" + model.Name + "` is not served for " + r.spec.Path + " by any of its backends."})
+		message: "The model `" + model.Name + "` is not served for " + r.f.Spec.Path + " by any of its backends."})
 }
 
 // untranslatable translates the body once per translator (and hosted
@@ -128,13 +128,13 @@ func (s *Server) untranslatable(r *routerStream, backends []*config.Backend, nat
 	var buf [4]translationNeed
 	needs := buf[:0]
 	for _, b := range backends {
-		tr, ok := translatorFor(b, r.spec)
+		tr, ok := translatorFor(b, r.f.Spec)
 		if !ok || tr == nil {
 			continue
 		}
 		hosted := hostedPolicy(b, native)
 		if !slices.ContainsFunc(needs, func(n translationNeed) bool { return n.tr == tr && n.hosted == hosted }) {
-			needs = append(needs, translationNeed{tr, hosted, upstreamModel(r.model, b.Name, r.alias), b.MaxTokensField})
+			needs = append(needs, translationNeed{tr, hosted, upstreamModel(r.f.Model, b.Name, r.f.Alias), b.MaxTokensField})
 		}
 	}
 	hash := uint64(0)
@@ -146,7 +146,7 @@ func (s *Server) untranslatable(r *routerStream, backends []*config.Backend, nat
 			if hash == 0 {
 				hash = bodyHash(body)
 			}
-			s.translations.put(translationKey{requestID: r.requestID, tr: n.tr, model: n.model, maxTokensField: n.field,
+			s.translations.put(translationKey{requestID: r.f.RequestID, tr: n.tr, model: n.model, maxTokensField: n.field,
 				defaultMaxTokens: r.cfg.Request.DefaultMaxOutputTokens, body: hash, size: len(body)}, keptTranslation{out, dropped})
 			continue
 		}
@@ -217,13 +217,13 @@ func (s *Server) startTranslation(r *routerStream) bool {
 	if !ok {
 		return false
 	}
-	tr, _ := translatorFor(b, r.spec)
+	tr, _ := translatorFor(b, r.f.Spec)
 	if tr == nil {
 		return false
 	}
 	r.trPair = tr
-	r.tr = tr.NewResponse(translate.ResponseOptions{Status: r.status, Stream: r.kind == bodySSE, IncludeUsage: r.clientUsage,
-		RequestID: r.requestID, Created: s.opts.Now().Unix(), Request: r.echo})
+	r.tr = tr.NewResponse(translate.ResponseOptions{Status: r.status, Stream: r.kind == bodySSE, IncludeUsage: r.f.ClientUsage,
+		RequestID: r.f.RequestID, Created: s.opts.Now().Unix(), Request: r.echo})
 	s.metrics.translated.WithLabelValues(tr.From, tr.To, "response").Inc()
 	return true
 }
@@ -240,12 +240,12 @@ func (s *Server) translateChunk(r *routerStream, plain []byte, end bool) {
 	if err != nil {
 		r.trFailed = true
 		s.metrics.translateErr.WithLabelValues(r.trPair.From, r.trPair.To).Inc()
-		s.log.Warn("backend answer could not be translated", "request_id", r.requestID, "backend", r.backend,
+		s.log.Warn("backend answer could not be translated", "request_id", r.f.RequestID, "backend", r.backend,
 			"from", r.trPair.To, "to", r.trPair.From, "err", err)
-		body := translate.ErrorBody([]byte("The backend's answer could not be translated into this API: "+err.Error()), http.StatusBadGateway, r.shape)
+		body := translate.ErrorBody([]byte("The backend's answer could not be translated into this API: "+err.Error()), http.StatusBadGateway, r.f.Shape)
 		if r.kind == bodySSE {
 			name := ""
-			if r.shape == family.Anthropic {
+			if r.f.Shape == family.Anthropic {
 				name = "error"
 			}
 			out = translate.AppendEvent(out, name, body)

@@ -1,19 +1,15 @@
 package extproc
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"strconv"
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/encoding/prototext"
-	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/chatreq"
@@ -21,9 +17,6 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
-
-// attrFilterName is the key Envoy files request_attributes under.
-const attrFilterName = "envoy.filters.http.ext_proc"
 
 // upstreamStream is one attempt. Nothing here outlives the stream: all
 // inputs come from the forwarded admission metadata and attributes, so the
@@ -45,26 +38,14 @@ type upstreamStream struct {
 	dropped  string
 	reported bool   // the attempt's response headers were reported
 	scratch  []byte // the decoded admission token; kept across pooled uses
-	ans      *answer
-}
-
-// bodyOverride asks Envoy for this attempt's buffered body when the model
-// must be rewritten (upstream filter: request body NONE by default,
-// allow_mode_override on). A mode override replaces the whole mode.
-var bodyOverride = &extprocfilter.ProcessingMode{
-	RequestHeaderMode:   extprocfilter.ProcessingMode_SEND,
-	ResponseHeaderMode:  extprocfilter.ProcessingMode_SEND,
-	RequestBodyMode:     extprocfilter.ProcessingMode_BUFFERED,
-	ResponseBodyMode:    extprocfilter.ProcessingMode_NONE,
-	RequestTrailerMode:  extprocfilter.ProcessingMode_SKIP,
-	ResponseTrailerMode: extprocfilter.ProcessingMode_SKIP,
+	ans      *envoymsg.Answer
 }
 
 func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) error {
 	u := s.upstreams.Get().(*upstreamStream)
 	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans, scratch: u.scratch}
 	if u.ans == nil {
-		u.ans = &answer{}
+		u.ans = &envoymsg.Answer{}
 	}
 	defer s.upstreams.Put(u)
 	ctx := st.Context()
@@ -98,11 +79,11 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			resp = s.upstreamResponse(ctx, u, v.ResponseHeaders)
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+			resp = envoymsg.Continue(envoymsg.ResponseBody)
 		case *extprocv3.ProcessingRequest_RequestTrailers:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+			resp = envoymsg.Continue(envoymsg.RequestTrailers)
 		default:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+			resp = envoymsg.Continue(envoymsg.ResponseTrailers)
 		}
 		s.opts.Metrics.ObservePhase(telemetry.FilterUpstream, phase(req), time.Since(start))
 		if err := st.Send(resp); err != nil {
@@ -111,201 +92,8 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 	}
 }
 
-// hostMetadata reads the chosen endpoint's metadata. Envoy sends a
-// message-typed attribute as its text format in a string value
-// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes);
-// a struct value is accepted too.
-func (s *Server) hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
-	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
-	if text := v.GetStringValue(); text != "" {
-		if h, ok := s.hosts.get(text); ok {
-			return h.backend, h.model
-		}
-		backend, model = hostMetadata(attrs)
-		s.hosts.put(text, hostInfo{backend, model})
-		return backend, model
-	}
-	return hostMetadata(attrs)
-}
-
-func hostMetadata(attrs map[string]*structpb.Struct) (backend, model string) {
-	v := attrs[attrFilterName].GetFields()[contract.AttrUpstreamHostMetadata]
-	var fields map[string]*structpb.Value
-	switch {
-	case v.GetStringValue() != "":
-		var md corev3.Metadata
-		if err := prototext.Unmarshal([]byte(v.GetStringValue()), &md); err != nil {
-			return "", ""
-		}
-		fields = md.GetFilterMetadata()[contract.MetadataNamespace].GetFields()
-	case v.GetStructValue() != nil:
-		fm := v.GetStructValue().GetFields()["filter_metadata"].GetStructValue()
-		fields = fm.GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
-	}
-	return fields[contract.EndpointBackend].GetStringValue(), fields[contract.EndpointUpstreamModel].GetStringValue()
-}
-
-func attemptCount(attrs map[string]*structpb.Struct) int {
-	v := attrs[attrFilterName].GetFields()[contract.AttrAttemptCount]
-	if n := v.GetNumberValue(); n > 0 {
-		return int(n)
-	}
-	n, _ := strconv.Atoi(v.GetStringValue())
-	return max(n, 1)
-}
-
-func (s *Server) upstreamHeaders(ctx context.Context, u *upstreamStream, req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	attrs := req.GetAttributes()
-	if len(attrs) == 0 {
-		attrs = h.GetAttributes()
-	}
-	backendName, upstreamModel := s.hostMetadata(attrs)
-	attempt := attemptCount(attrs)
-	b, known := u.cfg.Backend(backendName)
-	a := u.ans
-	resp, _ := a.start(answerRequestHeaders)
-	// Every attempt works on the router's one request header map, which
-	// may already carry an earlier attempt's credential, static headers and
-	// :path for another backend (source/common/router/upstream_request.cc,
-	// UpstreamRequest::acceptHeadersFromRouter, Envoy 1.38). So each
-	// attempt removes whatever it does not set itself and sets everything
-	// from the admission facts, never from what is in the map.
-	var hasLength bool
-	for _, kv := range h.GetHeaders().GetHeaders() {
-		k := kv.GetKey()
-		switch {
-		case k == "authorization" || k == "x-api-key" || k == "api-key":
-			a.remove(k)
-		case isInternal(k):
-			a.remove(k) // no internal header leaves Envoy
-		case k == "content-length":
-			hasLength = true
-		case u.cfg.StaticHeader(k) && (!known || !b.SetsHeader(k)):
-			a.remove(k) // another backend's static header
-		}
-	}
-	ad, scratch, ok := readAdmitted(req.GetMetadataContext().GetFilterMetadata()[contract.AdmissionNamespace], s.signer(u.cfg), s.opts.Now(), u.scratch)
-	if cap(scratch) <= 64<<10 {
-		u.scratch = scratch
-	}
-	if !ok {
-		// No signed admission: the router-level filter did not admit this
-		// request (it failed open, or the stream is not Envoy's). No key.
-		s.metrics.unadmitted.Inc()
-		s.log.Warn("upstream attempt without a valid admission identity; no key given", "backend", backendName, "attempt", attempt)
-		return localError(errNotAdmitted().in(family.ShapeForPath(pathOf(h))))
-	}
-	u.requestID, u.alias = ad.requestID, ad.model
-	spec := family.ForPath(pathOnly(ad.path))
-	shape := family.ShapeForPath(pathOnly(ad.path))
-	u.shape = shape
-	if !known {
-		s.log.Warn("upstream attempt without a known backend in host metadata", "backend", backendName, "request_id", u.requestID)
-		return localError(errNotAdmitted().in(shape))
-	}
-	u.backend = b
-	tr, takes := translatorFor(b, spec)
-	if !takes {
-		// The request's cluster holds only backends that take its family
-		// (internal/routing); a config change between admission and this
-		// attempt can still leave one that does not.
-		s.log.Warn("upstream attempt on a backend that does not take the request's API family", "backend", b.Name, "request_id", u.requestID)
-		return localError(errNotAdmitted().in(shape))
-	}
-	if ad.key != "" && ad.backends != b.Name {
-		// The request continues a response only one backend holds; Envoy
-		// sent this attempt elsewhere (a retry in a cluster that holds
-		// other backends too). No other backend's key may take it.
-		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
-		return localError(errPinnedKey(u.alias, nil, true).in(shape))
-	}
-	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens, Key: ad.key}
-	lease, err := s.opts.Keys.Pick(ctx, b.Name, pr)
-	if err != nil && ad.key != "" {
-		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
-		s.log.Warn("the key holding previous_response_id cannot take the attempt", "backend", b.Name, "key", ad.key, "request_id", u.requestID, "err", err)
-		return localError(errPinnedKey(u.alias, err, false).in(shape))
-	}
-	if err != nil && errors.Is(err, ErrNoKey) {
-		// Every key of this backend is open, but EDS has not moved the
-		// traffic yet. When another relay of the request's pool has a key,
-		// Envoy should retry there, and it retries only what the upstream
-		// answers: so this attempt goes out on the key that reopens soonest
-		// (with a credential, never a refused one) and its 429/5xx/reset
-		// moves the request on (previous_priorities).
-		var buf [4]string
-		if others := ad.otherBackends(buf[:0], b.Name); len(others) > 0 {
-			if ok, _ := s.opts.Keys.Available(others); ok {
-				pr.LastResort = true
-				if l, lerr := s.opts.Keys.Pick(ctx, b.Name, pr); lerr == nil {
-					lease, err = l, nil
-					s.metrics.lastResort.WithLabelValues(b.Name).Inc()
-				}
-			}
-		}
-	}
-	if err != nil {
-		// No attempt leaves without a credential: from Envoy 1.36 an
-		// upstream filter's local reply goes to the client, not retried
-		// (UpstreamFilterManager::sendLocalReply, upstream_request.cc).
-		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
-		s.log.Warn("no upstream key for the attempt", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)
-		return localError(errNoKey(u.alias, err).in(shape))
-	}
-	u.keyID = lease.KeyID
-	s.metrics.pickedFor(b.Name, lease.KeyID).Inc()
-	switch b.Auth {
-	case config.AuthXAPIKey:
-		a.set("x-api-key", lease.Secret)
-	case config.AuthAPIKey:
-		a.set("api-key", lease.Secret)
-	default:
-		a.setBearer(lease.Secret)
-	}
-	for k, v := range b.Headers {
-		a.set(k, v)
-	}
-	// Anthropic's version headers go to Anthropic-style backends only,
-	// from the admission (an earlier attempt on another backend may have
-	// removed them from the shared map).
-	if b.Anthropic() {
-		a.set("anthropic-version", cmp.Or(ad.anthropicVersion, family.DefaultAnthropicVersion))
-		if ad.anthropicBeta != "" {
-			a.set("anthropic-beta", ad.anthropicBeta)
-		} else {
-			a.remove("anthropic-beta")
-		}
-	} else {
-		a.remove("anthropic-version")
-		a.remove("anthropic-beta")
-	}
-	if tr != nil && !h.GetEndOfStream() {
-		// Another family: the body is rewritten for every attempt on this
-		// backend, under the backend family's path (the client's query
-		// belongs to the client's family). The answer is translated back
-		// by the router-level filter, which reads it plain.
-		u.tr = tr
-		u.upstreamModel, u.rewrite = cmp.Or(upstreamModel, u.alias), true
-		a.set(":path", b.UpstreamPath(tr.Path))
-		a.set("accept-encoding", "identity")
-		resp.ModeOverride = bodyOverride
-		return resp
-	}
-	a.set(":path", b.UpstreamPath(ad.path))
-	if upstreamModel != "" && upstreamModel != u.alias && !h.GetEndOfStream() {
-		u.upstreamModel, u.rewrite = upstreamModel, true
-		resp.ModeOverride = bodyOverride
-	} else if hasLength && ad.bodyBytes > 0 {
-		// An earlier attempt that renamed the model set content-length for
-		// its own body; bodies are per attempt (the router copies its retry
-		// buffer, router.cc Filter::doRetry), the map is not.
-		a.setInt("content-length", ad.bodyBytes)
-	}
-	return resp
-}
-
 func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+	resp := envoymsg.Continue(envoymsg.RequestBody)
 	if !u.rewrite || !b.GetEndOfStream() {
 		return resp
 	}
@@ -329,18 +117,14 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 		// The router-level filter validated this body; leave it as it is.
 		return resp
 	}
-	resp.GetRequestBody().Response = &extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(nb)))}},
-		BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}},
-	}
-	return resp
+	return envoymsg.ReplaceBody(nb, strconv.Itoa(len(nb)))
 }
 
 // upstreamResponse feeds the attempt's outcome to the key pool and tags the
 // response with the backend and key for the router-level accounting.
 func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	a := u.ans
-	resp, _ := a.start(answerResponseHeaders)
+	resp, _ := a.Start(envoymsg.ResponseHeaders)
 	if u.backend == nil {
 		return resp
 	}
@@ -348,7 +132,7 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 	get := func(name string) string {
 		for _, kv := range hs {
 			if kv.GetKey() == name {
-				return headerValue(kv)
+				return envoymsg.HeaderValue(kv)
 			}
 		}
 		return ""
@@ -358,12 +142,12 @@ func (s *Server) upstreamResponse(ctx context.Context, u *upstreamStream, h *ext
 		s.opts.Keys.Report(ctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ParseOutcome(st, get))
 		u.reported = true
 	}
-	a.set(contract.HeaderBackend, u.backend.Name)
+	a.Set(contract.HeaderBackend, u.backend.Name)
 	if u.dropped != "" {
-		a.set(contract.HeaderDroppedTools, u.dropped)
+		a.Set(contract.HeaderDroppedTools, u.dropped)
 	}
 	if u.keyID != "" {
-		a.set(contract.HeaderUpstreamKey, u.keyID)
+		a.Set(contract.HeaderUpstreamKey, u.keyID)
 	}
 	return resp
 }
@@ -381,7 +165,7 @@ func pathOnly(p string) string {
 func pathOf(h *extprocv3.HttpHeaders) string {
 	for _, kv := range h.GetHeaders().GetHeaders() {
 		if kv.GetKey() == ":path" {
-			return pathOnly(headerValue(kv))
+			return pathOnly(envoymsg.HeaderValue(kv))
 		}
 	}
 	return ""

@@ -1,4 +1,4 @@
-package extproc
+package envoymsg
 
 import (
 	"fmt"
@@ -53,7 +53,7 @@ func TestHostCacheBounds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &hostCache{maxBytes: tc.maxBytes, maxEntry: tc.maxEntry}
+			c := &HostCache{maxBytes: tc.maxBytes, maxEntry: tc.maxEntry}
 			for _, text := range tc.texts {
 				c.put(text, small)
 			}
@@ -78,7 +78,7 @@ func TestHostCacheBounds(t *testing.T) {
 // 70 MiB with an entry bound) leave the cache within its byte bound, and
 // the heap does not keep them.
 func TestHostCacheFloodOfLargeTexts(t *testing.T) {
-	var c hostCache
+	var c HostCache
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -107,7 +107,7 @@ func TestHostCacheFloodOfLargeTexts(t *testing.T) {
 }
 
 func TestHostCacheConcurrent(t *testing.T) {
-	c := &hostCache{maxBytes: 50 * (hostEntryOverhead + 20)}
+	c := &HostCache{maxBytes: 50 * (hostEntryOverhead + 20)}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {

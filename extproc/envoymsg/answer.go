@@ -1,4 +1,4 @@
-package extproc
+package envoymsg
 
 import (
 	"strconv"
@@ -11,12 +11,12 @@ import (
 // allocating; more still work, allocated.
 const answerSets = 12
 
-// answer is a stream's reusable headers/body answer. Envoy sends a
+// Answer is a stream's reusable headers/body answer. Envoy sends a
 // stream's next message only after our answer to the last one, and gRPC
 // marshals an answer inside Send, so one set of messages per stream is
 // enough: reset per message, with the header options carved from arrays.
 // It saves some twenty allocations per request, and the GC work with them.
-type answer struct {
+type Answer struct {
 	resp    extprocv3.ProcessingResponse
 	reqH    extprocv3.ProcessingResponse_RequestHeaders
 	reqB    extprocv3.ProcessingResponse_RequestBody
@@ -36,19 +36,24 @@ type answer struct {
 	raw     []byte // header value bytes of the current answer
 }
 
-// answerPhase is which message an answer answers.
-type answerPhase uint8
+// Phase is which message an answer answers.
+type Phase uint8
 
+// The phases an Answer answers.
 const (
-	answerRequestHeaders answerPhase = iota
-	answerRequestBody
-	answerResponseHeaders
+	RequestHeaders Phase = iota
+	RequestBody
+	ResponseHeaders
+	// The phases below have no reusable Answer (Continue only).
+	ResponseBody
+	RequestTrailers
+	ResponseTrailers
 )
 
-// start resets the answer for one message of the given phase and returns
+// Start resets the answer for one message of the given phase and returns
 // the response and its CommonResponse, whose HeaderMutation is ready to
 // fill.
-func (a *answer) start(phase answerPhase) (*extprocv3.ProcessingResponse, *extprocv3.CommonResponse) {
+func (a *Answer) Start(phase Phase) (*extprocv3.ProcessingResponse, *extprocv3.CommonResponse) {
 	for i := range a.used {
 		a.opts[i] = corev3.HeaderValueOption{}
 		a.vals[i] = corev3.HeaderValue{}
@@ -65,15 +70,15 @@ func (a *answer) start(phase answerPhase) (*extprocv3.ProcessingResponse, *extpr
 	a.mut = extprocv3.HeaderMutation{SetHeaders: a.setPtrs[:0], RemoveHeaders: a.removes[:0]}
 	a.common.HeaderMutation = &a.mut
 	switch phase {
-	case answerRequestHeaders:
+	case RequestHeaders:
 		a.headers.Response = &a.common
 		a.reqH = extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &a.headers}
 		a.resp.Response = &a.reqH
-	case answerRequestBody:
+	case RequestBody:
 		a.body.Response = &a.common
 		a.reqB = extprocv3.ProcessingResponse_RequestBody{RequestBody: &a.body}
 		a.resp.Response = &a.reqB
-	default: // answerResponseHeaders
+	default: // ResponseHeaders
 		a.headers.Response = &a.common
 		a.respH = extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &a.headers}
 		a.resp.Response = &a.respH
@@ -81,10 +86,10 @@ func (a *answer) start(phase answerPhase) (*extprocv3.ProcessingResponse, *extpr
 	return &a.resp, &a.common
 }
 
-// set adds a header option (overwrite or add), like setHeader.
-func (a *answer) set(k, v string) {
+// Set adds a header option (overwrite or add), like SetHeader.
+func (a *Answer) Set(k, v string) {
 	if a.used == len(a.opts) {
-		a.mut.SetHeaders = append(a.mut.SetHeaders, setHeader(k, v))
+		a.mut.SetHeaders = append(a.mut.SetHeaders, SetHeader(k, v))
 		return
 	}
 	// Values live in raw until the next start. Appending may move raw;
@@ -94,11 +99,11 @@ func (a *answer) set(k, v string) {
 	a.add(k, n)
 }
 
-// setBearer sets authorization: Bearer <secret> without building the
+// SetBearer sets authorization: Bearer <secret> without building the
 // string (the secret is copied into the answer's bytes only).
-func (a *answer) setBearer(secret string) {
+func (a *Answer) SetBearer(secret string) {
 	if a.used == len(a.opts) {
-		a.mut.SetHeaders = append(a.mut.SetHeaders, setHeader("authorization", "Bearer "+secret))
+		a.mut.SetHeaders = append(a.mut.SetHeaders, SetHeader("authorization", "Bearer "+secret))
 		return
 	}
 	n := len(a.raw)
@@ -106,10 +111,10 @@ func (a *answer) setBearer(secret string) {
 	a.add("authorization", n)
 }
 
-// setInt is set with a decimal value.
-func (a *answer) setInt(k string, v int) {
+// SetInt is Set with a decimal value.
+func (a *Answer) SetInt(k string, v int) {
 	if a.used == len(a.opts) {
-		a.mut.SetHeaders = append(a.mut.SetHeaders, setHeader(k, strconv.Itoa(v)))
+		a.mut.SetHeaders = append(a.mut.SetHeaders, SetHeader(k, strconv.Itoa(v)))
 		return
 	}
 	n := len(a.raw)
@@ -118,7 +123,7 @@ func (a *answer) setInt(k string, v int) {
 }
 
 // add appends the option whose value is raw[n:].
-func (a *answer) add(k string, n int) {
+func (a *Answer) add(k string, n int) {
 	hv := &a.vals[a.used]
 	hv.Key, hv.RawValue = k, a.raw[n:len(a.raw):len(a.raw)]
 	o := &a.opts[a.used]
@@ -127,11 +132,11 @@ func (a *answer) add(k string, n int) {
 	a.mut.SetHeaders = append(a.mut.SetHeaders, o)
 }
 
-// remove adds a header to remove.
-func (a *answer) remove(k string) { a.mut.RemoveHeaders = append(a.mut.RemoveHeaders, k) }
+// Remove adds a header to remove.
+func (a *Answer) Remove(k string) { a.mut.RemoveHeaders = append(a.mut.RemoveHeaders, k) }
 
-// setBody replaces the request body.
-func (a *answer) setBody(b []byte) {
+// SetBody replaces the request body.
+func (a *Answer) SetBody(b []byte) {
 	a.bmutB = extprocv3.BodyMutation_Body{Body: b}
 	a.bmut = extprocv3.BodyMutation{Mutation: &a.bmutB}
 	a.common.BodyMutation = &a.bmut

@@ -1,4 +1,4 @@
-package extproc
+package envoymsg
 
 import (
 	"math"
@@ -37,7 +37,7 @@ func TestCodecMarshalsLikeProto(t *testing.T) {
 		{"every value kind", &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-					SetHeaders:    []*corev3.HeaderValueOption{setHeader("x-a", "1")},
+					SetHeaders:    []*corev3.HeaderValueOption{SetHeader("x-a", "1")},
 					RemoveHeaders: []string{"x-b"}}}}},
 			DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{contract.MetadataNamespace: structpb.NewStructValue(nested)}},
 		}},
@@ -145,12 +145,12 @@ func BenchmarkCodecMarshal(b *testing.B) {
 // The per-stream answers are reused between Sends: a size cached by the
 // previous Marshal must not be trusted.
 func TestCodecReusedMessage(t *testing.T) {
-	var br bodyReply
+	var br BodyReply
 	c := NewCodec()
 	for i, chunk := range []string{"", "data: {}\n\n", "x"} {
-		resp := br.continueChunk()
+		resp := br.Continue()
 		if chunk != "" {
-			br.replaceChunk([]byte(chunk))
+			br.Replace([]byte(chunk))
 		}
 		resp.DynamicMetadata = metadataFor(Usage{PromptTokens: int64(i)}, 0)
 		data, err := c.Marshal(resp)
@@ -163,4 +163,17 @@ func TestCodecReusedMessage(t *testing.T) {
 		}
 		data.Free()
 	}
+}
+
+// Usage and metadataFor build the token metadata as the router-level
+// filter does (extproc), for the encoding tests.
+type Usage struct{ PromptTokens, CompletionTokens, TotalTokens int64 }
+
+func metadataFor(u Usage, est int) *structpb.Struct {
+	topUp := u.CompletionTokens
+	if extra := u.PromptTokens - int64(est); extra > 0 {
+		topUp += extra
+	}
+	var m TokenMeta
+	return m.Fill(u.PromptTokens, u.CompletionTokens, u.TotalTokens, topUp)
 }

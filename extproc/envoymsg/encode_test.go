@@ -1,4 +1,4 @@
-package extproc
+package envoymsg
 
 import (
 	"bytes"
@@ -120,23 +120,23 @@ func TestEncodeMatchesProto(t *testing.T) {
 // The answers the handlers really build, one request through both
 // filters, go the hand path.
 func TestHandlerAnswersAreHandEncoded(t *testing.T) {
-	var a answer
-	for _, p := range []answerPhase{answerRequestHeaders, answerRequestBody, answerResponseHeaders} {
-		resp, _ := a.start(p)
-		a.set("x-swarmgate-tenant", "alpha")
-		a.setInt("content-length", 42)
-		a.setBearer("sk-test")
-		a.remove("authorization")
-		if p == answerRequestBody {
-			a.setBody([]byte(`{"model":"m"}`))
+	var a Answer
+	for _, p := range []Phase{RequestHeaders, RequestBody, ResponseHeaders} {
+		resp, _ := a.Start(p)
+		a.Set("x-swarmgate-tenant", "alpha")
+		a.SetInt("content-length", 42)
+		a.SetBearer("sk-test")
+		a.Remove("authorization")
+		if p == RequestBody {
+			a.SetBody([]byte(`{"model":"m"}`))
 		}
 		if !encodable(resp) {
 			t.Errorf("phase %d answer not hand-encodable", p)
 		}
 	}
-	var br bodyReply
-	resp := br.continueChunk()
-	br.replaceChunk([]byte("data: x\n\n"))
+	var br BodyReply
+	resp := br.Continue()
+	br.Replace([]byte("data: x\n\n"))
 	resp.DynamicMetadata = metadataFor(Usage{PromptTokens: 1}, 0)
 	if !encodable(resp) {
 		t.Error("body answer not hand-encodable")
@@ -144,12 +144,12 @@ func TestHandlerAnswersAreHandEncoded(t *testing.T) {
 }
 
 func BenchmarkEncodeAnswer(b *testing.B) {
-	var a answer
-	resp, _ := a.start(answerRequestBody)
+	var a Answer
+	resp, _ := a.Start(RequestBody)
 	for _, k := range []string{"x-swarmgate-pool", "x-swarmgate-tenant", "x-swarmgate-key-id", "x-swarmgate-model", "x-swarmgate-est-tokens", "x-swarmgate-max-tokens"} {
-		a.set(k, "some-value-1234")
+		a.Set(k, "some-value-1234")
 	}
-	a.remove("accept-encoding")
+	a.Remove("accept-encoding")
 	b.Run("protobuf-go", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -174,17 +174,17 @@ func BenchmarkEncodeAnswer(b *testing.B) {
 // A reused answer carries nothing of the previous message: no header, no
 // body, no override, and the previous credential's bytes are cleared.
 func TestAnswerReuse(t *testing.T) {
-	var a answer
-	resp, _ := a.start(answerRequestBody)
-	a.setBearer("sk-secret-upstream-key") // into the answer's own bytes
+	var a Answer
+	resp, _ := a.Start(RequestBody)
+	a.SetBearer("sk-secret-upstream-key") // into the answer's own bytes
 	for range answerSets + 3 {            // past the arrays, into allocated options
-		a.set("x-h", "v")
+		a.Set("x-h", "v")
 	}
-	a.remove("x-gone")
-	a.setBody([]byte("{}"))
-	resp.ModeOverride = bodyOverride
-	resp, common := a.start(answerResponseHeaders)
-	a.set("x-swarmgate-backend", "b")
+	a.Remove("x-gone")
+	a.SetBody([]byte("{}"))
+	resp.ModeOverride = BodyOverride
+	resp, common := a.Start(ResponseHeaders)
+	a.Set("x-swarmgate-backend", "b")
 	if resp.GetResponseHeaders() == nil || resp.ModeOverride != nil || common.BodyMutation != nil || common.ClearRouteCache {
 		t.Fatalf("state carried over: %v", resp)
 	}

@@ -1,4 +1,4 @@
-package extproc
+package envoymsg
 
 import (
 	"strings"
@@ -25,11 +25,11 @@ const (
 	hostEntryOverhead = 96
 )
 
-// hostCache maps the xds.upstream_host_metadata attribute text to its
+// HostCache maps the xds.upstream_host_metadata attribute text to its
 // parsed fields. Reads take a shared lock; entries are never stale because
 // the text is the whole input. The zero value is ready to use with the
 // default bounds.
-type hostCache struct {
+type HostCache struct {
 	mu    sync.RWMutex
 	m     map[string]hostInfo
 	bytes int // sum of hostEntrySize over m
@@ -42,14 +42,14 @@ func hostEntrySize(text string, h hostInfo) int {
 	return len(text) + len(h.backend) + len(h.model) + hostEntryOverhead
 }
 
-func (c *hostCache) get(text string) (hostInfo, bool) {
+func (c *HostCache) get(text string) (hostInfo, bool) {
 	c.mu.RLock()
 	h, ok := c.m[text]
 	c.mu.RUnlock()
 	return h, ok
 }
 
-func (c *hostCache) put(text string, h hostInfo) {
+func (c *HostCache) put(text string, h hostInfo) {
 	maxBytes, maxEntry := c.maxBytes, c.maxEntry
 	if maxBytes <= 0 {
 		maxBytes = defaultHostCacheBytes
@@ -80,7 +80,7 @@ func (c *hostCache) put(text string, h hostInfo) {
 }
 
 // size reports the entries and bytes held (tests, debugging).
-func (c *hostCache) size() (entries, bytes int) {
+func (c *HostCache) size() (entries, bytes int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return len(c.m), c.bytes

@@ -1,4 +1,4 @@
-package extproc
+package envoymsg
 
 import (
 	"unicode/utf8"

@@ -1,0 +1,127 @@
+package admit
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// Reserve is the reservation step (accounting.token_limits: reserve): the
+// prompt estimate and output reserve are held against the tenant's TPM
+// limits and, at the dearest price of the backends that may serve it, its
+// budget. A TPM refusal may wait in the queue for the window to free.
+// On success f.Reservation is set and f.Reserved.
+func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t Timer) *Refusal {
+	if !a.reserving(cfg, f) {
+		return nil
+	}
+	tenant := f.Tenant()
+	req := ReserveRequest{RequestID: f.RequestID, Tenant: tenant, KeyID: f.KeyID(),
+		Model: f.Alias, PromptTokens: f.EstTokens, MaxOutputTokens: f.MaxOut, Price: dearest(f.Model, f.Backends)}
+	res, err := a.Reserver.Reserve(ctx, req)
+	if err == nil && !res.Granted && !res.Budget {
+		// A TPM window may free within the request's wait.
+		res, err = a.reserveQueued(ctx, cfg, f, t, req, res)
+	}
+	switch {
+	case err != nil:
+		// The reserver applies failure_modes.reservation itself: an
+		// error is a fail-closed refusal.
+		a.failed("reserve")
+		a.log().Warn("token reservation failed", "tenant", tenant, "err", err)
+		return Unavailable("token reservation")
+	case !res.Granted && res.Budget:
+		return (&Refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "budget_exceeded",
+			Message: "Tenant `" + tenant + "` has used its monthly budget."}).withRetryAfter(res.RetryAfter)
+	case !res.Granted:
+		r := (&Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded",
+			Message: "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
+				"`: limit " + strconv.FormatInt(res.Limit, 10) + ", remaining " + strconv.FormatInt(res.Remaining, 10) +
+				", requested " + strconv.Itoa(f.Need()) + "."}).withRetryAfter(res.RetryAfter)
+		r.Headers = append(r.Headers, Header{"x-ratelimit-limit-tokens", strconv.FormatInt(res.Limit, 10)},
+			Header{"x-ratelimit-remaining-tokens", strconv.FormatInt(res.Remaining, 10)},
+			Header{"x-ratelimit-reset-tokens", res.Reset.Round(time.Millisecond).String()})
+		return r
+	}
+	f.Reservation, f.Reserved = res, true
+	return nil
+}
+
+// reserveQueued follows a tenant or tenant×model TPM refusal: with
+// admission.max_wait > 0 and a Retry-After that fits the request's wait,
+// the request waits in the admission queue until the window frees and the
+// reservation is asked again. It returns the granted reservation, or the
+// last refusal (its Retry-After counted from now) when the wait ends, the
+// client leaves or the refusal cannot wait. A budget refusal never waits:
+// a month does not free in seconds.
+//
+// The wait is ordered per reservation scope (the tenant, or tenant and
+// model), not per backend set as the keys' wait: a tenant over its own
+// TPM must not hold the tenants behind it on the same backends back.
+// Within that scope the queue's class, weight and arrival rules hold.
+func (a *Admitter) reserveQueued(ctx context.Context, cfg *config.Config, f *Facts, t Timer, req ReserveRequest, res Reservation) (Reservation, error) {
+	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || res.Granted || res.Budget {
+		return res, nil
+	}
+	qr := queueRequest(cfg, f, t)
+	qr.Scope = "tpm:" + res.Scope + ":" + req.Tenant
+	if res.Scope == "model" {
+		qr.Scope += ":" + req.Model
+	}
+	qr.Tokens = f.Need()
+	answer := cfg.Request.MessageTimeout.Duration
+	deadline := time.Now().Add(qr.MaxWait)
+	if t != nil {
+		if left, sent := t.Left(answer); sent {
+			// Only the first extension of a message counts: the keys'
+			// wait asked for it, this wait ends within it.
+			deadline = time.Now().Add(min(qr.MaxWait, left))
+		}
+		qr.OnWait = func() { t.Extend(time.Until(deadline) + answer) }
+	}
+	for {
+		retryAt := time.Now().Add(res.RetryAfter)
+		freed := a.freed.Load()
+		qr.MaxWait = time.Until(deadline)
+		if res.RetryAfter > qr.MaxWait {
+			return res, nil
+		}
+		// Ready when the window frees, or earlier once a hold on this
+		// replica settled or was released (most settle below their hold).
+		// Not paced again: the keys' step already counted this request.
+		q := a.Queue.Admit(ctx, qr, func() (bool, time.Duration, Rate) {
+			wait := time.Until(retryAt)
+			return wait <= 0 || a.freed.Load() != freed, max(wait, 0), Rate{}
+		})
+		if !q.Admitted {
+			res.RetryAfter = max(time.Until(retryAt), q.RetryAfter)
+			res.Reset = res.RetryAfter
+			return res, nil
+		}
+		next, err := a.Reserver.Reserve(ctx, req)
+		if err != nil || next.Granted || next.Budget {
+			return next, err
+		}
+		// Someone took the window first (another replica, a request that
+		// did not wait): wait again for the new Retry-After.
+		res = next
+	}
+}
+
+// dearest is the highest price among the targets on the backends.
+func dearest(m *config.Model, backends []string) config.Price {
+	var p config.Price
+	for _, t := range m.Targets {
+		if !slices.Contains(backends, t.Backend) {
+			continue
+		}
+		if t.Price.InputPerMTok+t.Price.OutputPerMTok > p.InputPerMTok+p.OutputPerMTok {
+			p = t.Price
+		}
+	}
+	return p
+}

@@ -1,0 +1,105 @@
+package admit
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// Wait is the keys step: nil when a key of the request's backends is
+// usable, else the refusal. Without a queue (or admission.max_wait 0) it
+// refuses at once when no key is usable; with one, a request whose keys
+// only lack capacity that comes back soon waits for it in the queue, and
+// the message's timer is extended for that wait.
+func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Timer) *Refusal {
+	ok, retry := a.Keys.Available(f.Backends)
+	pacer, _ := a.Keys.(Pacer)
+	pacing := cfg.Admission.Pace && pacer != nil
+	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || (ok && !pacing) {
+		if !ok {
+			return KeysExhausted(f.Alias, retry, a.Keys.Failing(f.Backends))
+		}
+		return nil
+	}
+	if !ok && a.Keys.Failing(f.Backends) {
+		// A failing backend is not capacity that comes back: 503 now.
+		return KeysExhausted(f.Alias, retry, true)
+	}
+	req := queueRequest(cfg, f, t)
+	req.OnWait = func() {
+		// Envoy honours one override per message, from 1 ms up to the
+		// filter's max_message_timeout, restarting the timer from when it
+		// arrives (ext_proc.cc Filter::onNewTimeout, processor_state.cc
+		// restartMessageTimer, v1.38.0): one override covering the whole
+		// wait plus the answer's own message_timeout.
+		if t != nil {
+			t.Extend(req.MaxWait + cfg.Request.MessageTimeout.Duration)
+		}
+	}
+	req.Scope = strings.Join(f.Backends, ",")
+	req.Tokens = f.Need()
+	res := a.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
+		ok, ra := a.Keys.Available(f.Backends)
+		var rate Rate
+		if pacing {
+			rate = pacer.Pace(f.Backends)
+		}
+		return ok, ra, rate
+	})
+	if res.Admitted {
+		return nil
+	}
+	return a.waitedOut(f, res)
+}
+
+// waitedOut is the refusal of a request the queue did not admit.
+func (a *Admitter) waitedOut(f *Facts, res QueueResult) *Refusal {
+	retry := res.RetryAfter
+	if res.Waited > 0 {
+		// The queue's figure is as old as its last look at the keys (a
+		// waiter behind the first looks only when the wait begins): when
+		// the keys are still out, what they say now is the time left.
+		if ok, ra := a.Keys.Available(f.Backends); !ok {
+			retry = ra
+		}
+	}
+	r := KeysExhausted(f.Alias, retry, false)
+	if res.Waited > 0 {
+		r.Message = "Every upstream key for `" + f.Alias + "` stayed rate limited or busy for the " + res.Waited.Round(time.Millisecond).String() +
+			" this request waited (" + res.Reason + "); retry after the indicated time."
+	}
+	r.Status = http.StatusTooManyRequests
+	return r
+}
+
+// queueRequest reads the request's class: the virtual key's, or the one the
+// operator's class header names when the key lists it in header_classes.
+// Nothing else a client sends chooses a class.
+func queueRequest(cfg *config.Config, f *Facts, t Timer) QueueRequest {
+	tn := f.Owner.Tenant
+	req := QueueRequest{Tenant: tn.Name, Weight: float64(max(tn.Weight, 1)), MaxWait: cfg.Admission.MaxWait.Duration}
+	if tn.MaxWait.Duration > 0 {
+		req.MaxWait = tn.MaxWait.Duration
+	}
+	class := f.Owner.Key.Class
+	if t != nil {
+		if h := t.ClassHeader(); h != "" {
+			for _, hc := range f.Owner.Key.HeaderClasses {
+				if hc == h {
+					class = hc
+					break
+				}
+			}
+		}
+	}
+	if cl, ok := cfg.AdmissionClass(class); ok {
+		req.Class, req.Priority = cl.Name, cl.Priority
+		if cl.MaxWait.Duration > 0 {
+			req.MaxWait = cl.MaxWait.Duration
+		}
+	}
+	return req
+}
