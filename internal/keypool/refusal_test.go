@@ -1,0 +1,67 @@
+package keypool
+
+import (
+	"testing"
+	"time"
+)
+
+// TestShortRefusals: a key that refuses part of its requests with a short
+// Retry-After while its window has room stays closed and is offered more
+// attempts; the window's end (remaining 0), a long Retry-After or a key
+// refusing nearly everything still hold it.
+func TestShortRefusals(t *testing.T) {
+	refuse := Outcome{Status: 429, RetryAfter: time.Second, RemainingRequests: 12, RemainingTokens: -1, LimitRequests: 20, ResetRequests: 10 * time.Second}
+	served := Outcome{Status: 200, RemainingRequests: 11, RemainingTokens: -1, LimitRequests: 20, ResetRequests: 10 * time.Second}
+	spent := Outcome{Status: 429, RetryAfter: time.Second, RemainingRequests: 0, RemainingTokens: -1, LimitRequests: 20, ResetRequests: 4 * time.Second}
+	long := refuse
+	long.RetryAfter = 30 * time.Second
+	alternate := func(n int) []Outcome {
+		var os []Outcome
+		for i := range n {
+			if i%2 == 0 {
+				os = append(os, refuse)
+			} else {
+				os = append(os, served)
+			}
+		}
+		return os
+	}
+	repeat := func(o Outcome, n int) []Outcome {
+		var os []Outcome
+		for range n {
+			os = append(os, o)
+		}
+		return os
+	}
+	for _, tc := range []struct {
+		name        string
+		outcomes    []Outcome
+		wantState   string
+		factorBelow float64 // the pace interval's factor is below this
+	}{
+		{"half refused, never opened", append(repeat(refuse, 3), alternate(200)...), "closed", 0.6},
+		{"window's end holds the key", []Outcome{spent}, "open", 1.01},
+		{"a long Retry-After holds the key", []Outcome{long}, "open", 1.01},
+		{"refusing everything trips the breaker", repeat(refuse, 60), "open", 0.26},
+		{"no refusals, full pace", repeat(served, 5), "closed", 1.01},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, true),
+				map[string][]key{"b": {{id: "k1"}, {id: "k2"}}})
+			p := newPools(t, cfg, Options{Clock: newFakeClock()})
+			for _, o := range tc.outcomes {
+				_ = p.Report(t.Context(), "b", "k1", "", o)
+			}
+			if st := stateOf(t, p, "k1"); st.State != tc.wantState {
+				t.Errorf("state %s (%s), want %s", st.State, st.Reason, tc.wantState)
+			}
+			kp := p.pool("b")
+			kp.mu.Lock()
+			f := kp.byID["k1"].attemptFactor()
+			kp.mu.Unlock()
+			if f >= tc.factorBelow {
+				t.Errorf("attempt factor %.2f, want below %.2f", f, tc.factorBelow)
+			}
+		})
+	}
+}
