@@ -270,7 +270,8 @@ type QueueRequest struct {
 	Priority int
 	Weight   float64
 	MaxWait  time.Duration
-	Tokens   int // estimated prompt + completion tokens
+	Tokens   int    // estimated prompt + completion tokens
+	Session  string // the client's chain of calls (docs/admission.md)
 	OnWait   func()
 }
 

@@ -38,6 +38,13 @@ func (s *Server) admitKeys(ctx context.Context, r *routerStream) *extprocv3.Proc
 		classHeader = ext.classHeader
 	}
 	req := queueRequest(cfg, r, classHeader)
+	req.Session = r.sticky // request.sticky_header (x-session-id)
+	if req.Session == "" && ext != nil {
+		req.Session = ext.session // admission.session_header
+	}
+	if req.Session == "" {
+		req.Session = req.Tenant + "/" + r.owner.Key.ID
+	}
 	req.OnWait = func() {
 		// Envoy honours one override per message, from 1 ms up to the
 		// filter's max_message_timeout, restarting the timer from when it
@@ -118,6 +125,7 @@ type timerExtension struct {
 	ctx         context.Context
 	cfg         *config.Config
 	classHeader string
+	session     string // admission.session_header's value
 	// until is when the override sent ends (zero: none sent yet). Envoy
 	// honours only the first override of a message, so a later wait on
 	// the same message must end within it.
@@ -164,6 +172,13 @@ func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
 		for _, kv := range h.GetHeaders().GetHeaders() {
 			if kv.GetKey() == name {
 				e.classHeader = headerValue(kv)
+			}
+		}
+	}
+	if h, name := m.GetRequestHeaders(), strings.ToLower(e.cfg.Admission.SessionHeader); h != nil && name != "" {
+		for _, kv := range h.GetHeaders().GetHeaders() {
+			if kv.GetKey() == name {
+				e.session = headerValue(kv)
 			}
 		}
 	}

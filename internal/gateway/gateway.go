@@ -268,7 +268,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Order:    admission.NewRedisOrder(rdb, cfg.Redis.KeyPrefix),
 			MaxQueue: cfg.Admission.MaxQueue, Poll: cfg.Admission.Poll.D(), StepTimeout: cfg.Admission.RedisTimeout.D(),
 			FailOpen: cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
-			Metrics: admission.NewMetrics(reg)})
+			Metrics:  admission.NewMetrics(reg),
+			Sessions: admission.NewRedisSessions(rdb, cfg.Redis.KeyPrefix), SessionIdle: cfg.Admission.SessionIdle.D(),
+			SessionSpan: cfg.Admission.SessionSpan.D(), MaxSessions: cfg.Admission.MaxSessions})
 		// Who created each Responses API response, shared by every
 		// replica (previous_response_id affinity, docs/families.md).
 		aff := affinity.New(rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D(),

@@ -217,7 +217,9 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 			// One order for every replica, in the shared redis-server.
 			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
 				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
-				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg)})
+				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg),
+				Sessions: admission.NewRedisSessions(s.redis.Client(), cfg.Redis.KeyPrefix), SessionIdle: cfg.Admission.SessionIdle.D(),
+				SessionSpan: cfg.Admission.SessionSpan.D(), MaxSessions: cfg.Admission.MaxSessions})
 			s.queues = append(s.queues, q)
 			opts.Queue = s.waits.wrap(wire.Queue(q))
 		}
