@@ -539,6 +539,9 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 			p.sync.publish(kp.name, keyID, rs)
 		}
 	}
+	if paced {
+		p.mix.refused()
+	}
 	if learned && p.sync != nil {
 		p.sync.publishLimits(kp.name, keyID, learnedRPM, learnedTPM, learnedWindow)
 	}

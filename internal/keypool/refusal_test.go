@@ -65,3 +65,35 @@ func TestShortRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryShareLeavesRefusalsOut: retries after a short refusal take no
+// window the pace must leave room for; other retries do.
+func TestRetryShareLeavesRefusalsOut(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		picks, retries, refusals int
+		want                     float64
+	}{
+		{picks: 100, retries: 20, want: 0.2},
+		{picks: 100, retries: 20, refusals: 15, want: 0.05},
+		{picks: 100, retries: 20, refusals: 30, want: 0},
+		{picks: 10, retries: 5, want: 0},
+		{picks: 100, retries: 90, want: 0.5},
+	} {
+		var m attemptMix
+		m.retryShare(now) // first rotation
+		for i := range tc.picks {
+			attempt := 1
+			if i < tc.retries {
+				attempt = 2
+			}
+			m.add(attempt)
+		}
+		for range tc.refusals {
+			m.refused()
+		}
+		if got := m.retryShare(now); got < tc.want-1e-9 || got > tc.want+1e-9 {
+			t.Errorf("%+v: share %.3f, want %.3f", tc, got, tc.want)
+		}
+	}
+}
