@@ -97,3 +97,27 @@ func TestRetryShareLeavesRefusalsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestInFlight429sMakeNoStreak: when a key's window fills under a swarm,
+// the attempts already in flight all come back 429; they say nothing new,
+// so after the rest the key's next 429 (an attempt that raced the one
+// slot the sliding window freed) rests it again instead of tripping it
+// for the cooldown. The key serves between its rests.
+func TestInFlight429sMakeNoStreak(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(30*time.Second, time.Minute, time.Second, 0, true), map[string][]key{"b": {{id: "k1"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	full := Outcome{Status: 429, RetryAfter: 3 * time.Second, RemainingRequests: 0, RemainingTokens: -1, LimitRequests: 60, ResetRequests: 9 * time.Second}
+	for round := range 6 {
+		for range 8 { // the first holds the key, the other seven were in flight
+			_ = p.Report(t.Context(), "b", "k1", "", full)
+		}
+		if st := stateOf(t, p, "k1"); st.State != "open" || st.Reason != "quota" || st.Trips != 0 {
+			t.Fatalf("round %d: %+v, want held on quota, no trip", round, st)
+		}
+		clk.Advance(3 * time.Second)
+		if round%2 == 1 {
+			_ = p.Report(t.Context(), "b", "k1", "", Outcome{Status: 200, RemainingRequests: 3, RemainingTokens: -1, LimitRequests: 60})
+		}
+	}
+}
