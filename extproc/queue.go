@@ -24,6 +24,7 @@ type timerExtension struct {
 	ctx         context.Context
 	cfg         *config.Config
 	classHeader string
+	session     string // admission.session_header's value
 	// until is when the override sent ends (zero: none sent yet). Envoy
 	// honours only the first override of a message, so a later wait on
 	// the same message must end within it.
@@ -52,6 +53,9 @@ func (e *timerExtension) Context() context.Context { return e.ctx }
 // ClassHeader is the request's admission.class_header value.
 func (e *timerExtension) ClassHeader() string { return e.classHeader }
 
+// SessionHeader is the request's admission.session_header value.
+func (e *timerExtension) SessionHeader() string { return e.session }
+
 // Extend sends the override for d from now, unless one was sent.
 func (e *timerExtension) Extend(d time.Duration) {
 	if !e.until.IsZero() {
@@ -73,7 +77,7 @@ func (e *timerExtension) Left(answer time.Duration) (d time.Duration, ok bool) {
 	return time.Until(e.until) - answer, true
 }
 
-// Recv notes the class header of the request's headers.
+// Recv notes the class and session headers of the request's headers.
 func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
 	m, err := e.ExternalProcessor_ProcessServer.Recv()
 	name := e.cfg.Admission.ClassHeader
@@ -82,6 +86,13 @@ func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
 		for _, kv := range h.GetHeaders().GetHeaders() {
 			if kv.GetKey() == name {
 				e.classHeader = envoymsg.HeaderValue(kv)
+			}
+		}
+	}
+	if h, name := m.GetRequestHeaders(), strings.ToLower(e.cfg.Admission.SessionHeader); h != nil && name != "" {
+		for _, kv := range h.GetHeaders().GetHeaders() {
+			if kv.GetKey() == name {
+				e.session = envoymsg.HeaderValue(kv)
 			}
 		}
 	}

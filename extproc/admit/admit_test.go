@@ -252,10 +252,12 @@ func (q *queue) Admit(_ context.Context, req admit.QueueRequest, _ func() (bool,
 // timer is a fake message timer.
 type timer struct {
 	class    string
+	session  string
 	extended []time.Duration
 }
 
 func (t *timer) ClassHeader() string                      { return t.class }
+func (t *timer) SessionHeader() string                    { return t.session }
 func (t *timer) Extend(d time.Duration)                   { t.extended = append(t.extended, d) }
 func (t *timer) Left(time.Duration) (time.Duration, bool) { return 0, false }
 

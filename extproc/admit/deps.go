@@ -49,7 +49,8 @@ type QueueRequest struct {
 	Priority int
 	Weight   float64
 	MaxWait  time.Duration
-	Tokens   int // estimated prompt + completion tokens
+	Tokens   int    // estimated prompt + completion tokens
+	Session  string // the client's chain of calls (docs/admission.md)
 	OnWait   func()
 }
 
@@ -134,6 +135,8 @@ var ErrUnknownResponse = errors.New("unknown response id")
 type Timer interface {
 	// ClassHeader is the admission.class_header value the request sent.
 	ClassHeader() string
+	// SessionHeader is the admission.session_header value the request sent.
+	SessionHeader() string
 	// Extend asks for d more from now; only the first call counts.
 	Extend(d time.Duration)
 	// Left is how long a further wait may last within the extension

@@ -101,5 +101,14 @@ func queueRequest(cfg *config.Config, f *Facts, t Timer) QueueRequest {
 			req.MaxWait = cl.MaxWait.Duration
 		}
 	}
+	// The session: request.sticky_header (x-session-id), else
+	// admission.session_header, else the virtual key.
+	req.Session = f.Sticky
+	if req.Session == "" && t != nil {
+		req.Session = t.SessionHeader()
+	}
+	if req.Session == "" {
+		req.Session = tn.Name + "/" + f.Owner.Key.ID
+	}
 	return req
 }

@@ -137,7 +137,7 @@ type queue struct{ q *admission.Queue }
 
 func (a queue) Admit(ctx context.Context, r extproc.QueueRequest, capacity func() (bool, time.Duration, extproc.Rate)) extproc.QueueResult {
 	res := a.q.Admit(ctx, admission.Request{Scope: r.Scope, Tenant: r.Tenant, Weight: r.Weight, Class: r.Priority,
-		ClassName: r.Class, MaxWait: r.MaxWait, Tokens: r.Tokens, OnWait: r.OnWait},
+		ClassName: r.Class, MaxWait: r.MaxWait, Tokens: r.Tokens, Session: r.Session, OnWait: r.OnWait},
 		func() (bool, time.Duration, admission.Pace) {
 			ok, ra, rate := capacity()
 			return ok, ra, admission.Pace{Rate: rate.Requests, Burst: 1, TokenRate: rate.Tokens}

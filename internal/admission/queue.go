@@ -20,6 +20,9 @@ type Request struct {
 	ClassName string
 	MaxWait   time.Duration
 	Tokens    int // estimated tokens, for a pace in tokens
+	// Session is the agent's chain of calls the request belongs to
+	// (sessions.go); empty: not tracked.
+	Session string
 	// OnWait, when set, is called once before the request starts waiting
 	// (never when it is admitted at once).
 	OnWait func()
@@ -75,10 +78,18 @@ type Options struct {
 	// waiters against a 200/s pace on the loaded 2-core box, burst 1
 	// admitted 137/s, burst 2 183/s. Providers do not see the burst:
 	// each key's own pace spaces the picks (keypool/keypace.go).
-	Burst     int
-	ReplicaID string
-	Logger    *slog.Logger
-	Metrics   *Metrics // nil: not recorded
+	Burst int
+	// Sessions, when set, puts the calls of sessions under way first and
+	// bounds how many are under way (sessions.go). SessionIdle ends a
+	// session without an admitted call (default 5s); MaxSessions bounds
+	// them (0: pace × SessionSpan; SessionSpan 0: unbounded).
+	Sessions    SessionStore
+	SessionIdle time.Duration
+	SessionSpan time.Duration
+	MaxSessions int
+	ReplicaID   string
+	Logger      *slog.Logger
+	Metrics     *Metrics // nil: not recorded
 }
 
 // Queue holds this replica's waiting requests. Only the first local waiter
@@ -115,6 +126,9 @@ func New(opts Options) *Queue {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.SessionIdle <= 0 {
+		opts.SessionIdle = 5 * time.Second
+	}
 	q := &Queue{opts: opts, fallback: NewLocalOrder(), scopes: map[string]*scopeWait{}}
 	if q.opts.Order == nil {
 		q.opts.Order = q.fallback
@@ -143,6 +157,28 @@ type scopeWait struct {
 // Admit decides for one request: at once when it can, else after waiting
 // its turn (at most req.MaxWait, less when ctx ends first).
 func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Result {
+	if q.opts.Sessions == nil || req.Session == "" {
+		return q.admit(ctx, req, capacity)
+	}
+	start := time.Now()
+	if res, ok := q.beginSession(ctx, &req, capacity, start); !ok {
+		return res
+	}
+	res := q.admit(ctx, req, capacity)
+	if res.Admitted {
+		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
+		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil {
+			q.opts.Logger.Warn("admission: sessions unavailable", "error", err)
+		}
+		cancel()
+	}
+	if res.Waited > 0 || res.Admitted && time.Since(start) > q.opts.Poll {
+		res.Waited = time.Since(start)
+	}
+	return res
+}
+
+func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Result {
 	start := time.Now()
 	ready, ra, pace := q.capacity(capacity)
 	if !ready && ra > req.MaxWait {

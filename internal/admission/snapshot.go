@@ -61,7 +61,7 @@ func (c *counters) refused(why Reason) {
 		c.cancelled.Add(1)
 	case ReasonTooLong:
 		c.tooLong.Add(1)
-	case ReasonFull:
+	case ReasonFull, ReasonSessions:
 		c.full.Add(1)
 	case ReasonOrderDown:
 		c.orderDown.Add(1)

@@ -101,6 +101,7 @@ func (c *Config) applyDefaults() {
 	defInt(&c.Admission.MaxQueue, 1024)
 	defDur(&c.Admission.Poll, 20*time.Millisecond)
 	defDur(&c.Admission.RedisTimeout, 50*time.Millisecond)
+	defDur(&c.Admission.SessionIdle, 5*time.Second)
 	for i := range c.Tenants {
 		defInt(&c.Tenants[i].Weight, 1)
 	}

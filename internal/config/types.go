@@ -193,6 +193,17 @@ type Admission struct {
 	// virtual keys that list it in header_classes.
 	ClassHeader string           `yaml:"class_header" json:"class_header"`
 	Classes     []AdmissionClass `yaml:"classes" json:"classes"`
+	// SessionHeader names the request header that identifies a client's
+	// session (its chain of calls) when it sends no request.sticky_header
+	// (x-session-id); without either, the virtual key is the session.
+	SessionHeader string `yaml:"session_header" json:"session_header"`
+	// SessionIdle ends a session that had no call admitted for this long.
+	SessionIdle Duration `yaml:"session_idle" json:"session_idle"`
+	// SessionSpan bounds the sessions under way at once to a backend
+	// set's pace times this (0: unbounded unless MaxSessions).
+	SessionSpan Duration `yaml:"session_span" json:"session_span"`
+	// MaxSessions bounds the sessions under way at once (0: from the pace).
+	MaxSessions int `yaml:"max_sessions" json:"max_sessions"`
 }
 
 // AdmissionClass is a priority class (planner, critic, bulk workers).

@@ -42,6 +42,23 @@ func (c *Config) validateAdmission(v *validator) {
 			v.add("admission.class_header", "x-swarmgate-* headers are internal and stripped from clients")
 		}
 	}
+	if a.SessionHeader != "" {
+		switch {
+		case !headerNameRE.MatchString(a.SessionHeader):
+			v.add("admission.session_header", "invalid header name %q", a.SessionHeader)
+		case strings.HasPrefix(strings.ToLower(a.SessionHeader), "x-swarmgate-"):
+			v.add("admission.session_header", "x-swarmgate-* headers are internal and stripped from clients")
+		}
+	}
+	if a.SessionIdle.Duration <= 0 {
+		v.add("admission.session_idle", "must be positive")
+	}
+	if a.SessionSpan.Duration < 0 {
+		v.add("admission.session_span", "must not be negative")
+	}
+	if a.MaxSessions < 0 {
+		v.add("admission.max_sessions", "must not be negative")
+	}
 	classes := map[string]bool{}
 	for i, cl := range a.Classes {
 		p := fmt.Sprintf("admission.classes[%d]", i)

@@ -102,5 +102,7 @@ func (g *Gateway) admissionQueue(p *process) *admission.Queue {
 		Order:    admission.NewRedisOrder(p.rdb, p.cfg.Redis.KeyPrefix),
 		MaxQueue: a.MaxQueue, Poll: a.Poll.D(), StepTimeout: a.RedisTimeout.D(),
 		FailOpen: p.cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
-		Metrics: admission.NewMetrics(p.reg)})
+		Metrics:  admission.NewMetrics(p.reg),
+		Sessions: admission.NewRedisSessions(p.rdb, p.cfg.Redis.KeyPrefix), SessionIdle: a.SessionIdle.D(),
+		SessionSpan: a.SessionSpan.D(), MaxSessions: a.MaxSessions})
 }

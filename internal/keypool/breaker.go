@@ -151,7 +151,13 @@ func (b *Breaker) observe(now time.Time, o Outcome, p *breakerPolicy, jitter flo
 			changed = true
 		}
 	case classRateLimited:
-		b.fails429++
+		if st != Open {
+			// A 429 to an attempt that left before the key was held
+			// says nothing new: a swarm's attempts in flight when a
+			// window fills otherwise made a streak that tripped the key
+			// for the cooldown at its next 429.
+			b.fails429++
+		}
 		hold := o.hold()
 		switch {
 		case st == HalfOpen, st == Closed && b.fails429 >= p.n429:

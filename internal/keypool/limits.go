@@ -4,15 +4,18 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Learned limits.
 //
-// Providers state each key's per-minute limits on every answer
+// Providers state each key's limits on every answer
 // (x-ratelimit-limit-requests/-tokens; Anthropic's
-// anthropic-ratelimit-{requests,tokens}-limit). The replica that sees an
-// answer records them on the key and, when they change, writes them to the
-// hash <prefix>keypool:limits (field backend|key, value "rpm tpm"); every
+// anthropic-ratelimit-{requests,tokens}-limit): per minute, unless the
+// answers show the request limit is that of a shorter window (learnedwindow.go).
+// The replica that sees an answer records them on the key and, when they
+// change, writes them to the hash <prefix>keypool:limits (field
+// backend|key, value "rpm tpm [window ms]"); every
 // replica reads that hash on its breaker poll (breaker.sync_interval), so a
 // router-level replica that never sees an upstream answer paces by them
 // too. A limit changes rarely (a tier upgrade), so this is one write per
@@ -31,13 +34,15 @@ func (k *keyState) learn(o Outcome) bool {
 	if o.LimitTokens > 0 && o.LimitTokens != k.learnedTPM {
 		k.learnedTPM, changed = o.LimitTokens, true
 	}
-	return changed
+	return k.learnWindow(o) || changed
 }
 
-// rpm and tpm are the limits the pace uses: the lower of the configured
-// and the learned one where both are known (the operator may keep a key
-// under the provider's limit, never above it). Caller holds kp.mu.
-func (k *keyState) rpm() int { return lower(k.cfg.RPM, k.learnedRPM) }
+// rpm and tpm are the per-minute limits the pace uses: the lower of the
+// configured and the learned one where both are known (the operator may
+// keep a key under the provider's limit, never above it); a learned
+// request limit of a shorter window counts at its rate per minute.
+// Caller holds kp.mu.
+func (k *keyState) rpm() int { return lower(k.cfg.RPM, k.learnedPerMinute()) }
 func (k *keyState) tpm() int { return lower(k.cfg.TPM, k.learnedTPM) }
 
 func lower(configured, learned int) int {
@@ -50,23 +55,39 @@ func lower(configured, learned int) int {
 	return min(configured, learned)
 }
 
-func encodeLimits(rpm, tpm int) string { return strconv.Itoa(rpm) + " " + strconv.Itoa(tpm) }
-
-func decodeLimits(field, v string) (backend, key string, rpm, tpm int, ok bool) {
-	backend, key, ok1 := strings.Cut(field, "|")
-	r, t, ok2 := strings.Cut(v, " ")
-	if !ok1 || !ok2 {
-		return "", "", 0, 0, false
+// encodeLimits writes "rpm tpm", plus the window in ms when the request
+// limit is a shorter window's (replicas of older releases read the first
+// two fields).
+func encodeLimits(rpm, tpm int, window time.Duration) string {
+	s := strconv.Itoa(rpm) + " " + strconv.Itoa(tpm)
+	if window > 0 {
+		s += " " + strconv.FormatInt(window.Milliseconds(), 10)
 	}
-	rpm, err1 := strconv.Atoi(r)
-	tpm, err2 := strconv.Atoi(t)
-	return backend, key, rpm, tpm, err1 == nil && err2 == nil
+	return s
+}
+
+func decodeLimits(field, v string) (backend, key string, rpm, tpm int, window time.Duration, ok bool) {
+	backend, key, ok1 := strings.Cut(field, "|")
+	f := strings.Fields(v)
+	if !ok1 || len(f) < 2 || len(f) > 3 {
+		return "", "", 0, 0, 0, false
+	}
+	rpm, err1 := strconv.Atoi(f[0])
+	tpm, err2 := strconv.Atoi(f[1])
+	if len(f) == 3 {
+		ms, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || ms < 0 {
+			return "", "", 0, 0, 0, false
+		}
+		window = time.Duration(ms) * time.Millisecond
+	}
+	return backend, key, rpm, tpm, window, err1 == nil && err2 == nil
 }
 
 // adoptLimits applies limits another replica learned.
 func (p *Pools) adoptLimits(all map[string]string) {
 	for field, v := range all {
-		backend, key, rpm, tpm, ok := decodeLimits(field, v)
+		backend, key, rpm, tpm, window, ok := decodeLimits(field, v)
 		if !ok {
 			continue
 		}
@@ -77,6 +98,7 @@ func (p *Pools) adoptLimits(all map[string]string) {
 		kp.mu.Lock()
 		if k := kp.byID[key]; k != nil {
 			k.learnedRPM, k.learnedTPM = rpm, tpm
+			k.adoptWindow(window)
 		}
 		kp.mu.Unlock()
 	}
@@ -95,9 +117,9 @@ func (s *syncer) pollLimits(ctx context.Context) {
 }
 
 // publishLimits queues the write of a key's learned limits.
-func (s *syncer) publishLimits(backend, key string, rpm, tpm int) {
+func (s *syncer) publishLimits(backend, key string, rpm, tpm int, window time.Duration) {
 	select {
-	case s.queue <- syncOp{backend: backend, key: key, limits: encodeLimits(rpm, tpm)}:
+	case s.queue <- syncOp{backend: backend, key: key, limits: encodeLimits(rpm, tpm, window)}:
 	default:
 		s.p.metrics.syncDropped.Inc()
 	}

@@ -61,6 +61,11 @@ const admitShare = 0.92
 type attemptMix struct {
 	picks, retries         atomic.Int64 // current generation
 	prevPicks, prevRetries atomic.Int64
+	// refusals are answers that were a key's short refusal (refusal.go):
+	// their retries take no more of the keys' windows than the refused
+	// attempt did (a refusal is not counted in the provider's window), so
+	// they are not retries the pace must leave room for.
+	refusals, prevRefusals atomic.Int64
 	rotateAt               atomic.Int64 // unix nanos
 }
 
@@ -78,13 +83,18 @@ func (m *attemptMix) retryShare(now time.Time) float64 {
 	if at := m.rotateAt.Load(); now.UnixNano() >= at && m.rotateAt.CompareAndSwap(at, now.Add(mixPeriod).UnixNano()) {
 		m.prevPicks.Store(m.picks.Swap(0))
 		m.prevRetries.Store(m.retries.Swap(0))
+		m.prevRefusals.Store(m.refusals.Swap(0))
 	}
 	picks := m.picks.Load() + m.prevPicks.Load()
 	if picks < 20 {
 		return 0 // too few to say
 	}
-	return min(float64(m.retries.Load()+m.prevRetries.Load())/float64(picks), 0.5)
+	retries := m.retries.Load() + m.prevRetries.Load() - m.refusals.Load() - m.prevRefusals.Load()
+	return min(float64(max(retries, 0))/float64(picks), 0.5)
 }
+
+// refused counts one short refusal.
+func (m *attemptMix) refused() { m.refusals.Add(1) }
 
 // paceShare is the part of the stated limits each key's own pace uses
 // (keyPaceShare); admission paces below it (admitShare). Providers

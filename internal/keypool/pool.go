@@ -31,12 +31,18 @@ type keyState struct {
 	// larger than what is left skips the key instead of earning a 429.
 	tokensLeft  int
 	tokensReset time.Time
-	// learnedRPM and learnedTPM are the per-minute limits the provider
-	// last stated for the key (limits.go); 0: unknown.
+	// learnedRPM and learnedTPM are the limits the provider last stated
+	// for the key (limits.go); 0: unknown. learnedRPM is per learnedWindow
+	// when that is known (learnedwindow.go), else per minute.
 	learnedRPM, learnedTPM int
-	lastStatus             int
-	picks                  uint64
-	lastSuccess            time.Time
+	learnedWindow          time.Duration
+	ownWindow              bool // the stated limit is the reset window's own, not a per-minute figure
+	// refused is the share of the key's answers that were the provider's
+	// short refusals (refusal.go), a moving average.
+	refused     float64
+	lastStatus  int
+	picks       uint64
+	lastSuccess time.Time
 	// syncProbe marks the one attempt allowed while the remote state is
 	// unknown and failure_modes.breaker_sync is closed.
 	syncProbe         bool
@@ -476,7 +482,8 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	keyID := k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
 	learned := k.learn(o)
-	learnedRPM, learnedTPM := k.learnedRPM, k.learnedTPM
+	learnedRPM, learnedTPM, learnedWindow := k.learnedRPM, k.learnedTPM, k.sharedWindow()
+	paced := k.noteRefusal(o)
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
 	}
@@ -488,7 +495,13 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 		kp.tried.add(req, k)
 	}
 	wasState, wasTrips := k.br.State(now), k.br.trips
-	changed := k.br.observe(now, o, &pol.br, kp.rng.Float64())
+	changed := false
+	if !paced {
+		// A short refusal is the provider's pace, not a failure: the
+		// request retries on another key (tried above) and the key keeps
+		// serving its good share.
+		changed = k.br.observe(now, o, &pol.br, kp.rng.Float64())
+	}
 	st := k.br.State(now)
 	rs := k.br.export()
 	reason := k.br.reason
@@ -526,8 +539,11 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 			p.sync.publish(kp.name, keyID, rs)
 		}
 	}
+	if paced {
+		p.mix.refused()
+	}
 	if learned && p.sync != nil {
-		p.sync.publishLimits(kp.name, keyID, learnedRPM, learnedTPM)
+		p.sync.publishLimits(kp.name, keyID, learnedRPM, learnedTPM, learnedWindow)
 	}
 	if o.Failed() && req != "" && p.sync != nil {
 		p.sync.addTried(req, keyID)

@@ -66,6 +66,9 @@ type Behavior struct {
 	// x-ratelimit-limit-* still say the per-minute figure, -remaining-*
 	// and -reset-* describe the current window. Default one minute.
 	Window time.Duration
+	// Sliding, when set, limits the key in a sliding window stated the
+	// OpenAI way instead of RPM/TPM (sliding.go).
+	Sliding *SlidingWindow
 
 	// FailProbability in [0,1] makes a request otherwise answered OK take
 	// FailAction instead (seeded RNG, Options.Seed). FailAction defaults to

@@ -267,7 +267,9 @@ func (s *Server) behave(w http.ResponseWriter, r *http.Request, rec *Record, u u
 	}
 	act, limited := s.admit(rec.KeyID, b, u.prompt+u.completion, w.Header(), anthropicEndpoint(rec.Endpoint))
 	if limited != "" {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.retryIn(rec.KeyID))))
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.retryIn(rec.KeyID))))
+		}
 		s.fail(w, rec, http.StatusTooManyRequests, limited, "requests", "rate_limit_exceeded", "Rate limit reached for this key ("+limited+"). Please try again later.")
 		log.Debug("mock upstream: rate limited", "reason", limited)
 		return b, ActOK, false
@@ -313,6 +315,9 @@ func (s *Server) admit(keyID string, b Behavior, tokens int, h http.Header, anth
 	act := b.Action
 	if act == ActOK && b.FailProbability > 0 && s.rng.Float64() < b.FailProbability {
 		act = b.failAction()
+	}
+	if b.Sliding != nil && !anthropic {
+		return act, s.admitSliding(keyID, b.Sliding, h)
 	}
 	if b.RPM <= 0 && b.TPM <= 0 {
 		return act, ""

@@ -26,6 +26,7 @@ type Server struct {
 	behaviors map[string]Behavior
 	def       Behavior
 	windows   map[string]*window
+	sliding   map[string]*slidingLog // Behavior.Sliding, by key id
 	rng       *rand.Rand
 	records   []*Record
 	dropped   map[string]Counters // counters of records dropped by MaxRecords
@@ -84,6 +85,7 @@ func (s *Server) ClearBehaviors() {
 	defer s.mu.Unlock()
 	clear(s.behaviors)
 	clear(s.windows)
+	clear(s.sliding)
 }
 
 func (s *Server) behavior(keyID string) Behavior {

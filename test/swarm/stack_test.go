@@ -67,6 +67,14 @@ type stackSpec struct {
 	// accounting adds the ledger, token reservations and budgets
 	// (token_limits: reserve, every target priced at price).
 	accounting bool
+	// models replace the one model (every relay a target of "chat").
+	models []modelSpec
+}
+
+// modelSpec is one model alias and the relays serving it.
+type modelSpec struct {
+	name   string
+	relays []string
 }
 
 // price is every target's price when the stack does accounting: high, so
@@ -122,13 +130,28 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 			b.WriteString("}\n")
 		}
 	}
-	fmt.Fprintf(&b, "models:\n  - name: %s\n    targets:\n", model)
-	for _, r := range sp.relays {
-		fmt.Fprintf(&b, "      - {backend: %s, priority: %d, weight: %d", r.name, r.priority, max(r.weight, 1))
-		if sp.accounting {
-			b.WriteString(", price: " + price)
+	models := sp.models
+	if len(models) == 0 {
+		models = []modelSpec{{name: model}}
+		for _, r := range sp.relays {
+			models[0].relays = append(models[0].relays, r.name)
 		}
-		b.WriteString("}\n")
+	}
+	var names []string
+	b.WriteString("models:\n")
+	for _, m := range models {
+		names = append(names, m.name)
+		fmt.Fprintf(&b, "  - name: %s\n    targets:\n", m.name)
+		for _, r := range sp.relays {
+			if !slices.Contains(m.relays, r.name) {
+				continue
+			}
+			fmt.Fprintf(&b, "      - {backend: %s, priority: %d, weight: %d", r.name, r.priority, max(r.weight, 1))
+			if sp.accounting {
+				b.WriteString(", price: " + price)
+			}
+			b.WriteString("}\n")
+		}
 	}
 	tenants := sp.tenants
 	if len(tenants) == 0 {
@@ -136,7 +159,7 @@ func (sp stackSpec) yaml(relayAddr map[string]string, redisAddr string) string {
 	}
 	b.WriteString("tenants:\n")
 	for _, t := range tenants {
-		fmt.Fprintf(&b, "  - name: %s\n    models: [%s]\n", t.name, model)
+		fmt.Fprintf(&b, "  - name: %s\n    models: [%s]\n", t.name, strings.Join(names, ", "))
 		if t.weight > 0 {
 			fmt.Fprintf(&b, "    weight: %d\n", t.weight)
 		}
@@ -194,7 +217,9 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 			// One order for every replica, in the shared redis-server.
 			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
 				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
-				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg)})
+				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg),
+				Sessions: admission.NewRedisSessions(s.redis.Client(), cfg.Redis.KeyPrefix), SessionIdle: cfg.Admission.SessionIdle.D(),
+				SessionSpan: cfg.Admission.SessionSpan.D(), MaxSessions: cfg.Admission.MaxSessions})
 			s.queues = append(s.queues, q)
 			opts.Queue = s.waits.wrap(wire.Queue(q))
 		}

@@ -1,0 +1,131 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// TestSessionStores: the local and the Redis store agree on what is under
+// way, the bound, the Retry-After at the bound and the idle end.
+func TestSessionStores(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	stores := map[string]SessionStore{"local": NewLocalSessions(), "redis": NewRedisSessions(redistest.Start(t).Client(), "t:")}
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			steps := []struct {
+				session         string
+				bound           int
+				sleep           time.Duration
+				active, started bool
+			}{
+				{session: "a", bound: 2, started: true},
+				{session: "a", bound: 2, active: true},
+				{session: "b", bound: 2, started: true},
+				{session: "c", bound: 2},                // at the bound
+				{session: "c", bound: 0, started: true}, // no bound
+				{session: "d", bound: 3},
+				{session: "d", bound: 3, sleep: idle + 50*time.Millisecond, started: true}, // a, b, c ended
+				{session: "a", bound: 3, started: true},
+			}
+			for i, s := range steps {
+				time.Sleep(s.sleep)
+				active, started, retry, err := st.Begin(ctx, s.session, s.bound, idle)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if active != s.active || started != s.started {
+					t.Fatalf("step %d (%s): active %v started %v, want %v %v", i, s.session, active, started, s.active, s.started)
+				}
+				if !active && !started && (retry <= 0 || retry > idle) {
+					t.Fatalf("step %d: Retry-After %s at the bound, want within the idle %s", i, retry, idle)
+				}
+			}
+			if err := st.Touch(ctx, "a", idle); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSessionsGoFirst: while capacity is short, the call of a session
+// under way is admitted before a new session's call that waited longer,
+// and a new session beyond the bound gets 429 with Retry-After when no
+// session ends within its wait.
+func TestSessionsGoFirst(t *testing.T) {
+	var mu sync.Mutex
+	ready := false
+	capacity := func() (bool, time.Duration, Pace) {
+		mu.Lock()
+		defer mu.Unlock()
+		return ready, 10 * time.Millisecond, Pace{}
+	}
+	// Lead -1: only the first of the order is admitted, so the test sees
+	// the order and not which waiter polled first.
+	q := New(Options{ReplicaID: "r0", Lead: -1, Sessions: NewLocalSessions(), SessionIdle: 5 * time.Second, MaxSessions: 2})
+	ctx := context.Background()
+	// Session "old" is under way: one call admitted.
+	mu.Lock()
+	ready = true
+	mu.Unlock()
+	if r := q.Admit(ctx, Request{Scope: "s", Tenant: "t", Weight: 1, MaxWait: time.Second, Session: "old"}, capacity); !r.Admitted {
+		t.Fatalf("first call: %+v", r)
+	}
+	mu.Lock()
+	ready = false
+	mu.Unlock()
+	var order []string
+	var omu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range []string{"new", "old"} {
+		wg.Go(func() {
+			if r := q.Admit(ctx, Request{Scope: "s", Tenant: "t", Weight: 1, MaxWait: 5 * time.Second, Session: s}, capacity); r.Admitted {
+				omu.Lock()
+				order = append(order, s)
+				omu.Unlock()
+			}
+		})
+		waitFor(t, func() bool { return q.Waiting() >= 1 && s == "new" || q.Waiting() == 2 })
+	}
+	// Admit one at a time: the first admitted must be the old session's.
+	mu.Lock()
+	ready = true
+	mu.Unlock()
+	wg.Wait()
+	if len(order) != 2 || order[0] != "old" {
+		t.Fatalf("admitted in order %v, want old first", order)
+	}
+	// Two sessions under way (old, new): a third waits, then is refused
+	// with the time until the oldest goes idle.
+	r := q.Admit(ctx, Request{Scope: "s", Tenant: "t", Weight: 1, MaxWait: 200 * time.Millisecond, Session: "third"}, capacity)
+	if r.Admitted || r.Reason != ReasonSessions || r.RetryAfter < 4*time.Second || r.RetryAfter > 5*time.Second {
+		t.Fatalf("third session: %+v, want sessions_full with Retry-After ~5s", r)
+	}
+}
+
+func TestSessionBound(t *testing.T) {
+	for _, tc := range []struct {
+		max  int
+		span time.Duration
+		rate float64
+		want int
+	}{
+		{max: 7, span: 4 * time.Second, rate: 10, want: 7},
+		{span: 4 * time.Second, rate: 5.5, want: 22},
+		{span: 4 * time.Second, rate: 0.01, want: 1},
+		{span: 4 * time.Second, rate: 0, want: 0},
+		{rate: 10, want: 0},
+	} {
+		q := New(Options{MaxSessions: tc.max, SessionSpan: tc.span})
+		if got := q.sessionBound(tc.rate); got != tc.want {
+			t.Errorf("%+v: bound %d, want %d", tc, got, tc.want)
+		}
+	}
+	if sessionClass(0, true) != 0 || sessionClass(0, false) != 1 || sessionClass(1, true) != 2 || sessionClass(1, false) != 3 {
+		t.Error("classes: sessions under way first within each configured class, classes in their order")
+	}
+}

@@ -1,0 +1,70 @@
+package keypool
+
+import "time"
+
+// Learned windows.
+//
+// A provider states a key's request limit and when it resets, but not the
+// window the limit is for. Read as per minute, a limit stated for a
+// 10-second window ("x-ratelimit-limit-requests: 60",
+// "x-ratelimit-reset-requests: 10s") paced the key at a sixth of what it
+// can serve. The window is learned from the answers instead:
+//
+//   - the limit is the reset window's own only once an answer left more
+//     than a minute's share of it (remaining × 60 s > limit × 1 s): a
+//     per-minute limit enforced in one-second slices (OpenAI's "60,000
+//     requests/minute may be enforced as 1,000 requests/second") never
+//     leaves more than its slice, and keeps its per-minute reading;
+//   - the window is the longest reset-requests a served answer stated while
+//     at most half the limit was left. For a window whose requests leave it
+//     one by one (a sliding window) a served answer's reset is the window
+//     itself; for a bucket that refills continuously the reset is the time
+//     to refill what was used, at least half the window once half is used,
+//     and it grows to the window as the key is used more (until then the
+//     pace is at most twice the key's rate, and the provider's 429s hold
+//     the key as before);
+//   - at most a minute; unknown: a minute, as before.
+//
+// The window travels with the limits to the other replicas (limits.go).
+
+// learnWindow records what answer o says of the key's request window.
+// Caller holds kp.mu. It reports whether the shared form changed.
+func (k *keyState) learnWindow(o Outcome) bool {
+	if o.LimitRequests <= 0 || o.RemainingRequests < 0 {
+		return false
+	}
+	changed := false
+	if !k.ownWindow && int64(o.RemainingRequests)*60 > int64(o.LimitRequests) {
+		k.ownWindow, changed = true, k.learnedWindow > 0
+	}
+	if o.class() == classSuccess && o.ResetRequests > 0 && 2*o.RemainingRequests <= o.LimitRequests {
+		if w := min(o.ResetRequests, time.Minute); w > k.learnedWindow {
+			k.learnedWindow, changed = w, changed || k.ownWindow
+		}
+	}
+	return changed
+}
+
+// sharedWindow is the window that goes with the limits to other replicas
+// (0: the limit is per minute). Caller holds kp.mu.
+func (k *keyState) sharedWindow() time.Duration {
+	if !k.ownWindow {
+		return 0
+	}
+	return k.learnedWindow
+}
+
+// adoptWindow applies the window another replica learned.
+func (k *keyState) adoptWindow(w time.Duration) {
+	if w > 0 {
+		k.ownWindow, k.learnedWindow = true, max(k.learnedWindow, min(w, time.Minute))
+	}
+}
+
+// learnedPerMinute is the learned request limit as a per-minute rate.
+func (k *keyState) learnedPerMinute() int {
+	if k.learnedRPM <= 0 || !k.ownWindow || k.learnedWindow <= 0 || k.learnedWindow >= time.Minute {
+		return max(k.learnedRPM, 0)
+	}
+	return int(float64(k.learnedRPM) * float64(time.Minute) / float64(k.learnedWindow))
+}

@@ -1,0 +1,123 @@
+package keypool
+
+import (
+	"testing"
+	"time"
+)
+
+// TestShortRefusals: a key that refuses part of its requests with a short
+// Retry-After while its window has room stays closed and is offered more
+// attempts; the window's end (remaining 0), a long Retry-After or a key
+// refusing nearly everything still hold it.
+func TestShortRefusals(t *testing.T) {
+	refuse := Outcome{Status: 429, RetryAfter: time.Second, RemainingRequests: 12, RemainingTokens: -1, LimitRequests: 20, ResetRequests: 10 * time.Second}
+	served := Outcome{Status: 200, RemainingRequests: 11, RemainingTokens: -1, LimitRequests: 20, ResetRequests: 10 * time.Second}
+	spent := Outcome{Status: 429, RetryAfter: time.Second, RemainingRequests: 0, RemainingTokens: -1, LimitRequests: 20, ResetRequests: 4 * time.Second}
+	long := refuse
+	long.RetryAfter = 30 * time.Second
+	alternate := func(n int) []Outcome {
+		var os []Outcome
+		for i := range n {
+			if i%2 == 0 {
+				os = append(os, refuse)
+			} else {
+				os = append(os, served)
+			}
+		}
+		return os
+	}
+	repeat := func(o Outcome, n int) []Outcome {
+		var os []Outcome
+		for range n {
+			os = append(os, o)
+		}
+		return os
+	}
+	for _, tc := range []struct {
+		name        string
+		outcomes    []Outcome
+		wantState   string
+		factorBelow float64 // the pace interval's factor is below this
+	}{
+		{"half refused, never opened", append(repeat(refuse, 3), alternate(200)...), "closed", 0.6},
+		{"window's end holds the key", []Outcome{spent}, "open", 1.01},
+		{"a long Retry-After holds the key", []Outcome{long}, "open", 1.01},
+		{"refusing everything trips the breaker", repeat(refuse, 60), "open", 0.26},
+		{"no refusals, full pace", repeat(served, 5), "closed", 1.01},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, true),
+				map[string][]key{"b": {{id: "k1"}, {id: "k2"}}})
+			p := newPools(t, cfg, Options{Clock: newFakeClock()})
+			for _, o := range tc.outcomes {
+				_ = p.Report(t.Context(), "b", "k1", "", o)
+			}
+			if st := stateOf(t, p, "k1"); st.State != tc.wantState {
+				t.Errorf("state %s (%s), want %s", st.State, st.Reason, tc.wantState)
+			}
+			kp := p.pool("b")
+			kp.mu.Lock()
+			f := kp.byID["k1"].attemptFactor()
+			kp.mu.Unlock()
+			if f >= tc.factorBelow {
+				t.Errorf("attempt factor %.2f, want below %.2f", f, tc.factorBelow)
+			}
+		})
+	}
+}
+
+// TestRetryShareLeavesRefusalsOut: retries after a short refusal take no
+// window the pace must leave room for; other retries do.
+func TestRetryShareLeavesRefusalsOut(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		picks, retries, refusals int
+		want                     float64
+	}{
+		{picks: 100, retries: 20, want: 0.2},
+		{picks: 100, retries: 20, refusals: 15, want: 0.05},
+		{picks: 100, retries: 20, refusals: 30, want: 0},
+		{picks: 10, retries: 5, want: 0},
+		{picks: 100, retries: 90, want: 0.5},
+	} {
+		var m attemptMix
+		m.retryShare(now) // first rotation
+		for i := range tc.picks {
+			attempt := 1
+			if i < tc.retries {
+				attempt = 2
+			}
+			m.add(attempt)
+		}
+		for range tc.refusals {
+			m.refused()
+		}
+		if got := m.retryShare(now); got < tc.want-1e-9 || got > tc.want+1e-9 {
+			t.Errorf("%+v: share %.3f, want %.3f", tc, got, tc.want)
+		}
+	}
+}
+
+// TestInFlight429sMakeNoStreak: when a key's window fills under a swarm,
+// the attempts already in flight all come back 429; they say nothing new,
+// so after the rest the key's next 429 (an attempt that raced the one
+// slot the sliding window freed) rests it again instead of tripping it
+// for the cooldown. The key serves between its rests.
+func TestInFlight429sMakeNoStreak(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(30*time.Second, time.Minute, time.Second, 0, true), map[string][]key{"b": {{id: "k1"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	full := Outcome{Status: 429, RetryAfter: 3 * time.Second, RemainingRequests: 0, RemainingTokens: -1, LimitRequests: 60, ResetRequests: 9 * time.Second}
+	for round := range 6 {
+		for range 8 { // the first holds the key, the other seven were in flight
+			_ = p.Report(t.Context(), "b", "k1", "", full)
+		}
+		if st := stateOf(t, p, "k1"); st.State != "open" || st.Reason != "quota" || st.Trips != 0 {
+			t.Fatalf("round %d: %+v, want held on quota, no trip", round, st)
+		}
+		clk.Advance(3 * time.Second)
+		if round%2 == 1 {
+			_ = p.Report(t.Context(), "b", "k1", "", Outcome{Status: 200, RemainingRequests: 3, RemainingTokens: -1, LimitRequests: 60})
+		}
+	}
+}
