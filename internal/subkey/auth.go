@@ -1,0 +1,118 @@
+package subkey
+
+import (
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// Reason says why a presented key does not authenticate.
+type Reason int
+
+const (
+	OK Reason = iota
+	Unknown
+	Revoked
+	Expired
+)
+
+// Code is the error code clients see for the reason.
+func (r Reason) Code() string {
+	switch r {
+	case Revoked:
+		return "key_revoked"
+	case Expired:
+		return "key_expired"
+	case Unknown:
+		return "invalid_api_key"
+	}
+	return ""
+}
+
+// Refusal is the 401 a caller answers for a reason, in the OpenAI and the
+// Anthropic shapes; the caller picks the shape of the route.
+type Refusal struct {
+	Status    int
+	OpenAI    []byte
+	Anthropic []byte
+}
+
+// RefusalFor returns the 401 body of r (Unknown, Revoked or Expired).
+func RefusalFor(r Reason) Refusal {
+	msg := map[Reason]string{
+		Unknown: "Invalid API key.",
+		Revoked: "This API key has been revoked.",
+		Expired: "This API key has expired.",
+	}[r]
+	return Refusal{
+		Status:    401,
+		OpenAI:    []byte(`{"error":{"message":"` + msg + `","type":"invalid_request_error","param":null,"code":"` + r.Code() + `"}}`),
+		Anthropic: []byte(`{"type":"error","error":{"type":"authentication_error","message":"` + msg + `","code":"` + r.Code() + `"}}`),
+	}
+}
+
+// Authenticator resolves a presented key: the config's keys first, then
+// the sub-keys. It is what the ext_proc server calls per request.
+type Authenticator interface {
+	Authenticate(cfg *config.Config, presented string) (config.KeyOwner, Reason)
+}
+
+// Auth is the Authenticator over a Store (nil: config keys only).
+type Auth struct {
+	Store *Store
+	Now   func() time.Time
+}
+
+// Authenticate never reaches Redis: config keys are an index in cfg, and
+// sub-keys are in the store's cache.
+func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwner, Reason) {
+	if o, ok := cfg.LookupKey(presented); ok {
+		if o.Key.Revoked {
+			return o, Revoked
+		}
+		return o, OK
+	}
+	if a.Store == nil {
+		return config.KeyOwner{}, Unknown
+	}
+	k, ok := a.Store.Lookup(presented)
+	if !ok {
+		return config.KeyOwner{}, Unknown
+	}
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	t, ok := cfg.Tenant(k.Tenant)
+	if !ok {
+		// The tenant left the config: its sub-keys go with it.
+		return config.KeyOwner{}, Unknown
+	}
+	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: &config.VirtualKey{ID: k.ID, Hash: k.Hash, Class: k.Class, Revoked: k.Revoked}}
+	switch {
+	case k.Revoked:
+		return o, Revoked
+	case k.Expired(now()):
+		return o, Expired
+	}
+	return o, OK
+}
+
+// restrict returns t itself when models is empty, else a copy of t allowed
+// only the models both t and the key allow.
+func restrict(t *config.Tenant, models []string) *config.Tenant {
+	if len(models) == 0 {
+		return t
+	}
+	c := *t
+	c.Models = nil
+	for _, m := range models {
+		if t.Allows(m) {
+			c.Models = append(c.Models, m)
+		}
+	}
+	if c.Models == nil {
+		c.Models = []string{}
+	}
+	return &c
+}

@@ -1,0 +1,134 @@
+// Package subkey holds virtual keys minted at run time under a config
+// tenant: their model, a Redis store that keeps only each key's hash, and
+// an in-process cache the data path reads without a Redis round trip.
+package subkey
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// Key is one sub-key. The plain key is never part of it: Hash is
+// config.HashKey of the plain key.
+type Key struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	// Parent is the id of the key that minted it ("" when the admin did).
+	Parent string        `json:"parent,omitempty"`
+	Hash   string        `json:"hash"`
+	Limits config.Limits `json:"limits"`
+	// Models restricts the tenant's models; empty means all of the tenant's.
+	Models    []string          `json:"models,omitempty"`
+	Class     string            `json:"class,omitempty"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Minter    bool              `json:"minter,omitempty"`
+	Revoked   bool              `json:"revoked,omitempty"`
+	// Budget is stored and validated; its enforcement is the ledger's.
+	Budget    *Budget   `json:"budget,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Budget is money per Period ("run", "day" or "month").
+type Budget struct {
+	Amount  float64   `json:"amount"`
+	Period  string    `json:"period"`
+	HardCap bool      `json:"hard_cap,omitempty"`
+	Alerts  []float64 `json:"alerts,omitempty"`
+}
+
+// Expired reports whether the key's expiry is at or before now.
+func (k *Key) Expired(now time.Time) bool {
+	return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt)
+}
+
+// FieldError names the field of a request that is wrong.
+type FieldError struct {
+	Field, Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Validate checks k against the config and, when parent is not nil,
+// against the minting key: the same tenant and no higher limits.
+func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
+	t, ok := cfg.Tenant(k.Tenant)
+	if !ok {
+		return &FieldError{"tenant", fmt.Sprintf("unknown tenant %q", k.Tenant)}
+	}
+	for _, m := range k.Models {
+		if _, ok := cfg.Model(m); !ok {
+			return &FieldError{"models", fmt.Sprintf("unknown model %q", m)}
+		}
+		if !t.Allows(m) {
+			return &FieldError{"models", fmt.Sprintf("model %q is not allowed to tenant %q", m, t.Name)}
+		}
+	}
+	if !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(now) {
+		return &FieldError{"expires_at", "is in the past"}
+	}
+	if k.Limits.RPM < 0 || k.Limits.RPD < 0 || k.Limits.TPM < 0 {
+		return &FieldError{"limits", "must not be negative"}
+	}
+	if b := k.Budget; b != nil {
+		switch b.Period {
+		case "run", "day", "month":
+		default:
+			return &FieldError{"budget.period", fmt.Sprintf("%q is not run, day or month", b.Period)}
+		}
+		if b.Amount <= 0 {
+			return &FieldError{"budget.amount", "must be positive"}
+		}
+	}
+	if parent == nil {
+		return nil
+	}
+	if parent.Tenant != k.Tenant {
+		return &FieldError{"tenant", fmt.Sprintf("a minter of tenant %q may not mint for %q", parent.Tenant, k.Tenant)}
+	}
+	for _, c := range []struct {
+		field      string
+		own, limit int
+	}{{"limits.rpm", k.Limits.RPM, parent.Limits.RPM}, {"limits.rpd", k.Limits.RPD, parent.Limits.RPD}, {"limits.tpm", k.Limits.TPM, parent.Limits.TPM}} {
+		if c.limit > 0 && (c.own == 0 || c.own > c.limit) {
+			return &FieldError{c.field, fmt.Sprintf("must be at most the parent's %d", c.limit)}
+		}
+	}
+	if len(parent.Models) > 0 {
+		allowed := map[string]bool{}
+		for _, m := range parent.Models {
+			allowed[m] = true
+		}
+		if len(k.Models) == 0 {
+			return &FieldError{"models", "must be a subset of the parent's"}
+		}
+		for _, m := range k.Models {
+			if !allowed[m] {
+				return &FieldError{"models", fmt.Sprintf("model %q is not among the parent's", m)}
+			}
+		}
+	}
+	if !parent.ExpiresAt.IsZero() && (k.ExpiresAt.IsZero() || k.ExpiresAt.After(parent.ExpiresAt)) {
+		return &FieldError{"expires_at", "must not be after the parent's"}
+	}
+	return nil
+}
+
+// newSecret returns a fresh plain key and id.
+func newSecret() (plain, id string, err error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("subkey: random: %w", err)
+	}
+	var i [8]byte
+	if _, err := rand.Read(i[:]); err != nil {
+		return "", "", fmt.Errorf("subkey: random: %w", err)
+	}
+	return "sk-sg-" + base64.RawURLEncoding.EncodeToString(b[:]), "sk_" + hex.EncodeToString(i[:]), nil
+}

@@ -1,0 +1,221 @@
+package subkey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+)
+
+// ErrNotFound is returned for an id no store holds.
+var ErrNotFound = errors.New("subkey: not found")
+
+// Store keeps sub-keys in one Redis hash (<prefix>keys: id -> JSON) and
+// announces every change on <prefix>changed; each replica's Store applies
+// those announcements to its cache, and reloads everything whenever its
+// subscription is (re)established, so a missed message cannot leave a
+// revoked key usable.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	log    *slog.Logger
+	cache  *cache
+	now    func() time.Time
+	synced chan struct{}
+}
+
+// NewStore returns a store; call Run to fill and maintain its cache.
+func NewStore(rdb redis.UniversalClient, prefix string, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Store{rdb: rdb, prefix: prefix, log: log, cache: newCache(), now: time.Now, synced: make(chan struct{})}
+}
+
+func (s *Store) hashKey() string { return s.prefix + "keys" }
+func (s *Store) channel() string { return s.prefix + "changed" }
+
+// Synced is closed after the first full load.
+func (s *Store) Synced() <-chan struct{} { return s.synced }
+
+// Run subscribes to changes and keeps the cache current until ctx ends.
+func (s *Store) Run(ctx context.Context) error {
+	ps := s.rdb.Subscribe(ctx, s.channel())
+	// Receive does not watch ctx once it reads: closing ps ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	defer ps.Close()
+	first := true
+	for {
+		msg, err := ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			// go-redis reconnects and resubscribes; a "subscribe" reply follows.
+			s.log.Warn("sub-key subscription", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			if err := s.resync(ctx); err != nil {
+				s.log.Warn("sub-key resync", "err", err)
+				continue
+			}
+			if first {
+				close(s.synced)
+				first = false
+			}
+		case *redis.Message:
+			s.refresh(ctx, m.Payload)
+		}
+	}
+}
+
+func (s *Store) resync(ctx context.Context) error {
+	all, err := s.rdb.HGetAll(ctx, s.hashKey()).Result()
+	if err != nil {
+		return fmt.Errorf("subkey: load: %w", err)
+	}
+	keys := make([]*Key, 0, len(all))
+	for id, raw := range all {
+		var k Key
+		if err := json.Unmarshal([]byte(raw), &k); err != nil {
+			s.log.Warn("sub-key unreadable", "id", id, "err", err)
+			continue
+		}
+		keys = append(keys, &k)
+	}
+	s.cache.replace(keys)
+	return nil
+}
+
+func (s *Store) refresh(ctx context.Context, id string) {
+	raw, err := s.rdb.HGet(ctx, s.hashKey(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		s.cache.remove(id)
+		return
+	}
+	if err != nil {
+		// Reload all rather than keep a possibly stale key.
+		s.log.Warn("sub-key refresh", "id", id, "err", err)
+		if err := s.resync(ctx); err != nil {
+			s.log.Warn("sub-key resync", "err", err)
+		}
+		return
+	}
+	var k Key
+	if err := json.Unmarshal([]byte(raw), &k); err != nil {
+		s.log.Warn("sub-key unreadable", "id", id, "err", err)
+		return
+	}
+	s.cache.put(&k)
+}
+
+func (s *Store) save(ctx context.Context, k *Key) error {
+	raw, err := json.Marshal(k)
+	if err != nil {
+		return fmt.Errorf("subkey: encode: %w", err)
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.hashKey(), k.ID, raw)
+		p.Publish(ctx, s.channel(), k.ID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("subkey: save %s: %w", k.ID, err)
+	}
+	s.cache.put(k)
+	return nil
+}
+
+// Create stores k (its ID, Hash and times are set here) and returns the
+// plain key, which nothing keeps.
+func (s *Store) Create(ctx context.Context, k Key) (*Key, string, error) {
+	plain, id, err := newSecret()
+	if err != nil {
+		return nil, "", err
+	}
+	now := s.now().UTC()
+	k.ID, k.Hash, k.CreatedAt, k.UpdatedAt, k.Revoked = id, config.HashKey(plain), now, now, false
+	if err := s.save(ctx, &k); err != nil {
+		return nil, "", err
+	}
+	return &k, plain, nil
+}
+
+// Get reads a key from Redis (the admin path; the data path uses Lookup).
+func (s *Store) Get(ctx context.Context, id string) (*Key, error) {
+	raw, err := s.rdb.HGet(ctx, s.hashKey(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("subkey: get %s: %w", id, err)
+	}
+	var k Key
+	if err := json.Unmarshal([]byte(raw), &k); err != nil {
+		return nil, fmt.Errorf("subkey: decode %s: %w", id, err)
+	}
+	return &k, nil
+}
+
+// Update applies change to the stored key and saves it.
+func (s *Store) Update(ctx context.Context, id string, change func(*Key) error) (*Key, error) {
+	k, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := change(k); err != nil {
+		return nil, err
+	}
+	k.UpdatedAt = s.now().UTC()
+	if err := s.save(ctx, k); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Revoke marks the key revoked; it stays listed so requests on it answer
+// key_revoked rather than an unknown key.
+func (s *Store) Revoke(ctx context.Context, id string) (*Key, error) {
+	return s.Update(ctx, id, func(k *Key) error { k.Revoked = true; return nil })
+}
+
+// List returns the cached keys of tenant ("" for all) carrying every label
+// of labels, by id.
+func (s *Store) List(tenant string, labels map[string]string) []*Key {
+	var out []*Key
+next:
+	for _, k := range s.cache.all() {
+		if tenant != "" && k.Tenant != tenant {
+			continue
+		}
+		for n, v := range labels {
+			if k.Labels[n] != v {
+				continue next
+			}
+		}
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Lookup finds the key presented by a client in the cache; no Redis.
+func (s *Store) Lookup(presented string) (*Key, bool) { return s.cache.lookup(presented) }

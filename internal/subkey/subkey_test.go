@@ -1,0 +1,214 @@
+package subkey
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+func testConfig(t testing.TB) *config.Config {
+	t.Helper()
+	c, err := config.Parse(config.DefaultYAML(), "default.yaml", config.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startStores starts n stores on one redis-server, each with its own client.
+func startStores(t testing.TB, n int) []*Store {
+	t.Helper()
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var stores []*Store
+	done := make(chan struct{}, n)
+	for range n {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		s := NewStore(rdb, "sg:subkey:", nil)
+		go func() { _ = s.Run(ctx); done <- struct{}{} }()
+		stores = append(stores, s)
+		t.Cleanup(func() { _ = rdb.Close() })
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range n {
+			<-done
+		}
+	})
+	for _, s := range stores {
+		select {
+		case <-s.Synced():
+		case <-time.After(5 * time.Second):
+			t.Fatal("store not synced")
+		}
+	}
+	return stores
+}
+
+// waitFor polls cond until it holds and returns how long that took.
+func waitFor(t *testing.T, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > time.Second {
+			t.Fatalf("not within 1s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestChangesReachEveryReplicaWithinOneSecond(t *testing.T) {
+	stores := startStores(t, 3)
+	cfg := testConfig(t)
+	ctx := context.Background()
+	k, plain, err := stores[0].Create(ctx, Key{Tenant: "demo", Limits: config.Limits{RPM: 10}, Labels: map[string]string{"run": "r1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range stores {
+		d := waitFor(t, func() bool { _, r := (Auth{Store: s}).Authenticate(cfg, plain); return r == OK })
+		t.Logf("replica %d: created key usable after %v", i, d)
+	}
+	if _, err := stores[1].Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range stores {
+		d := waitFor(t, func() bool { _, r := (Auth{Store: s}).Authenticate(cfg, plain); return r == Revoked })
+		t.Logf("replica %d: revocation seen after %v", i, d)
+	}
+	if _, err := stores[2].Update(ctx, k.ID, func(k *Key) error { k.Class = "batch"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		waitFor(t, func() bool {
+			o, _ := (Auth{Store: s}).Authenticate(cfg, plain)
+			return o.Key != nil && o.Key.Class == "batch"
+		})
+	}
+}
+
+func TestResyncAfterRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	s := NewStore(rdb, "p:", nil)
+	go func() { _ = s.Run(ctx) }()
+	<-s.Synced()
+	other := NewStore(rdb, "p:", nil)
+	// Written while s is not subscribed: only the resync can bring it.
+	srv.Restart()
+	_, plain, err := other.Create(ctx, Key{Tenant: "demo"})
+	for err != nil {
+		time.Sleep(20 * time.Millisecond)
+		_, plain, err = other.Create(ctx, Key{Tenant: "demo"})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := s.Lookup(plain); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("key created around a restart never reached the cache")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	stores := startStores(t, 1)
+	s := stores[0]
+	cfg := testConfig(t)
+	ctx := context.Background()
+	now := time.Now()
+	_, live, _ := s.Create(ctx, Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}, Class: "batch"})
+	_, expired, _ := s.Create(ctx, Key{Tenant: "demo", ExpiresAt: now.Add(time.Minute)})
+	rk, revoked, _ := s.Create(ctx, Key{Tenant: "demo"})
+	_, gone, _ := s.Create(ctx, Key{Tenant: "no-such-tenant"})
+	if _, err := s.Revoke(ctx, rk.ID); err != nil {
+		t.Fatal(err)
+	}
+	a := Auth{Store: s, Now: func() time.Time { return now.Add(2 * time.Minute) }}
+	for _, tc := range []struct {
+		name, key string
+		want      Reason
+	}{
+		{"config key", "sk-swarmgate-demo", OK},
+		{"sub-key", live, OK},
+		{"expired", expired, Expired},
+		{"revoked", revoked, Revoked},
+		{"tenant gone", gone, Unknown},
+		{"unknown", "sk-nope", Unknown},
+		{"hash is not a key", config.HashKey(live), Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, r := a.Authenticate(cfg, tc.key)
+			if r != tc.want {
+				t.Fatalf("reason %v, want %v", r, tc.want)
+			}
+			if r == OK && o.Tenant.Name != "demo" {
+				t.Fatalf("tenant %q", o.Tenant.Name)
+			}
+		})
+	}
+	o, _ := a.Authenticate(cfg, live)
+	if o.Key.Class != "batch" || !o.Tenant.Allows("gpt-4o-mini") || o.Tenant.Allows("other") {
+		t.Fatalf("owner %+v models %v", o.Key, o.Tenant.Models)
+	}
+	if base, _ := cfg.Tenant("demo"); !base.Allows("other") {
+		t.Fatal("restricting a sub-key changed the config tenant")
+	}
+}
+
+func TestRefusalCodes(t *testing.T) {
+	for r, code := range map[Reason]string{Revoked: "key_revoked", Expired: "key_expired", Unknown: "invalid_api_key"} {
+		f := RefusalFor(r)
+		if f.Status != 401 || !contains(f.OpenAI, code) || !contains(f.Anthropic, code) || !contains(f.Anthropic, "authentication_error") {
+			t.Errorf("%v: %+v", r, f)
+		}
+	}
+}
+
+func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+func TestValidate(t *testing.T) {
+	cfg := testConfig(t)
+	now := time.Now()
+	parent := &Key{Tenant: "demo", Limits: config.Limits{RPM: 100}, Models: []string{"gpt-4o-mini"}}
+	for _, tc := range []struct {
+		name   string
+		k      Key
+		parent *Key
+		field  string
+	}{
+		{"ok", Key{Tenant: "demo"}, nil, ""},
+		{"unknown tenant", Key{Tenant: "x"}, nil, "tenant"},
+		{"unknown model", Key{Tenant: "demo", Models: []string{"nope"}}, nil, "models"},
+		{"past expiry", Key{Tenant: "demo", ExpiresAt: now.Add(-time.Second)}, nil, "expires_at"},
+		{"bad period", Key{Tenant: "demo", Budget: &Budget{Amount: 1, Period: "week"}}, nil, "budget.period"},
+		{"minted ok", Key{Tenant: "demo", Limits: config.Limits{RPM: 50}, Models: []string{"gpt-4o-mini"}}, parent, ""},
+		{"other tenant", Key{Tenant: "other", Limits: config.Limits{RPM: 50}}, &Key{Tenant: "x"}, "tenant"},
+		{"above parent", Key{Tenant: "demo", Limits: config.Limits{RPM: 500}, Models: []string{"gpt-4o-mini"}}, parent, "limits.rpm"},
+		{"unlimited under limited parent", Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}}, parent, "limits.rpm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Validate(cfg, &tc.k, tc.parent, now)
+			var fe *FieldError
+			switch {
+			case tc.field == "" && err != nil:
+				t.Fatal(err)
+			case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
+				t.Fatalf("err %v, want field %s", err, tc.field)
+			}
+		})
+	}
+}
