@@ -1,14 +1,19 @@
 // Package layout checks the floor plan: the top-level folders are the ones
-// docs/architecture.md names, and the domain packages under internal/ hold
+// docs/architecture.md names, the domain packages under internal/ hold
 // policy only, importing no gRPC or Envoy package, so each can be read and
-// tested without a stream.
+// tested without a stream, and the data path's functions stay short.
 package layout
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -96,5 +101,48 @@ func TestPolicyPackagesImportNoTransport(t *testing.T) {
 	}
 	if n < 10 {
 		t.Fatalf("go list found %d packages under internal/, want the domain packages", n)
+	}
+}
+
+// dataPath lists the folders whose code runs for every request or
+// attempt: no function there may grow past maxFuncLines, so each step
+// reads on one screen.
+var dataPath = []string{
+	"extproc", "internal/routing", "internal/jsonscan", "internal/sse", "internal/chatreq",
+	"internal/accounting/usage", "internal/subkey",
+}
+
+const maxFuncLines = 80
+
+func TestDataPathFunctionsAreShort(t *testing.T) {
+	fset := token.NewFileSet()
+	n := 0
+	for _, dir := range dataPath {
+		err := filepath.WalkDir(filepath.Join("../..", dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				return err
+			}
+			for _, decl := range f.Decls {
+				fd, ok := decl.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				n++
+				if lines := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; lines > maxFuncLines {
+					t.Errorf("%s: %s is %d lines; split it into steps (at most %d)", strings.TrimPrefix(path, "../../"), fd.Name.Name, lines, maxFuncLines)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n < 100 {
+		t.Fatalf("read %d functions on the data path, want the whole of it", n)
 	}
 }
