@@ -92,7 +92,7 @@ func (e *timerExtension) Recv() (*extprocv3.ProcessingRequest, error) {
 	if h, name := m.GetRequestHeaders(), strings.ToLower(e.cfg.Admission.SessionHeader); h != nil && name != "" {
 		for _, kv := range h.GetHeaders().GetHeaders() {
 			if kv.GetKey() == name {
-				e.session = envoymsg.HeaderValue(kv)
+				e.session = label(envoymsg.HeaderValue(kv)) // printable, bounded
 			}
 		}
 	}

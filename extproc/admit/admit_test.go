@@ -317,6 +317,38 @@ func TestWait(t *testing.T) {
 	}
 }
 
+func TestQueueSession(t *testing.T) {
+	long := strings.Repeat("s", 200)
+	tests := []struct {
+		name, sticky, header, want string
+	}{
+		{name: "virtual key", want: "alpha/key/alpha-1"},
+		{name: "session header", header: "run-7", want: "alpha/session/run-7"},
+		{name: "sticky header first", sticky: "agent-3", header: "run-7", want: "alpha/session/agent-3"},
+		{name: "long name hashed", header: long, want: "alpha/session/h:"},
+		{name: "another tenant's key id is not a session", header: "key/beta-1", want: "alpha/session/key/beta-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t, "ratelimit", "5s")
+			q := &queue{res: admit.QueueResult{Admitted: true}}
+			a := &admit.Admitter{Keys: &keys{retry: time.Second}, Queue: q}
+			f := facts(t, cfg, "/v1/chat/completions", keyAlpha)
+			f.Alias, f.Backends, f.EstTokens, f.MaxOut, f.Sticky = "chat", []string{"big"}, 10, 5, tt.sticky
+			if r := a.Wait(context.Background(), cfg, f, &timer{session: tt.header}); r != nil {
+				t.Fatalf("refused: %+v", r)
+			}
+			if len(q.seen) != 1 {
+				t.Fatalf("queue asked %d times", len(q.seen))
+			}
+			got := q.seen[0].Session
+			if !strings.HasPrefix(got, tt.want) || (tt.header == long && len(got) > 64) || (tt.header != long && got != tt.want) {
+				t.Errorf("session %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 // budgets is a fake budget store.
 type budgets struct {
 	st  admit.BudgetStatus

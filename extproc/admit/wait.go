@@ -2,6 +2,8 @@ package admit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"time"
@@ -101,14 +103,26 @@ func queueRequest(cfg *config.Config, f *Facts, t Timer) QueueRequest {
 			req.MaxWait = cl.MaxWait.Duration
 		}
 	}
-	// The session: request.sticky_header (x-session-id), else
-	// admission.session_header, else the virtual key.
-	req.Session = f.Sticky
-	if req.Session == "" && t != nil {
-		req.Session = t.SessionHeader()
-	}
-	if req.Session == "" {
-		req.Session = tn.Name + "/" + f.Owner.Key.ID
-	}
+	req.Session = session(f, t)
 	return req
+}
+
+// session names the request's chain of calls for the queue: the sticky
+// header's value (x-session-id), else admission.session_header's, else the
+// virtual key. A client-sent name is scoped by tenant (and bounded), so no
+// tenant can join, or count as, another tenant's session.
+func session(f *Facts, t Timer) string {
+	tn := f.Owner.Tenant.Name
+	v := f.Sticky
+	if v == "" && t != nil {
+		v = t.SessionHeader()
+	}
+	if v == "" {
+		return tn + "/key/" + f.Owner.Key.ID
+	}
+	if len(v) > 128 {
+		sum := sha256.Sum256([]byte(v))
+		v = "h:" + hex.EncodeToString(sum[:16])
+	}
+	return tn + "/session/" + v
 }
