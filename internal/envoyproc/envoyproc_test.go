@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
 // TestStartWaitReady runs the newest Envoy on a bootstrap with only an
@@ -18,12 +19,7 @@ import (
 // admin port is reported as not ready once the context ends.
 func TestStartWaitReady(t *testing.T) {
 	rel := envoytest.Newest(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(l.Addr().String())
-	_ = l.Close()
+	host, port, _ := net.SplitHostPort(porttest.Addr(t))
 	path := filepath.Join(t.TempDir(), "envoy.yaml")
 	bs := fmt.Sprintf("admin:\n  address:\n    socket_address: {address: %s, port_value: %s}\n", host, port)
 	if err := os.WriteFile(path, []byte(bs), 0o600); err != nil {
@@ -41,7 +37,7 @@ func TestStartWaitReady(t *testing.T) {
 
 	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel2()
-	err = WaitReady(short, "http://127.0.0.1:1")
+	err := WaitReady(short, "http://127.0.0.1:1")
 	if err == nil || !strings.Contains(err.Error(), "deadline") {
 		t.Errorf("WaitReady on a closed port: %v, want a deadline error", err)
 	}

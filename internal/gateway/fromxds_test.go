@@ -15,6 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 	"github.com/swarmgate/swarmgate/xds/translator"
@@ -36,7 +37,7 @@ func TestFromXDSReplicaQueuesLikeServe(t *testing.T) {
 	t.Cleanup(func() { _ = relay.Close() })
 
 	xdsL, epL, adminL, repL := listen(t), listen(t), listen(t), listen(t)
-	rlsAddr := freeAddr(t)
+	rlsAddr := porttest.Addr(t)
 	render := func(extra string) []byte {
 		y := fmt.Sprintf(gatewayYAML, xdsL.Addr(), epL.Addr(), rlsAddr, adminL.Addr(), rs.Addr, relay.Addr(),
 			config.HashKey("sk-team"), extra)

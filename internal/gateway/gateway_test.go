@@ -23,6 +23,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 	"github.com/swarmgate/swarmgate/xds/translator"
@@ -52,16 +53,6 @@ tenants:
     limits: {rpm: 2}
 %[8]s`
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func listen(t *testing.T) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,7 +77,7 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = relay.Close() })
 
 	xdsL, epL, adminL := listen(t), listen(t), listen(t)
-	rlsAddr := freeAddr(t)
+	rlsAddr := porttest.Addr(t)
 	render := func(extra string) []byte {
 		return fmt.Appendf(nil, gatewayYAML, xdsL.Addr(), epL.Addr(), rlsAddr, adminL.Addr(), rs.Addr, relay.Addr(),
 			config.HashKey("sk-team"), extra)
@@ -300,8 +291,8 @@ func TestServeFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	rs := redistest.Start(t)
 	busy := listen(t) // held: the admin server cannot bind it
 	defer busy.Close()
-	xdsAddr := freeAddr(t)
-	yaml := fmt.Sprintf(gatewayYAML, xdsAddr, freeAddr(t), freeAddr(t), busy.Addr(), rs.Addr, "127.0.0.1:9",
+	xdsAddr := porttest.Addr(t)
+	yaml := fmt.Sprintf(gatewayYAML, xdsAddr, porttest.Addr(t), porttest.Addr(t), busy.Addr(), rs.Addr, "127.0.0.1:9",
 		config.HashKey("sk-team"), "")
 	cfg, err := config.Parse([]byte(yaml), "busy.yaml", config.Options{LookupEnv: lookup})
 	if err != nil {

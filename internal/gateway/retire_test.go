@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
@@ -21,7 +22,7 @@ func TestReloadRetiresRemovedBackends(t *testing.T) {
 	defer cancel()
 	rs := redistest.Start(t)
 	xdsL, epL, adminL := listen(t), listen(t), listen(t)
-	rlsAddr := freeAddr(t)
+	rlsAddr := porttest.Addr(t)
 	render := func(backends, targets string) []byte {
 		var b strings.Builder
 		fmt.Fprintf(&b, "listen: {xds: %s, extproc: %s, ratelimit: %s, admin: %s}\nredis: {addrs: [%s]}\nadmin: {token: env:ADMIN_TOKEN}\nbackends:\n",

@@ -21,6 +21,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/trust"
 	"github.com/swarmgate/swarmgate/internal/trust/trusttest"
@@ -61,7 +62,7 @@ func TestServeOverMutualTLS(t *testing.T) {
 	worker := ca.Issue(t, dir, "worker", idWorker)
 
 	xdsL, epL, adminL := listen(t), listen(t), listen(t)
-	rlsAddr := freeAddr(t)
+	rlsAddr := porttest.Addr(t)
 	yaml := fmt.Sprintf(gatewayYAML, xdsL.Addr(), epL.Addr(), rlsAddr, adminL.Addr(), rs.Addr, "127.0.0.1:9",
 		config.HashKey("sk-team"), fmt.Sprintf(securityYAML, sg.CertFile, sg.KeyFile, ca.CAFile, idSwarmgate, idEnvoy))
 	path := filepath.Join(dir, "gateway.yaml")

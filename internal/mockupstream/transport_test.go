@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
 func selfSigned(t *testing.T, name string) (tls.Certificate, *x509.CertPool) {
@@ -107,12 +108,7 @@ func TestH2CAndResetOnHTTP2(t *testing.T) {
 }
 
 func TestRunStopsWithContext(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := porttest.Addr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, addr, Options{}) }()
@@ -223,12 +219,7 @@ func TestFlagsFromConfig(t *testing.T) {
 
 func TestCommand(t *testing.T) {
 	t.Setenv("MOCK_CMD_KEY", keyA)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := porttest.Addr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errOut syncBuffer
 	done := make(chan error, 1)

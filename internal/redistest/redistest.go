@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
 // Server is one redis-server process.
@@ -212,10 +214,6 @@ func Cluster(t testing.TB, n int) []string {
 }
 
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Helper()
+	return porttest.Port(t)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
@@ -131,13 +133,12 @@ func listen(t *testing.T) net.Listener {
 	return l
 }
 
-// freeAddr is a port nobody listens on now, for the servers that bind
+// freeAddr is a port no other test holds, for the servers that bind
 // their own sockets (the rate-limit service, Envoy).
 func freeAddr(t *testing.T) (string, int) {
 	t.Helper()
-	l := listen(t)
-	defer l.Close()
-	return l.Addr().String(), l.Addr().(*net.TCPAddr).Port
+	p := porttest.Port(t)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), p
 }
 
 // startStack runs Redis, two relays, the whole swarmgate and Envoy, and

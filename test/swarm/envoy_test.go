@@ -20,6 +20,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
@@ -47,7 +48,7 @@ func startEnvoyStack(t *testing.T, sp stackSpec, rel envoytest.Release) *envoySt
 	s.relays = relays
 
 	lisXDS, lisExtProc, lisAdmin := listenLocal(t), listenLocal(t), listenLocal(t)
-	rlsAddr, envoyAddr, envoyAdmin := freeAddr(t), freeAddr(t), freeAddr(t)
+	rlsAddr, envoyAddr, envoyAdmin := porttest.Addr(t), porttest.Addr(t), porttest.Addr(t)
 	_, envoyPort, _ := net.SplitHostPort(envoyAddr)
 	yml := fmt.Sprintf("listen:\n  xds: %s\n  extproc: %s\n  ratelimit: %s\n  admin: %s\nenvoy:\n  listener_address: 127.0.0.1\n  listener_port: %s\n",
 		lisXDS.Addr(), lisExtProc.Addr(), rlsAddr, lisAdmin.Addr(), envoyPort) + sp.yaml(addrs, rs.Addr)
@@ -137,18 +138,6 @@ func listenLocal(t *testing.T) net.Listener {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
-}
-
-// freeAddr is a loopback port nobody listens on now, for the servers that
-// bind their own sockets (the rate-limit service, Envoy).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // testLog writes a logger's lines to the test's log until the test's

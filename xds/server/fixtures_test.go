@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
 // parseConfig parses a YAML config (secrets unresolved: the control plane
@@ -74,13 +75,7 @@ func startBackend(t testing.TB, id string) string {
 // deadAddr is a loopback address nothing listens on.
 func deadAddr(t testing.TB) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
+	return porttest.Addr(t)
 }
 
 // testHealth is a HealthSource whose answers the test sets.

@@ -35,6 +35,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
@@ -86,8 +87,8 @@ func startBench(b *testing.B) *benchStack {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/swarmgate/swarmgate/cmd/swarmgate").CombinedOutput(); err != nil {
 		b.Fatalf("go build swarmgate: %v\n%s", err, out)
 	}
-	xdsA, epA, rlsA, adminA := freeAddr(b), freeAddr(b), freeAddr(b), freeAddr(b)
-	sgA, plainA, envoyAdmin := freeAddr(b), freeAddr(b), freeAddr(b)
+	xdsA, epA, rlsA, adminA := porttest.Addr(b), porttest.Addr(b), porttest.Addr(b), porttest.Addr(b)
+	sgA, plainA, envoyAdmin := porttest.Addr(b), porttest.Addr(b), porttest.Addr(b)
 	_, sgPort, _ := net.SplitHostPort(sgA)
 	var ks bytes.Buffer
 	for i := range relayKeys {
@@ -275,16 +276,6 @@ func mustAny(b *testing.B, m proto.Message) *anypb.Any {
 		b.Fatal(err)
 	}
 	return a
-}
-
-func freeAddr(b *testing.B) string {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // get returns the status of a GET (0 on a transport error).
