@@ -15,8 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// Codec is grpc-go's protobuf codec with a shortcut for the ext_proc
-// service's answers: the shapes the data path sends (encode.go) and a
+// Codec is grpc-go's protobuf codec with shortcuts for the ext_proc
+// service: Envoy's requests are decoded by hand (decode.go), and for its
+// answers the shapes the data path sends (encode.go) and a
 // ProcessingResponse's dynamic_metadata (a google.protobuf.Struct, i.e.
 // maps of Values, which protobuf-go marshals through reflection) are
 // encoded by hand. Under load, encoding the answers cost protobuf-go about
@@ -32,8 +33,25 @@ func NewCodec() *Codec { return &Codec{base: encoding.GetCodecV2(grpcproto.Name)
 // Name is the content-subtype, the same as the default codec's.
 func (c *Codec) Name() string { return grpcproto.Name }
 
-// Unmarshal is the default codec's.
-func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error { return c.base.Unmarshal(data, v) }
+// Unmarshal decodes an Envoy ProcessingRequest by hand (decode.go) when it
+// has the shape Envoy sends, and everything else with the default codec.
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*extprocv3.ProcessingRequest)
+	if !ok {
+		return c.base.Unmarshal(data, v)
+	}
+	// An owned copy: the request's strings and bytes share it, and gRPC
+	// reuses data's buffers once Unmarshal returns.
+	buf := data.Materialize()
+	if decodeRequest(buf, r) {
+		return nil
+	}
+	proto.Reset(r)
+	if err := proto.Unmarshal(buf, r); err != nil {
+		return fmt.Errorf("extproc: unmarshal request: %w", err)
+	}
+	return nil
+}
 
 // dynamicMetadataField is ProcessingResponse.dynamic_metadata's number.
 var dynamicMetadataField = protowire.Number((&extprocv3.ProcessingResponse{}).ProtoReflect().Descriptor().Fields().ByName("dynamic_metadata").Number())
