@@ -2,6 +2,7 @@ package envoymsg
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,6 +43,18 @@ func TestCodecMarshalsLikeProto(t *testing.T) {
 			DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{contract.MetadataNamespace: structpb.NewStructValue(nested)}},
 		}},
 		{"empty metadata", &extprocv3.ProcessingResponse{DynamicMetadata: &structpb.Struct{}}},
+		// Payloads of 1, 2 and 3 length bytes at every nesting level.
+		{"long values", &extprocv3.ProcessingResponse{DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"short": structpb.NewStringValue(strings.Repeat("a", 100)),
+			"two":   structpb.NewStringValue(strings.Repeat("b", 300)),
+			"three": structpb.NewStringValue(strings.Repeat("c", 20000)),
+			"deep": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"list": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+					structpb.NewStringValue(strings.Repeat("d", 127)), structpb.NewStringValue(strings.Repeat("e", 128)),
+					structpb.NewStringValue(strings.Repeat("f", 16400)), {},
+				}}),
+			}}),
+		}}}},
 		{"no metadata", &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}},
 	}
