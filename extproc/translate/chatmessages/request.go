@@ -15,6 +15,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/translate"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
 	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
@@ -512,7 +513,7 @@ func toolInput(args string) (json.RawMessage, bool) {
 	if len(b) == 0 {
 		return json.RawMessage("{}"), true
 	}
-	if b[0] != '{' || !json.Valid(b) {
+	if b[0] != '{' || !jsonscan.Valid(b) {
 		return nil, false
 	}
 	return json.RawMessage(b), true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
 	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
@@ -161,7 +162,7 @@ func toolInput(args string) json.RawMessage {
 	if len(t) == 0 {
 		return json.RawMessage("{}")
 	}
-	if t[0] == '{' && json.Valid(t) {
+	if t[0] == '{' && jsonscan.Valid(t) {
 		return t
 	}
 	b, _ := json.Marshal(map[string]string{"arguments": args})

@@ -9,13 +9,14 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/extproc/translate"
+	"github.com/swarmgate/swarmgate/internal/jsonscan"
 	"github.com/swarmgate/swarmgate/internal/jsonstr"
 	"github.com/swarmgate/swarmgate/internal/schema/anthropic"
 	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
 // sseResponse translates a chat chunk stream event by event. A
-// chunk is checked with json.Valid and then walked in place: its text and
+// chunk is checked with jsonscan.Valid and then walked in place: its text and
 // argument strings are copied as their JSON tokens, never decoded, so a
 // text delta costs no allocation.
 type sseResponse struct {
@@ -76,7 +77,7 @@ func (s *sseResponse) event(e translate.Event) error {
 		return nil
 	}
 	top, ok := messagesChatEnter(data, '{')
-	if !ok || !json.Valid(data) {
+	if !ok || !jsonscan.Valid(data) {
 		return fmt.Errorf("translate: a backend chunk is not a JSON object: %.80q", data)
 	}
 	var id, model, choices, usage, failure []byte
