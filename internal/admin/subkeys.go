@@ -249,9 +249,6 @@ func (k *keyHandlers) update(r *http.Request, w http.ResponseWriter, c caller) r
 	}
 	now := k.now()
 	exp, hasExp, aerr := o.expiry(now)
-	if o.null("expires_at") && !o.has("ttl") {
-		exp, hasExp, aerr = time.Time{}, true, nil
-	}
 	if aerr != nil {
 		return refused(aerr, id, "")
 	}

@@ -146,6 +146,9 @@ func (k *keyHandlers) audited(action string, h func(*http.Request, http.Response
 
 // record logs one key operation and appends it to the audit stream. It
 // names the key by id: the plain key is only ever in a create's answer.
+// A request without a valid credential is logged but not streamed:
+// anyone who reaches the port could otherwise push the real entries out
+// of the capped stream.
 func (k *keyHandlers) record(ctx context.Context, action string, c caller, res result) {
 	e := subkey.Event{Time: k.now().UTC(), Actor: c.actor(), Action: action, KeyID: res.keyID, Tenant: res.tenant,
 		Outcome: "allowed", Status: res.status}
@@ -155,6 +158,9 @@ func (k *keyHandlers) record(ctx context.Context, action string, c caller, res r
 	}
 	k.s.log.Log(ctx, level, "admin: key operation", "actor", e.Actor, "action", e.Action, "key_id", e.KeyID,
 		"tenant", e.Tenant, "outcome", e.Outcome, "status", e.Status, "reason", e.Reason, "field", e.Field)
+	if !c.admin && c.key == nil {
+		return
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.s.opts.CheckTimeout)
 	defer cancel()
 	if err := k.store.Audit(actx, e); err != nil {

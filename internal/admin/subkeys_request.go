@@ -227,11 +227,13 @@ type limitsBody struct {
 }
 
 // expiry reads ttl or expires_at (at most one) into an absolute time;
-// ok is false when neither is given.
+// ok is false when neither is given. "expires_at": null is no expiry.
 func (o object) expiry(now time.Time) (t time.Time, ok bool, aerr *apiError) {
 	switch {
 	case o.has("ttl") && o.has("expires_at"):
 		return time.Time{}, false, badRequest("ttl", "give ttl or expires_at, not both")
+	case o.null("expires_at"):
+		return time.Time{}, true, nil
 	case o.has("ttl"):
 		d, aerr := o.ttl()
 		if aerr != nil {
