@@ -106,6 +106,12 @@ func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 	if parent == nil {
 		return nil
 	}
+	return validateMinted(k, parent)
+}
+
+// validateMinted checks a minted key against its parent: nothing it may
+// do that the parent may not.
+func validateMinted(k, parent *Key) error {
 	if parent.Tenant != k.Tenant {
 		return &FieldError{"tenant", fmt.Sprintf("a minter of tenant %q may not mint for %q", parent.Tenant, k.Tenant)}
 	}
