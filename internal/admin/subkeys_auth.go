@@ -122,12 +122,17 @@ func (k *keyHandlers) reading(h func(*http.Request, caller) (any, *apiError)) ht
 }
 
 // audited wraps a route that changes a key: whether allowed or refused,
-// the operation is logged and appended to the audit stream.
+// the operation is logged and appended to the audit stream. A client
+// going away does not cut a write short, so what the audit says happened
+// did; each store call is still bounded.
 func (k *keyHandlers) audited(action string, h func(*http.Request, http.ResponseWriter, caller) result) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if k.notEnabled(w) {
 			return
 		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), k.s.opts.CheckTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		c, aerr := k.authenticate(r)
 		var res result
 		if aerr != nil {
