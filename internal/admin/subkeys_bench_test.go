@@ -9,7 +9,7 @@ import (
 
 // BenchmarkCreate is key creations through the API, sustained: HTTP over
 // loopback, authentication, validation, the store's MULTI (HSET, PUBLISH)
-// and the audit XADD, with 16 clients at once. Target: 1,000/s.
+// and the audit XADD, with 8 clients per CPU at once. Target: 1,000/s.
 func BenchmarkCreate(b *testing.B) {
 	e := startKeyAPI(b, nil)
 	body := []byte(`{"tenant":"team-red","limits":{"rpm":60,"tpm":100000},"models":["gpt-4o-mini"],"ttl":"24h","labels":{"run":"bench","agent":"worker"}}`)
