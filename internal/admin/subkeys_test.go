@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -432,5 +433,28 @@ func TestKeyAPIGuard(t *testing.T) {
 	}
 	if n := len(e.store.List("", nil)); n != 0 {
 		t.Fatalf("%d keys created through a refused request", n)
+	}
+}
+
+// A minter revoked in Redis is refused at once, even while this
+// replica's cache has not heard of the revocation yet.
+func TestMinterRevokedElsewhereIsRefused(t *testing.T) {
+	e := startKeyAPI(t, nil)
+	m, mp := mustCreate(t, e.store, subkey.Key{Tenant: "team-red", Minter: true})
+	revoked := *m
+	revoked.Revoked = true
+	raw, err := json.Marshal(&revoked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written without the change announcement: the cache keeps the live key.
+	if err := e.rdb.HSet(context.Background(), "sg:keys", m.ID, raw).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := e.store.Lookup(mp); !ok || k.Revoked {
+		t.Fatal("the cache already saw the revocation: the test proves nothing")
+	}
+	if a := e.do(t, http.MethodPost, "/v1/keys", mp, `{}`); a.status != 401 || !strings.Contains(a.message(), "revoked") {
+		t.Fatalf("revoked minter: %d %s", a.status, a.raw)
 	}
 }
