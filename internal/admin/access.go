@@ -19,10 +19,13 @@ import (
 //     name to 127.0.0.1 still sends its own name as Host.
 //  2. Origin and Sec-Fetch-Site: a browser request from another origin is
 //     refused (403), even for GET, so no page can drive the admin API.
-//  3. Method: GET and HEAD only (405): no endpoint changes state. One that
-//     does must be added behind the token, never on an open admin port.
+//  3. Method: GET and HEAD only (405), but for the key API (/v1/keys),
+//     the one part that changes state.
 //  4. Token, when admin.token is set: "Authorization: Bearer <token>" on
-//     everything but the probes and the status page's files (401).
+//     everything but the probes and the status page's files (401). The
+//     key API checks its callers itself (subkeys_auth.go): it always needs
+//     a credential, the admin token or a minter key, even when admin.token
+//     is not set, so an open admin port never changes state.
 type access struct {
 	hosts map[string]bool
 	token config.Secret
@@ -121,12 +124,12 @@ func (s *Server) guard(ac *access, next http.Handler) http.Handler {
 		case !sameOrigin(r):
 			s.refuse(w, r, http.StatusForbidden, "cross-origin requests are refused")
 			return
-		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		case r.Method != http.MethodGet && r.Method != http.MethodHead && !keyAPI(r.URL.Path):
 			w.Header().Set("Allow", "GET, HEAD")
 			s.refuse(w, r, http.StatusMethodNotAllowed, "the admin API is read-only: GET or HEAD")
 			return
 		}
-		if ac.token.IsZero() || public(r.URL.Path) {
+		if ac.token.IsZero() || public(r.URL.Path) || keyAPI(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

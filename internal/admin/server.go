@@ -1,10 +1,11 @@
 // Package admin is swarmgate's admin HTTP server: liveness and readiness,
 // the redacted config, key pool and breaker state, usage and budgets, the
 // admission queue, Prometheus metrics, and an embedded status page that
-// polls those JSON endpoints. It only reads state (access.go makes it
-// GET/HEAD-only, checks Host and Origin, and asks for the bearer token when
-// one is configured); components are reached through the small interfaces
-// in sources.go, which the integrator adapts.
+// polls those JSON endpoints. Apart from the key API (/v1/keys: sub-keys,
+// behind the admin token or a minter key) it only reads state (access.go
+// makes it GET/HEAD-only, checks Host and Origin, and asks for the bearer
+// token when one is configured); components are reached through the small
+// interfaces in sources.go, which the integrator adapts.
 package admin
 
 import (
@@ -39,6 +40,9 @@ type Options struct {
 	Budgets  BudgetSource
 	Refusals *RefusalLog
 	Queue    QueueSource // the admission queue; nil: "no queue in this process"
+	// SubKeys is the sub-key store behind the key API (/v1/keys); nil:
+	// sub-keys are not enabled and the key API answers 501.
+	SubKeys SubKeyStore
 	// Ready are the readiness checks besides "config loaded".
 	Ready []ReadyCheck
 	// CheckTimeout bounds each readiness check and each source call
@@ -91,7 +95,9 @@ func (s *Server) Handler() http.Handler {
 	if cfg := s.opts.Config(); cfg != nil {
 		listen = cfg.Listen.Admin
 	}
-	return securityHeaders(s.guard(newAccess(s.opts.Access, listen), mux))
+	ac := newAccess(s.opts.Access, listen)
+	s.keyRoutes(mux, ac)
+	return securityHeaders(s.guard(ac, mux))
 }
 
 // Run serves on lis until ctx is done, then shuts down gracefully:

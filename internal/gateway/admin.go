@@ -33,6 +33,7 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 	if pools != nil {
 		opts.Keys = keySource(pools)
 	}
+	opts.SubKeys = p.subKeys()
 	if ep != nil {
 		opts.Refusals = ep.refusals
 		opts.Usage = ep.acct.ledger.Handler(g.Config) // the config in force: reloads add tenants
@@ -45,6 +46,14 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 		return err
 	}
 	s.start(&adminRole{srv, lis})
+	return nil
+}
+
+// subKeys is the sub-key store the key API (/v1/keys) writes through:
+// the process's store when sub-keys are enabled. None is built yet, so
+// the key API answers 501; the wiring returns the *subkey.Store it runs
+// here (nil when disabled, never a typed nil).
+func (p *process) subKeys() admin.SubKeyStore {
 	return nil
 }
 

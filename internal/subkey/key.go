@@ -8,7 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/swarmgate/swarmgate/internal/config"
 )
@@ -56,7 +59,8 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
 // Validate checks k against the config and, when parent is not nil,
-// against the minting key: the same tenant and no higher limits.
+// against the minting key: the same tenant, no higher limits, models
+// among the parent's, the parent's class and no later expiry.
 func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 	t, ok := cfg.Tenant(k.Tenant)
 	if !ok {
@@ -73,6 +77,11 @@ func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 	if !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(now) {
 		return &FieldError{"expires_at", "is in the past"}
 	}
+	if k.Class != "" {
+		if _, ok := cfg.AdmissionClass(k.Class); !ok {
+			return &FieldError{"class", fmt.Sprintf("unknown admission class %q", k.Class)}
+		}
+	}
 	if k.Limits.RPM < 0 || k.Limits.RPD < 0 || k.Limits.TPM < 0 {
 		return &FieldError{"limits", "must not be negative"}
 	}
@@ -85,10 +94,24 @@ func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 		if b.Amount <= 0 {
 			return &FieldError{"budget.amount", "must be positive"}
 		}
+		for _, a := range b.Alerts {
+			if a <= 0 || a > 100 {
+				return &FieldError{"budget.alerts", fmt.Sprintf("%v is not a percentage in (0, 100]", a)}
+			}
+		}
+	}
+	if err := validateLabels(k.Labels); err != nil {
+		return err
 	}
 	if parent == nil {
 		return nil
 	}
+	return validateMinted(k, parent)
+}
+
+// validateMinted checks a minted key against its parent: nothing it may
+// do that the parent may not.
+func validateMinted(k, parent *Key) error {
 	if parent.Tenant != k.Tenant {
 		return &FieldError{"tenant", fmt.Sprintf("a minter of tenant %q may not mint for %q", parent.Tenant, k.Tenant)}
 	}
@@ -114,10 +137,49 @@ func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 			}
 		}
 	}
+	if parent.Class != "" && k.Class != parent.Class {
+		// A class is a priority: a minted key may not jump its parent's queue.
+		return &FieldError{"class", fmt.Sprintf("must be the parent's class %q", parent.Class)}
+	}
 	if !parent.ExpiresAt.IsZero() && (k.ExpiresAt.IsZero() || k.ExpiresAt.After(parent.ExpiresAt)) {
 		return &FieldError{"expires_at", "must not be after the parent's"}
 	}
 	return nil
+}
+
+// Label bounds: labels travel into logs and, in phase 2, ledger entries.
+const (
+	MaxLabels        = 32
+	MaxLabelNameLen  = 63
+	MaxLabelValueLen = 256
+)
+
+func validateLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return &FieldError{"labels", fmt.Sprintf("at most %d labels", MaxLabels)}
+	}
+	for n, v := range labels {
+		switch {
+		case n == "" || len(n) > MaxLabelNameLen || !printable(n) || strings.ContainsAny(n, "=,"):
+			return &FieldError{"labels", fmt.Sprintf("label name %q: 1 to %d printable characters, no '=' or ','", n, MaxLabelNameLen)}
+		case len(v) > MaxLabelValueLen || !printable(v):
+			return &FieldError{"labels." + n, fmt.Sprintf("at most %d printable characters", MaxLabelValueLen)}
+		}
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // newSecret returns a fresh plain key and id.

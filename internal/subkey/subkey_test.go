@@ -198,6 +198,11 @@ func TestValidate(t *testing.T) {
 		{"minted ok", Key{Tenant: "demo", Limits: config.Limits{RPM: 50}, Models: []string{"gpt-4o-mini"}}, parent, ""},
 		{"other tenant", Key{Tenant: "other", Limits: config.Limits{RPM: 50}}, &Key{Tenant: "x"}, "tenant"},
 		{"above parent", Key{Tenant: "demo", Limits: config.Limits{RPM: 500}, Models: []string{"gpt-4o-mini"}}, parent, "limits.rpm"},
+		{"bad alert", Key{Tenant: "demo", Budget: &Budget{Amount: 1, Period: "day", Alerts: []float64{150}}}, nil, "budget.alerts"},
+		{"label with =", Key{Tenant: "demo", Labels: map[string]string{"a=b": "c"}}, nil, "labels"},
+		{"label value with newline", Key{Tenant: "demo", Labels: map[string]string{"run": "a\nb"}}, nil, "labels.run"},
+		{"unknown class", Key{Tenant: "demo", Class: "vip"}, nil, "class"},
+		{"other class than parent", Key{Tenant: "demo", Limits: config.Limits{RPM: 5}, Models: []string{"gpt-4o-mini"}}, &Key{Tenant: "demo", Class: "bulk"}, "class"},
 		{"unlimited under limited parent", Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}}, parent, "limits.rpm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
