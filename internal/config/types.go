@@ -20,6 +20,7 @@ type Config struct {
 	Telemetry    Telemetry     `yaml:"telemetry" json:"telemetry"`
 	Identity     Identity      `yaml:"identity" json:"identity"`
 	Admin        Admin         `yaml:"admin" json:"admin"`
+	Subkeys      Subkeys       `yaml:"subkeys" json:"subkeys"`
 	Backends     []Backend     `yaml:"backends" json:"backends"`
 	Models       []Model       `yaml:"models" json:"models"`
 	Tenants      []Tenant      `yaml:"tenants" json:"tenants"`
