@@ -77,7 +77,7 @@ func (e *apiError) render() (int, []byte) {
 	if e.shape == family.OpenAI {
 		return e.status, e.body()
 	}
-	return e.shape.Render(&family.Error{Status: e.status, Message: e.message, Type: e.typ, Code: e.code, Param: e.param})
+	return e.shape.Render(&family.Error{Status: e.status, Message: e.message, Type: e.typ, Code: e.code, Param: e.param, WithCode: true})
 }
 
 // body renders the JSON by hand: it runs on refusals under load and must

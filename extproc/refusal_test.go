@@ -7,6 +7,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/admit"
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 // An admission step's refusal reaches the client as the hand-built errors
@@ -25,13 +26,19 @@ func TestRefusalRendering(t *testing.T) {
 			body:    `{"error":{"message":"Every upstream key for ` + "`chat`" + ` is rate limited or busy; retry after the indicated time.","type":"rate_limit_error","param":null,"code":"upstream_keys_exhausted"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"retry-after", "2"}, {"x-request-id", "sg-1"}}},
 		{name: "keys failing, Anthropic", x: admit.KeysExhausted("chat", 0, true), shape: family.Anthropic, status: 529,
-			body:    `{"type":"error","error":{"type":"overloaded_error","message":"Every upstream key for ` + "`chat`" + ` is failing; retry later."}}`,
+			body:    `{"type":"error","error":{"type":"overloaded_error","message":"Every upstream key for ` + "`chat`" + ` is failing; retry later.","code":"upstream_keys_exhausted"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"retry-after", "1"}, {"request-id", "sg-1"}}},
 		{name: "step headers after Retry-After", shape: family.OpenAI, status: 429,
 			x: &admit.Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded", Message: "m", Retry: true,
 				Headers: []admit.Header{{Key: "x-ratelimit-limit-tokens", Value: "10"}}},
 			body:    `{"error":{"message":"m","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"retry-after", "1"}, {"x-ratelimit-limit-tokens", "10"}, {"x-request-id", "sg-1"}}},
+		{name: "revoked key, Anthropic", x: admit.KeyRefused(subkey.Revoked), shape: family.Anthropic, status: 401,
+			body:    `{"type":"error","error":{"type":"authentication_error","message":"This API key has been revoked.","code":"key_revoked"}}`,
+			headers: [][2]string{{"content-type", "application/json"}, {"request-id", "sg-1"}}},
+		{name: "expired key", x: admit.KeyRefused(subkey.Expired), shape: family.OpenAI, status: 401,
+			body:    `{"error":{"message":"This API key has expired.","type":"invalid_request_error","param":null,"code":"key_expired"}}`,
+			headers: [][2]string{{"content-type", "application/json"}, {"x-request-id", "sg-1"}}},
 		{name: "no Retry-After", x: admit.BadRequest("bad", "invalid_value", "model"), shape: family.OpenAI, status: 400,
 			body:    `{"error":{"message":"bad","type":"invalid_request_error","param":"model","code":"invalid_value"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"x-request-id", "sg-1"}}},

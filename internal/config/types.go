@@ -387,6 +387,9 @@ type VirtualKey struct {
 	// client sends chooses a class otherwise).
 	Class         string   `yaml:"class" json:"class"`
 	HeaderClasses []string `yaml:"header_classes" json:"header_classes"`
+	// Labels are a sub-key's labels (internal/subkey), carried into each
+	// ledger entry of its requests; config keys have none. Read only.
+	Labels map[string]string `yaml:"-" json:"-"`
 
 	derived bool // Hash was computed from Secret
 }
