@@ -26,7 +26,7 @@ func TestRefusalRendering(t *testing.T) {
 			body:    `{"error":{"message":"Every upstream key for ` + "`chat`" + ` is rate limited or busy; retry after the indicated time.","type":"rate_limit_error","param":null,"code":"upstream_keys_exhausted"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"retry-after", "2"}, {"x-request-id", "sg-1"}}},
 		{name: "keys failing, Anthropic", x: admit.KeysExhausted("chat", 0, true), shape: family.Anthropic, status: 529,
-			body:    `{"type":"error","error":{"type":"overloaded_error","message":"Every upstream key for ` + "`chat`" + ` is failing; retry later.","code":"upstream_keys_exhausted"}}`,
+			body:    `{"type":"error","error":{"type":"overloaded_error","message":"Every upstream key for ` + "`chat`" + ` is failing; retry later."}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"retry-after", "1"}, {"request-id", "sg-1"}}},
 		{name: "step headers after Retry-After", shape: family.OpenAI, status: 429,
 			x: &admit.Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded", Message: "m", Retry: true,

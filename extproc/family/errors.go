@@ -30,10 +30,9 @@ type Error struct {
 	Type    string // OpenAI "type"
 	Code    string // OpenAI "code", the gateway's reason
 	Param   string
-	// WithCode writes Code into Anthropic's error object as well: the
-	// gateway's own refusals carry their reason in both shapes (a client
-	// tells key_revoked from an unknown key by it); a provider's error
-	// translated from OpenAI's shape keeps Anthropic's two members.
+	// WithCode writes Code into Anthropic's error object as well (the
+	// gateway's key refusals: a client tells key_revoked from an unknown
+	// key by it); without it Anthropic's shape has its two members only.
 	WithCode bool
 }
 
