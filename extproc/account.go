@@ -26,7 +26,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		// count_tokens: admitted and routed, not a completion. Nothing to
 		// bill, nothing reserved (admission skipped the reservation).
 		s.observe(r, Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: r.f.Tenant(), VirtualKeyID: r.f.KeyID(),
-			Model: r.f.Alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
+			KeyLabels: r.f.KeyLabels(), Model: r.f.Alias, UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Disconnected: cut})
 		return
 	}
 	ok2xx := r.status >= 200 && r.status < 300
@@ -52,7 +52,7 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		as.prompt.Add(float64(u.PromptTokens))
 		as.completion.Add(float64(u.CompletionTokens))
 	}
-	e := Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: r.f.KeyID(), Model: r.f.Alias,
+	e := Entry{RequestID: r.f.RequestID, Time: s.opts.Now(), Tenant: tenant, VirtualKeyID: r.f.KeyID(), KeyLabels: r.f.KeyLabels(), Model: r.f.Alias,
 		UpstreamModel: r.upstreamModel, Backend: r.backend, UpstreamKeyID: r.upstreamKey, Status: r.status, Usage: u,
 		Estimated: estimated, Disconnected: cut, Streamed: r.f.Stream}
 	e.Cost = s.cost(r, e.Backend, u) // priced once: the ledger, the settle and the metrics read it

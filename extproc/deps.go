@@ -154,10 +154,14 @@ type Recorder interface {
 
 // Entry is one request's accounting record.
 type Entry struct {
-	RequestID    string
-	Time         time.Time
-	Tenant       string
+	RequestID string
+	Time      time.Time
+	Tenant    string
+	// VirtualKeyID is the key the client presented: a config key's id or
+	// a sub-key's; KeyLabels the sub-key's labels (nil for config keys),
+	// shared with the key and read only.
 	VirtualKeyID string
+	KeyLabels    map[string]string
 	Model        string // the alias the client asked for
 	// UpstreamModel is what the answering backend was asked for (the
 	// target's model, else the alias); answers name Model unless the

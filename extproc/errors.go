@@ -77,7 +77,11 @@ func (e *apiError) render() (int, []byte) {
 	if e.shape == family.OpenAI {
 		return e.status, e.body()
 	}
-	return e.shape.Render(&family.Error{Status: e.status, Message: e.message, Type: e.typ, Code: e.code, Param: e.param})
+	// A key refusal (401) keeps its code in Anthropic's shape too: by it
+	// alone an Anthropic client tells a revoked or expired key from an
+	// unknown one. Other refusals keep Anthropic's two members.
+	return e.shape.Render(&family.Error{Status: e.status, Message: e.message, Type: e.typ, Code: e.code, Param: e.param,
+		WithCode: e.status == http.StatusUnauthorized})
 }
 
 // body renders the JSON by hand: it runs on refusals under load and must

@@ -7,6 +7,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/admit"
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 // An admission step's refusal reaches the client as the hand-built errors
@@ -32,6 +33,12 @@ func TestRefusalRendering(t *testing.T) {
 				Headers: []admit.Header{{Key: "x-ratelimit-limit-tokens", Value: "10"}}},
 			body:    `{"error":{"message":"m","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"retry-after", "1"}, {"x-ratelimit-limit-tokens", "10"}, {"x-request-id", "sg-1"}}},
+		{name: "revoked key, Anthropic", x: admit.KeyRefused(subkey.Revoked), shape: family.Anthropic, status: 401,
+			body:    `{"type":"error","error":{"type":"authentication_error","message":"This API key has been revoked.","code":"key_revoked"}}`,
+			headers: [][2]string{{"content-type", "application/json"}, {"request-id", "sg-1"}}},
+		{name: "expired key", x: admit.KeyRefused(subkey.Expired), shape: family.OpenAI, status: 401,
+			body:    `{"error":{"message":"This API key has expired.","type":"invalid_request_error","param":null,"code":"key_expired"}}`,
+			headers: [][2]string{{"content-type", "application/json"}, {"x-request-id", "sg-1"}}},
 		{name: "no Retry-After", x: admit.BadRequest("bad", "invalid_value", "model"), shape: family.OpenAI, status: 400,
 			body:    `{"error":{"message":"bad","type":"invalid_request_error","param":"model","code":"invalid_value"}}`,
 			headers: [][2]string{{"content-type", "application/json"}, {"x-request-id", "sg-1"}}},

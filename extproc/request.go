@@ -32,7 +32,7 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 	f.Path = pathOnly(f.RawPath)
 	f.Shape = family.ShapeForPath(f.Path)
 	f.Spec = family.ForPath(f.Path)
-	if x := admit.Authenticate(r.cfg, f, in.authorization, in.apiKey); x != nil {
+	if x := admit.Authenticate(r.cfg, s.opts.Authenticator, f, in.authorization, in.apiKey); x != nil {
 		return s.refused(r, x)
 	}
 	local, x := admit.Endpoint(r.cfg, f, in.method, in.contentLength, h.GetEndOfStream())

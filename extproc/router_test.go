@@ -55,7 +55,7 @@ func TestRouterRefusals(t *testing.T) {
 	}{
 		{"no key", []string{":method", "POST", ":path", "/v1/chat/completions"}, false, "", 401, "invalid_api_key", "didn't provide"},
 		{"unknown key", chatHeaders("sk-nope"), false, "", 401, "invalid_api_key", "Incorrect"},
-		{"revoked key", chatHeaders(keyRevoked), false, "", 401, "invalid_api_key", "revoked"},
+		{"revoked key", chatHeaders(keyRevoked), false, "", 401, "key_revoked", "revoked"},
 		{"x-api-key unknown", []string{":method", "POST", ":path", "/v1/chat/completions", "x-api-key", "zzz"}, false, "", 401, "invalid_api_key", ""},
 		{"unknown path", []string{":method", "POST", ":path", "/v1/images", "authorization", "Bearer " + keyAlpha}, false, "", 404, "unknown_url", "/v1/images"},
 		{"wrong method", []string{":method", "GET", ":path", "/v1/chat/completions", "authorization", "Bearer " + keyAlpha}, false, "", 405, "method_not_allowed", ""},

@@ -41,6 +41,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
@@ -77,6 +78,10 @@ type Options struct {
 	// previous_response_id to the backend and key that created it; nil
 	// refuses such requests (400 unsupported_parameter).
 	Affinity ResponseAffinity
+	// Authenticator resolves the virtual key a client presents; nil: the
+	// config's keys only (subkey.Auth{}). The process passes
+	// subkey.Auth{Store: ...} when subkeys.enabled.
+	Authenticator admit.Authenticator
 }
 
 // Server implements the ExternalProcessor service.
@@ -120,6 +125,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Authenticator == nil {
+		opts.Authenticator = subkey.Auth{}
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {

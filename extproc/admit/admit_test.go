@@ -11,6 +11,7 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/admit"
 	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 const (
@@ -72,7 +73,7 @@ tenants:
 func facts(t *testing.T, cfg *config.Config, path, key string) *admit.Facts {
 	t.Helper()
 	f := &admit.Facts{RequestID: "sg-test", Path: path, RawPath: path, Spec: family.ForPath(path), Shape: family.ShapeForPath(path)}
-	if r := admit.Authenticate(cfg, f, "Bearer "+key, ""); r != nil {
+	if r := admit.Authenticate(cfg, subkey.Auth{}, f, "Bearer "+key, ""); r != nil {
 		t.Fatalf("authenticate: %+v", r)
 	}
 	return f
@@ -104,12 +105,16 @@ func TestAuthenticate(t *testing.T) {
 		{name: "none", status: 401, code: "invalid_api_key", msg: "You didn't provide an API key"},
 		{name: "not bearer", authorization: "Basic " + keyAlpha, status: 401, code: "invalid_api_key", msg: "You didn't provide"},
 		{name: "unknown", authorization: "Bearer sk-nobody", status: 401, code: "invalid_api_key", msg: "Incorrect API key"},
-		{name: "revoked", apiKey: keyRevoked, status: 401, code: "invalid_api_key", msg: "revoked"},
+		{name: "revoked", apiKey: keyRevoked, status: 401, code: "key_revoked", msg: "revoked"},
+		{name: "revoked sub-key", authorization: "Bearer sk-sg-revoked", status: 401, code: "key_revoked", msg: "revoked"},
+		{name: "expired sub-key", authorization: "Bearer sk-sg-expired", status: 401, code: "key_expired", msg: "expired"},
+		{name: "sub-key", apiKey: "sk-sg-live", tenant: "capped"},
 	}
+	keys := subKeys{"sk-sg-revoked": subkey.Revoked, "sk-sg-expired": subkey.Expired, "sk-sg-live": subkey.OK}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var f admit.Facts
-			r := admit.Authenticate(cfg, &f, tt.authorization, tt.apiKey)
+			r := admit.Authenticate(cfg, keys, &f, tt.authorization, tt.apiKey)
 			wantRefusal(t, r, tt.status, tt.code)
 			if r != nil && !strings.Contains(r.Message, tt.msg) {
 				t.Errorf("message %q, want %q in it", r.Message, tt.msg)
@@ -119,6 +124,19 @@ func TestAuthenticate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// subKeys answers the listed keys as sub-keys of tenant capped with their
+// reason, and every other key from the config.
+type subKeys map[string]subkey.Reason
+
+func (k subKeys) Authenticate(cfg *config.Config, presented string) (config.KeyOwner, subkey.Reason) {
+	r, ok := k[presented]
+	if !ok {
+		return subkey.Auth{}.Authenticate(cfg, presented)
+	}
+	t, _ := cfg.Tenant("capped")
+	return config.KeyOwner{Tenant: t, Key: &config.VirtualKey{ID: "sk_1"}}, r
 }
 
 func TestEndpoint(t *testing.T) {

@@ -6,11 +6,19 @@ import (
 	"strings"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
+// Authenticator resolves a presented key to its tenant and virtual key:
+// the config's keys, then the sub-keys minted at run time when they are
+// on (subkey.Auth). It must not reach Redis: it runs for every request.
+type Authenticator interface {
+	Authenticate(cfg *config.Config, presented string) (config.KeyOwner, subkey.Reason)
+}
+
 // Authenticate is the auth step: the virtual key from Authorization:
-// Bearer <key>, else x-api-key, looked up by its hash. It sets f.Owner.
-func Authenticate(cfg *config.Config, f *Facts, authorization, apiKey string) *Refusal {
+// Bearer <key>, else x-api-key, resolved by keys. It sets f.Owner.
+func Authenticate(cfg *config.Config, keys Authenticator, f *Facts, authorization, apiKey string) *Refusal {
 	key := bearer(authorization)
 	if key == "" {
 		key = strings.TrimSpace(apiKey)
@@ -18,12 +26,9 @@ func Authenticate(cfg *config.Config, f *Facts, authorization, apiKey string) *R
 	if key == "" {
 		return InvalidKey("You didn't provide an API key. Provide it as Authorization: Bearer <key>.")
 	}
-	owner, ok := cfg.LookupKey(key)
-	if !ok {
-		return InvalidKey("Incorrect API key provided.")
-	}
-	if owner.Key.Revoked {
-		return InvalidKey("This API key has been revoked.")
+	owner, reason := keys.Authenticate(cfg, key)
+	if reason != subkey.OK {
+		return KeyRefused(reason)
 	}
 	f.Owner = owner
 	return nil

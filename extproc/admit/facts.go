@@ -95,6 +95,14 @@ func (f *Facts) KeyID() string {
 	return f.Owner.Key.ID
 }
 
+// KeyLabels are the virtual key's labels (a sub-key's; nil otherwise).
+func (f *Facts) KeyLabels() map[string]string {
+	if f.Owner.Key == nil {
+		return nil
+	}
+	return f.Owner.Key.Labels
+}
+
 // Need is the tokens a target's context window must hold.
 func (f *Facts) Need() int { return f.EstTokens + f.MaxOut }
 

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 // Refusal is a request the gateway answers itself with an error: OpenAI's
@@ -32,6 +34,19 @@ func (r *Refusal) withRetryAfter(d time.Duration) *Refusal {
 // InvalidKey: no key, unknown key, revoked key (401).
 func InvalidKey(msg string) *Refusal {
 	return &Refusal{Status: http.StatusUnauthorized, Message: msg, Type: "invalid_request_error", Code: "invalid_api_key"}
+}
+
+// KeyRefused: a key the authenticator did not accept (401), with the
+// reason's code: invalid_api_key (unknown), key_revoked, key_expired.
+func KeyRefused(r subkey.Reason) *Refusal {
+	msg := "Incorrect API key provided."
+	switch r {
+	case subkey.Revoked:
+		msg = "This API key has been revoked."
+	case subkey.Expired:
+		msg = "This API key has expired."
+	}
+	return &Refusal{Status: http.StatusUnauthorized, Message: msg, Type: "invalid_request_error", Code: r.Code()}
 }
 
 // BadRequest is a 400 naming the field param.

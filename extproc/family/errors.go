@@ -30,6 +30,10 @@ type Error struct {
 	Type    string // OpenAI "type"
 	Code    string // OpenAI "code", the gateway's reason
 	Param   string
+	// WithCode writes Code into Anthropic's error object as well (the
+	// gateway's key refusals: a client tells key_revoked from an unknown
+	// key by it); without it Anthropic's shape has its two members only.
+	WithCode bool
 }
 
 // StatusOverloaded is Anthropic's 529.
@@ -44,6 +48,10 @@ func (sh ErrorShape) Render(e *Error) (int, []byte) {
 		b = strconv.AppendQuote(b, typ)
 		b = append(b, `,"message":`...)
 		b = jsonstr.Append(b, e.Message)
+		if e.WithCode && e.Code != "" {
+			b = append(b, `,"code":`...)
+			b = jsonstr.Append(b, e.Code)
+		}
 		return st, append(b, "}}"...)
 	}
 	b := make([]byte, 0, 96+len(e.Message))

@@ -108,7 +108,7 @@ type recorder struct{ l *ledger.Ledger }
 
 func (r recorder) Record(ctx context.Context, e extproc.Entry) error {
 	le := ledger.Entry{RequestID: e.RequestID, Tenant: e.Tenant, Model: e.Model, Backend: e.Backend, KeyID: e.UpstreamKeyID,
-		Status: e.Status, Usage: e.Usage, Cost: e.Cost, Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected}
+		VirtualKeyID: e.VirtualKeyID, Labels: e.KeyLabels, Status: e.Status, Usage: e.Usage, Cost: e.Cost, Time: e.Time, Streamed: e.Streamed, Partial: e.Disconnected}
 	if e.UpstreamModel != e.Model {
 		le.UpstreamModel = e.UpstreamModel
 	}

@@ -74,6 +74,7 @@ func (c *Config) applyDefaults() {
 	defDur(&c.Redis.DialTimeout, 2*time.Second)
 	defDur(&c.Redis.ReadTimeout, 500*time.Millisecond)
 	def(&c.Redis.KeyPrefix, "sg:")
+	c.defaultSubkeys()
 
 	if c.Request.MaxBodyBytes == 0 {
 		c.Request.MaxBodyBytes = 8 << 20

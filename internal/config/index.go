@@ -94,8 +94,19 @@ func (c *Config) Tenant(name string) (*Tenant, bool) {
 // LookupKey finds the owner of a presented virtual key (plain text). Only
 // its hash is compared. The caller must still check KeyOwner.Key.Revoked.
 func (c *Config) LookupKey(presented string) (KeyOwner, bool) {
-	o, ok := c.index.keys[sha256.Sum256([]byte(presented))]
+	o, ok := c.index.keys[keyDigest(presented)]
 	return o, ok
+}
+
+// keyDigest is the SHA-256 of a presented key, hashed from a stack copy:
+// converting a string of more than 32 bytes (a generated key, a sub-key)
+// to []byte would cost an allocation on every request.
+func keyDigest(presented string) [sha256.Size]byte {
+	var buf [256]byte
+	if len(presented) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], presented...))
+	}
+	return sha256.Sum256([]byte(presented))
 }
 
 // HashKey is the stored form of a virtual key: "sha256:<hex>".

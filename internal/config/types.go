@@ -20,6 +20,7 @@ type Config struct {
 	Telemetry    Telemetry     `yaml:"telemetry" json:"telemetry"`
 	Identity     Identity      `yaml:"identity" json:"identity"`
 	Admin        Admin         `yaml:"admin" json:"admin"`
+	Subkeys      Subkeys       `yaml:"subkeys" json:"subkeys"`
 	Backends     []Backend     `yaml:"backends" json:"backends"`
 	Models       []Model       `yaml:"models" json:"models"`
 	Tenants      []Tenant      `yaml:"tenants" json:"tenants"`
@@ -386,6 +387,9 @@ type VirtualKey struct {
 	// client sends chooses a class otherwise).
 	Class         string   `yaml:"class" json:"class"`
 	HeaderClasses []string `yaml:"header_classes" json:"header_classes"`
+	// Labels are a sub-key's labels (internal/subkey), carried into each
+	// ledger entry of its requests; config keys have none. Read only.
+	Labels map[string]string `yaml:"-" json:"-"`
 
 	derived bool // Hash was computed from Secret
 }

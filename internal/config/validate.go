@@ -60,6 +60,7 @@ func (c *Config) validate(opts Options) Errors {
 	c.validateListen(v)
 	c.validateSecurity(v)
 	c.validateRedis(v)
+	c.validateSubkeys(v)
 	c.validatePolicies(v)
 	c.validateAdmission(v)
 	c.validateAdmin(v)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/admission"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/keypool"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 // adminRole serves the admin HTTP API (metrics, health, status page,
@@ -33,7 +35,10 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 	if pools != nil {
 		opts.Keys = keySource(pools)
 	}
-	opts.SubKeys = p.subKeys()
+	if ep != nil && ep.subkeys != nil {
+		opts.SubKeys = ep.subkeys
+		opts.Ready = append(opts.Ready, subkeysLoaded(ep.subkeys))
+	}
 	if ep != nil {
 		opts.Refusals = ep.refusals
 		opts.Usage = ep.acct.ledger.Handler(g.Config) // the config in force: reloads add tenants
@@ -49,12 +54,20 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 	return nil
 }
 
-// subKeys is the sub-key store the key API (/v1/keys) writes through:
-// the process's store when sub-keys are enabled. None is built yet, so
-// the key API answers 501; the wiring returns the *subkey.Store it runs
-// here (nil when disabled, never a typed nil).
-func (p *process) subKeys() admin.SubKeyStore {
-	return nil
+// subkeysLoaded keeps the replica unready until its first full load of the
+// sub-keys: before it, every sub-key would be refused as unknown.
+func subkeysLoaded(store *subkey.Store) admin.ReadyCheck {
+	return admin.ReadyCheck{
+		Name: "subkeys", Required: true, Why: "sub-keys are refused as unknown until the first load",
+		Check: func(context.Context) error {
+			select {
+			case <-store.Synced():
+				return nil
+			default:
+				return errors.New("sub-keys not loaded from Redis yet")
+			}
+		},
+	}
 }
 
 // keySource reports every key's state for /keys and the status page.

@@ -17,6 +17,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/identity"
 	"github.com/swarmgate/swarmgate/internal/keypool"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
 	"github.com/swarmgate/swarmgate/internal/trust"
 )
@@ -29,6 +30,10 @@ type extProcRole struct {
 	acct     *accounting
 	refusals *admin.RefusalLog
 	queue    *admission.Queue
+	// subkeys is the sub-key store ext_proc authenticates from (nil unless
+	// subkeys.enabled); the key API on the admin listener writes through
+	// it. Its Synced channel gates this replica's readiness.
+	subkeys *subkey.Store
 }
 
 // Run serves until ctx ends, then drains the streams in flight.
@@ -52,7 +57,8 @@ func (g *Gateway) startExtProc(s *group, p *process, pools *keypool.Pools) (*ext
 	aff := affinity.New(p.rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D(),
 		Logger: g.log.With("component", "affinity"), Registerer: p.reg})
 	s.start(aff)
-	ep, err := extproc.New(extproc.Options{Tracer: p.tracer(), Queue: wire.Queue(e.queue), Affinity: wire.Affinity(aff),
+	e.subkeys = g.startSubkeys(s, p)
+	ep, err := extproc.New(extproc.Options{Tracer: p.tracer(), Authenticator: subkey.Auth{Store: e.subkeys}, Queue: wire.Queue(e.queue), Affinity: wire.Affinity(aff),
 		Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: p.reg,
 		Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(e.acct.ledger, g.Config),
 		Reserver: wire.Reserver(e.acct.reserve, g.Config), Budgets: wire.Budgets(e.acct.budgets),
@@ -75,6 +81,18 @@ func (g *Gateway) startExtProc(s *group, p *process, pools *keypool.Pools) (*ext
 	}
 	s.start(e)
 	return e, nil
+}
+
+// ready is closed once ext_proc can serve every key it should: at once,
+// or after the first full load of the sub-keys when they are on (a
+// replica that answered before would refuse valid sub-keys as unknown).
+func (e *extProcRole) ready() <-chan struct{} {
+	if e.subkeys != nil {
+		return e.subkeys.Synced()
+	}
+	done := make(chan struct{})
+	close(done)
+	return done
 }
 
 // extProcProof is the stream proof ext_proc checks. It follows reloads of

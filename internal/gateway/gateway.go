@@ -145,6 +145,7 @@ func (g *Gateway) startRoles(s *group, p *process) ([]<-chan struct{}, error) {
 		if ep, err = g.startExtProc(s, p, pools); err != nil {
 			return nil, err
 		}
+		ready = append(ready, ep.ready())
 	}
 	if roles.RateLimit {
 		r, err := g.startRateLimit(s, p)

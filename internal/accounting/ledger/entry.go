@@ -24,6 +24,11 @@ type Entry struct {
 	UpstreamModel string `json:"upstream_model,omitempty"`
 	Backend       string `json:"backend"` // backend that served it
 	KeyID         string `json:"key_id"`  // upstream API key id (never the key)
+	// VirtualKeyID is the client's virtual key: a config key's id or a
+	// sub-key's. Labels are the sub-key's labels, bounded (BoundLabels);
+	// the counters do not break down by either.
+	VirtualKeyID string            `json:"virtual_key_id,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 	// Status is the HTTP status the client got (0: none, a cut stream).
 	Status int `json:"status,omitempty"`
 	// Usage is what the provider reported (or, on a disconnect without a
@@ -55,6 +60,11 @@ func (e *Entry) detail() string {
 	b = jsonstr.Append(b, e.Backend)
 	b = append(b, `,"key_id":`...)
 	b = jsonstr.Append(b, e.KeyID)
+	if e.VirtualKeyID != "" {
+		b = append(b, `,"virtual_key_id":`...)
+		b = jsonstr.Append(b, e.VirtualKeyID)
+	}
+	b = appendLabels(b, e.Labels)
 	if e.Status != 0 {
 		b = strconv.AppendInt(append(b, `,"status":`...), int64(e.Status), 10)
 	}

@@ -141,6 +141,7 @@ func (l *Ledger) Record(ctx context.Context, e Entry) error {
 		e.Time = l.opts.Now()
 	}
 	e.Time = e.Time.UTC()
+	e.Labels = BoundLabels(e.Labels)
 	if !l.healthy.Load() {
 		l.enqueue(e)
 		return nil

@@ -3,6 +3,9 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +72,7 @@ func TestLookupByRequestID(t *testing.T) {
 	l, _, rdb := newTestLedger(t, Options{})
 	ctx := t.Context()
 	e := Entry{RequestID: "sg-1", Tenant: "acme", Model: "gpt", UpstreamModel: "relay-gpt", Backend: "relay", KeyID: "k1",
-		Status: 200, Time: testTime, Usage: pricing.Usage{PromptTokens: 10, CompletionTokens: 2}, Cost: 12, Streamed: true}
+		VirtualKeyID: "sk_0123", Labels: map[string]string{"run": "r-7", "team": "search"}, Status: 200, Time: testTime, Usage: pricing.Usage{PromptTokens: 10, CompletionTokens: 2}, Cost: 12, Streamed: true}
 	if err := l.Record(ctx, e); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,7 @@ func TestLookupByRequestID(t *testing.T) {
 			t.Errorf("time %s, want %s", got.Time, e.Time)
 		}
 		got.Time = e.Time
-		if got != e {
+		if !reflect.DeepEqual(got, e) {
 			t.Errorf("Lookup(%v) = %+v, want %+v", tenants, got, e)
 		}
 	}
@@ -111,6 +114,7 @@ func TestDetailRoundTrip(t *testing.T) {
 		{Model: `odd "model" \ name`, UpstreamModel: "vendor/m-2024\u00e9", Backend: "relay", KeyID: "k-1", Status: 200,
 			Usage: pricing.Usage{PromptTokens: 1 << 40, CompletionTokens: 7, TotalTokens: 9, CachedTokens: 3, ReasoningTokens: 2, CacheWriteTokens: 1},
 			Cost:  pricing.FromFloat(1.25), Time: testTime.Add(1500 * time.Millisecond), Streamed: true, Partial: true},
+		{Model: "m", Backend: "b", KeyID: "k", VirtualKeyID: "sk_1", Labels: map[string]string{"z": "", "a\"b": "v\u00e9"}, Time: testTime},
 	} {
 		var got Entry
 		if err := json.Unmarshal([]byte(e.detail()), &got); err != nil {
@@ -121,8 +125,60 @@ func TestDetailRoundTrip(t *testing.T) {
 			t.Errorf("time %s, want %s", got.Time, e.Time)
 		}
 		got.Time = e.Time
-		if got != e {
+		if !reflect.DeepEqual(got, e) {
 			t.Errorf("decoded %+v\nwant    %+v\nfrom %s", got, e, e.detail())
 		}
+	}
+}
+
+// Labels an entry keeps are bounded: at most MaxLabels, the first by name,
+// none empty-named or over the length limits; labels within bounds are kept
+// as they are.
+func TestBoundLabels(t *testing.T) {
+	many := map[string]string{}
+	for i := range MaxLabels + 4 {
+		many[fmt.Sprintf("l%02d", i)] = "v"
+	}
+	long := strings.Repeat("x", MaxLabelValueBytes+1)
+	for _, tc := range []struct {
+		name string
+		in   map[string]string
+		want int
+		drop []string
+	}{
+		{"none", nil, 0, nil},
+		{"within", map[string]string{"run": "r1", "team": ""}, 2, nil},
+		{"too many", many, MaxLabels, []string{"l16", "l17", "l18", "l19"}},
+		{"too long", map[string]string{"run": "r1", "blob": long, strings.Repeat("n", MaxLabelNameBytes+1): "v", "": "v"}, 1, []string{"blob", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := BoundLabels(tc.in)
+			if len(got) != tc.want {
+				t.Fatalf("%d labels, want %d: %v", len(got), tc.want, got)
+			}
+			for _, n := range tc.drop {
+				if _, ok := got[n]; ok {
+					t.Errorf("kept %q", n)
+				}
+			}
+		})
+	}
+}
+
+// A sub-key's id and labels reach the stored entry, bounded.
+func TestRecordKeepsKeyAndLabels(t *testing.T) {
+	l, _, _ := newTestLedger(t, Options{})
+	ctx := t.Context()
+	labels := map[string]string{"run": "r-9", "blob": strings.Repeat("x", MaxLabelValueBytes+1)}
+	e := Entry{RequestID: "sg-2", Tenant: "acme", Model: "gpt", Backend: "relay", KeyID: "k1", VirtualKeyID: "sk_42", Labels: labels, Time: testTime}
+	if err := l.Record(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := l.Lookup(ctx, []string{"acme"}, "sg-2")
+	if err != nil || !found {
+		t.Fatalf("lookup: %v %v", found, err)
+	}
+	if got.VirtualKeyID != "sk_42" || !reflect.DeepEqual(got.Labels, map[string]string{"run": "r-9"}) {
+		t.Fatalf("entry %+v", got)
 	}
 }
