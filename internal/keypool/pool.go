@@ -495,7 +495,7 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 	now := p.clock.Now()
 	pol := p.pol.Load()
 	kp.mu.Lock()
-	ob := observation{cls: o.class()}
+	ob := observation{cls: o.class(), status: o.Status}
 	ob.released, ob.probe = kp.releaseLeaseLocked(k, req, release, probe)
 	if ob.cls == classNone {
 		// No response seen: only the slot (and a probe) is given back.
@@ -509,15 +509,17 @@ func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bo
 		}
 		return
 	}
-	kp.applyLocked(k, req, &o, now, pol, &ob)
+	kp.applyLocked(k, req, o, now, pol, &ob)
 	kp.mu.Unlock()
-	kp.reportObserved(k, req, &o, now, &ob)
+	kp.reportObserved(k, req, now, &ob)
 }
 
 // observation is what observe changed on a key under kp.mu, carried out
 // of the lock for reportObserved.
 type observation struct {
 	cls      outcomeClass
+	status   int  // the upstream HTTP status
+	failed   bool // Outcome.Failed: the request should not retry on the key
 	released bool // the attempt's lease was found and freed
 	probe    bool // the attempt was the key's half-open probe
 	keyID    string
@@ -532,8 +534,7 @@ type observation struct {
 	changed  bool // the breaker moved
 	flipped  bool // so did the backend's health
 	st       State
-	rs       remoteState
-	reason   Reason
+	rs       remoteState // the breaker after the outcome, as shared
 }
 
 // releaseLeaseLocked frees the attempt's lease when release is set and
@@ -551,13 +552,15 @@ func (kp *KeyPool) releaseLeaseLocked(k *keyState, req string, release, probe bo
 
 // applyLocked feeds outcome o to k: the limits and token budget the
 // provider stated, the refusal mix, the request's tried keys and the
-// breaker; ob records what changed. Caller holds kp.mu.
-func (kp *KeyPool) applyLocked(k *keyState, req string, o *Outcome, now time.Time, pol *policy, ob *observation) {
+// breaker; ob records what changed. o comes by value: the key's
+// learners take copies of it, and copying from a pointer cost every
+// report about 30 ns. Caller holds kp.mu.
+func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time, pol *policy, ob *observation) {
 	ob.keyID = k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
-	ob.learned = k.learn(*o)
+	ob.learned = k.learn(o)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
-	ob.paced = k.noteRefusal(*o)
+	ob.paced = k.noteRefusal(o)
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
 	}
@@ -565,7 +568,8 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o *Outcome, now time.Tim
 	if ob.cls == classSuccess {
 		k.lastSuccess = now
 	}
-	if o.Failed() {
+	ob.failed = o.Failed()
+	if ob.failed {
 		kp.tried.add(req, k)
 	}
 	ob.wasState, ob.wasTrips = k.br.State(now), k.br.trips
@@ -573,11 +577,10 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o *Outcome, now time.Tim
 		// A short refusal is the provider's pace, not a failure: the
 		// request retries on another key (tried above) and the key keeps
 		// serving its good share.
-		ob.changed = k.br.observe(now, *o, &pol.br, kp.rng.Float64())
+		ob.changed = k.br.observe(now, o, &pol.br, kp.rng.Float64())
 	}
 	ob.st = k.br.State(now)
 	ob.rs = k.br.export()
-	ob.reason = k.br.reason
 	if ob.changed {
 		ob.flipped = kp.refreshLocked(now)
 	}
@@ -586,11 +589,11 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o *Outcome, now time.Tim
 // reportObserved makes what applyLocked changed known: metrics and logs,
 // the other replicas through Redis, and this replica's health watchers.
 // Runs without kp.mu.
-func (kp *KeyPool) reportObserved(k *keyState, req string, o *Outcome, now time.Time, ob *observation) {
+func (kp *KeyPool) reportObserved(k *keyState, req string, now time.Time, ob *observation) {
 	p := kp.owner
-	kp.countObserved(k, o, ob)
+	kp.countObserved(k, ob)
 	if ob.changed {
-		kp.announceTransition(k, o, now, ob)
+		kp.announceTransition(k, now, ob)
 	}
 	if ob.paced {
 		p.mix.refused()
@@ -598,7 +601,7 @@ func (kp *KeyPool) reportObserved(k *keyState, req string, o *Outcome, now time.
 	if ob.learned && p.sync != nil {
 		p.sync.publishLimits(kp.name, ob.keyID, ob.learnedRPM, ob.learnedTPM, ob.learnedWindow)
 	}
-	if o.Failed() && req != "" && p.sync != nil {
+	if ob.failed && req != "" && p.sync != nil {
 		p.sync.addTried(req, ob.keyID)
 	}
 	if ob.flipped {
@@ -611,7 +614,7 @@ func (kp *KeyPool) reportObserved(k *keyState, req string, o *Outcome, now time.
 
 // countObserved updates the key's in-flight, probe and auth-failure
 // metrics for one outcome. Runs without kp.mu.
-func (kp *KeyPool) countObserved(k *keyState, o *Outcome, ob *observation) {
+func (kp *KeyPool) countObserved(k *keyState, ob *observation) {
 	if ob.released {
 		k.m.inFlight.Dec()
 	}
@@ -624,22 +627,22 @@ func (kp *KeyPool) countObserved(k *keyState, o *Outcome, ob *observation) {
 	}
 	if ob.cls == classAuth {
 		p := kp.owner
-		p.metrics.authFailures.WithLabelValues(kp.name, ob.keyID, strconv.Itoa(o.Status)).Inc()
+		p.metrics.authFailures.WithLabelValues(kp.name, ob.keyID, strconv.Itoa(ob.status)).Inc()
 		p.log.Error("keypool: the provider refused a key; it is out of rotation until its auth cooldown ends", "backend", kp.name,
-			"key", ob.keyID, "status", o.Status, "until", ob.rs.Until.Format(time.RFC3339))
+			"key", ob.keyID, "status", ob.status, "until", ob.rs.Until.Format(time.RFC3339))
 	}
 }
 
 // announceTransition records a breaker move of k: its state gauge, a
 // trip's count and log line (or the close's), and the new state for the
 // other replicas. Runs without kp.mu.
-func (kp *KeyPool) announceTransition(k *keyState, o *Outcome, now time.Time, ob *observation) {
+func (kp *KeyPool) announceTransition(k *keyState, now time.Time, ob *observation) {
 	p := kp.owner
 	k.m.state.Set(float64(ob.st))
 	if ob.rs.Trips > ob.wasTrips || ob.st == Open && ob.wasState != Open {
-		p.metrics.trips.WithLabelValues(kp.name, ob.keyID, string(ob.reason)).Inc()
+		p.metrics.trips.WithLabelValues(kp.name, ob.keyID, string(ob.rs.Reason)).Inc()
 		p.log.Info("keypool: key opened", "backend", kp.name, "key", ob.keyID,
-			"reason", string(ob.reason), "status", o.Status, "open_for", ob.rs.Until.Sub(now).Round(time.Millisecond))
+			"reason", string(ob.rs.Reason), "status", ob.status, "open_for", ob.rs.Until.Sub(now).Round(time.Millisecond))
 	} else if ob.st == Closed && ob.wasState != Closed {
 		p.log.Info("keypool: key closed", "backend", kp.name, "key", ob.keyID)
 	}

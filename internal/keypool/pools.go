@@ -273,14 +273,16 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			paced += waited
 		}
 		if in.enforceWindow || in.bypass {
-			return p.granted(l, req.Attempt), nil
+			p.granted(&l, req.Attempt)
+			return l, nil
 		}
 		ok, err := p.allowShared(ctx, kp, backend, &in, &req, &l)
 		switch {
 		case err != nil:
 			return Lease{}, err
 		case ok:
-			return p.granted(l, req.Attempt), nil
+			p.granted(&l, req.Attempt)
+			return l, nil
 		case in.bypass:
 			continue // every key is over its shared limit: send anyway (see BestEffort)
 		}
@@ -290,11 +292,10 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	}
 }
 
-// granted counts a pick that stands and hands its lease out.
-func (p *Pools) granted(l Lease, attempt int) Lease {
+// granted counts a pick that stands, before its lease is handed out.
+func (p *Pools) granted(l *Lease, attempt int) {
 	l.key.m.picks.Inc()
 	p.mix.add(attempt)
-	return l
 }
 
 // readShared adds to in what Redis knows of the request: the keys its
