@@ -178,6 +178,8 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	return res
 }
 
+// admit is Admit without sessions: one order step at once, and when that
+// does not admit the request, a place in the local queue to wait from.
 func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Result {
 	start := time.Now()
 	ready, ra, pace := q.capacity(capacity)
@@ -196,7 +198,6 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if d.Admitted {
 		return Result{Admitted: true}
 	}
-	paced := d.Wait > 0
 	w.tag = d.Tag
 	head, ok := q.enqueue(w)
 	if !ok {
@@ -209,30 +210,31 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 	}
 	q.opts.Metrics.waiting(req, 1)
 	defer q.opts.Metrics.waiting(req, -1)
+	return q.wait(ctx, w, order, capacity, stepState{d: d, ready: ready, ra: ra, pace: pace}, head)
+}
 
+// stepState is the last order step of a waiting request and the capacity
+// it was taken with.
+type stepState struct {
+	d     Decision
+	ready bool
+	ra    time.Duration
+	pace  Pace
+}
+
+// wait holds enqueued waiter w until the order admits it, its maximum
+// wait ends, ctx ends or the order fails. last is the step that enqueued
+// it; head: it is the first local waiter of its scope. The caller
+// dequeues w.
+func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capacity, last stepState, head bool) Result {
+	req, start := w.req, w.since
+	paced := last.d.Wait > 0
 	turn := w.turn
 	deadline := time.NewTimer(req.MaxWait - time.Since(start))
 	defer deadline.Stop()
 	var poll *time.Timer
 	for {
-		// The first local waiter asks the order every Poll (sooner when
-		// the pace or the keys say so); the others get their turn when the
-		// one before them leaves, and ask only as a backstop should the
-		// local order ever differ from the shared one. The backstop is
-		// rare: with 500 waiters a 200 ms backstop is 2,500 Lua steps a
-		// second; with it, on the loaded box, 485 steps ran over
-		// admission.redis_timeout and fell back to per-replica order in
-		// the 200-agent fairness run (gold's share 0.61 for 0.75).
-		next := max(50*q.opts.Poll, backstopPoll)
-		if head {
-			next = q.opts.Poll
-			switch {
-			case d.Wait > 0:
-				next = min(d.Wait, next)
-			case !ready && ra > 0:
-				next = min(ra, next)
-			}
-		}
+		next := q.pollInterval(head, &last)
 		if poll == nil {
 			poll = time.NewTimer(next)
 			defer poll.Stop()
@@ -246,11 +248,7 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 			return Result{Reason: ReasonCancelled, Waited: time.Since(start)}
 		case <-deadline.C:
 			q.leave(order, &w.t)
-			retry := ra
-			if pace.Rate > 0 {
-				retry = max(retry, time.Duration(float64(d.Ahead+1)/pace.Rate*float64(time.Second)))
-			}
-			return q.refuse(req, ReasonTimeout, max(retry, d.Wait), start)
+			return q.refuse(req, ReasonTimeout, last.timeoutRetry(), start)
 		case <-turn:
 			// First here now: ask the order at once (the waiter before it
 			// was just admitted or left).
@@ -260,20 +258,53 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 		if head {
 			w.t.Lead = max(q.opts.Lead, 0)
 		}
-		ready, ra, pace = q.capacity(capacity)
-		d, err = q.step(ctx, &order, &w.t, pace, ready)
+		var err error
+		last.ready, last.ra, last.pace = q.capacity(capacity)
+		last.d, err = q.step(ctx, &order, &w.t, last.pace, last.ready)
 		if err != nil {
 			q.leave(order, &w.t)
-			return q.refuse(req, ReasonOrderDown, ra, start)
+			return q.refuse(req, ReasonOrderDown, last.ra, start)
 		}
-		paced = paced || d.Wait > 0
-		if d.Admitted {
+		paced = paced || last.d.Wait > 0
+		if last.d.Admitted {
 			waited := time.Since(start)
 			q.opts.Metrics.admitted(req, waited, paced)
 			q.counts.afterWait.Add(1)
 			return Result{Admitted: true, Waited: waited, Paced: paced}
 		}
 	}
+}
+
+// pollInterval is how long a waiter sleeps before it asks the order
+// again. The first local waiter asks every Poll (sooner when the pace or
+// the keys say so); the others get their turn when the one before them
+// leaves, and ask only as a backstop should the local order ever differ
+// from the shared one. The backstop is rare: with 500 waiters a 200 ms
+// backstop is 2,500 Lua steps a second; with it, on the loaded box, 485
+// steps ran over admission.redis_timeout and fell back to per-replica
+// order in the 200-agent fairness run (gold's share 0.61 for 0.75).
+func (q *Queue) pollInterval(head bool, last *stepState) time.Duration {
+	if !head {
+		return max(50*q.opts.Poll, backstopPoll)
+	}
+	switch {
+	case last.d.Wait > 0:
+		return min(last.d.Wait, q.opts.Poll)
+	case !last.ready && last.ra > 0:
+		return min(last.ra, q.opts.Poll)
+	}
+	return q.opts.Poll
+}
+
+// timeoutRetry is the Retry-After of a request that waited its maximum:
+// when the keys return, or when the pace reaches its place in the order,
+// whichever is later.
+func (s *stepState) timeoutRetry() time.Duration {
+	retry := s.ra
+	if s.pace.Rate > 0 {
+		retry = max(retry, time.Duration(float64(s.d.Ahead+1)/s.pace.Rate*float64(time.Second)))
+	}
+	return max(retry, s.d.Wait)
 }
 
 // capacity asks the keys, applying Options.Burst to the scope's pace.

@@ -141,3 +141,46 @@ func TestQueueBurstFloor(t *testing.T) {
 		})
 	}
 }
+
+func TestPollInterval(t *testing.T) {
+	q := New(Options{Poll: 20 * time.Millisecond})
+	for _, c := range []struct {
+		name string
+		head bool
+		last stepState
+		want time.Duration
+	}{
+		{"behind the first: backstop only", false, stepState{d: Decision{Wait: 5 * time.Millisecond}}, time.Second},
+		{"first: every poll", true, stepState{ready: true}, 20 * time.Millisecond},
+		{"first, pace due sooner", true, stepState{d: Decision{Wait: 5 * time.Millisecond}}, 5 * time.Millisecond},
+		{"first, pace due later", true, stepState{d: Decision{Wait: 50 * time.Millisecond}}, 20 * time.Millisecond},
+		{"first, keys back sooner", true, stepState{ra: 3 * time.Millisecond}, 3 * time.Millisecond},
+		{"first, keys ready: their retry-after does not count", true, stepState{ready: true, ra: 3 * time.Millisecond}, 20 * time.Millisecond},
+		{"first, pace before keys", true, stepState{d: Decision{Wait: 7 * time.Millisecond}, ra: 3 * time.Millisecond}, 7 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := q.pollInterval(c.head, &c.last); got != c.want {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestTimeoutRetry(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		last stepState
+		want time.Duration
+	}{
+		{"keys' retry-after", stepState{ra: 2 * time.Second}, 2 * time.Second},
+		{"place in a paced order", stepState{d: Decision{Ahead: 19}, pace: Pace{Rate: 10}}, 2 * time.Second},
+		{"keys later than the place", stepState{ra: 3 * time.Second, d: Decision{Ahead: 4}, pace: Pace{Rate: 10}}, 3 * time.Second},
+		{"pace's next slot later still", stepState{ra: time.Second, d: Decision{Wait: 4 * time.Second}}, 4 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.last.timeoutRetry(); got != c.want {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -167,20 +167,52 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 	return !kp.excluded(in, req, k)
 }
 
-// pick selects and reserves a key, or returns an *ExhaustedError.
+// pick selects and reserves a key, or returns an *ExhaustedError (or a
+// *pacedError when every usable key's next slot is beyond in.paceBudget).
+// The selection and the reservation happen under one hold of kp.mu, so no
+// other pick can take the slot in between; metrics wait until it is free.
 func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
-	now := in.now
 	kp.mu.Lock()
-	kp.housekeep(now, in.pol)
-	in.overflow = false
-	any := false
+	kp.housekeep(in.now, in.pol)
+	k, booked, err := kp.selectLocked(in, req)
+	if err != nil {
+		kp.mu.Unlock()
+		return Lease{}, err
+	}
+	if k == nil {
+		ex := kp.exhaustedLocked(in, req)
+		kp.mu.Unlock()
+		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
+		return Lease{}, ex
+	}
+	l := kp.reserveLocked(in, req, k, booked)
+	kp.mu.Unlock()
+	k.m.inFlight.Inc()
+	return l, nil
+}
+
+// markEligibleLocked sets k.ok on every key that may take req under in
+// (weighted, the requested key if one is named, eligible) and reports
+// whether any may. Caller holds kp.mu.
+func (kp *KeyPool) markEligibleLocked(in *pickInput, req *PickRequest) (some bool) {
 	for _, k := range kp.keys {
 		k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
-		any = any || k.ok
+		some = some || k.ok
 	}
-	var k *keyState
-	var booked time.Duration // the slot taken on k is this far ahead
-	if !any && in.pacing {
+	return some
+}
+
+// selectLocked chooses the key for req: a strictly eligible one, else the
+// soonest paced slot, else (best effort) any key that is not open, else
+// (last resort) the open key that reopens soonest; nil when none will do.
+// booked is how far ahead the slot taken on a paced key is. err is a
+// *pacedError when the soonest slot is beyond in.paceBudget. It leaves
+// in.overflow set when the key came from the best-effort or last-resort
+// pass. Caller holds kp.mu.
+func (kp *KeyPool) selectLocked(in *pickInput, req *PickRequest) (k *keyState, booked time.Duration, err error) {
+	in.overflow = false
+	some := kp.markEligibleLocked(in, req)
+	if !some && in.pacing {
 		// Keys whose only reason to wait is their pace: book the soonest
 		// slot (the caller waits for it) rather than overflow onto a key
 		// whose provider window may be full. Booking moves the key's next
@@ -188,40 +220,46 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 		// another key's: no herd of waiters racing for one slot.
 		if sk, wait, ok := kp.soonestPacedLocked(in, req); ok {
 			if wait > in.paceBudget {
-				kp.mu.Unlock()
-				return Lease{}, &pacedError{wait: wait}
+				return nil, 0, &pacedError{wait: wait}
 			}
-			k, booked, any = sk, wait, true
+			k, booked, some = sk, wait, true
 		}
 	}
-	if !any && req.BestEffort {
+	if !some && req.BestEffort {
 		in.overflow = true
-		for _, k := range kp.keys {
-			k.ok = k.cfg.Weight > 0 && (req.Key == "" || k.cfg.ID == req.Key) && kp.eligible(in, req, k)
-			any = any || k.ok
-		}
+		some = kp.markEligibleLocked(in, req)
 	}
 	switch {
 	case k != nil: // a paced key's slot, booked above
-	case any && req.Sticky != "":
+	case some && req.Sticky != "":
 		k = stickyPick(kp.keys, fnv64(req.Sticky))
-	case any:
+	case some:
 		k = swrr(kp.keys)
 	case req.LastResort && req.Key == "":
 		k = kp.lastResortLocked(in, req)
 		in.overflow = k != nil
 	}
-	if k == nil {
-		ra := kp.retryAfterLocked(in, req)
-		if !kp.healthyLocked(now) {
-			// Every key is open: the backend comes back through EDS.
-			ra = max(ra, kp.backAtLocked(now).Sub(now))
-		}
-		failing := kp.failingLocked(now)
-		kp.mu.Unlock()
-		kp.owner.metrics.pickFailures.WithLabelValues(kp.name).Inc()
-		return Lease{}, &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: failing}
+	return k, booked, nil
+}
+
+// exhaustedLocked is the refusal when no key will do: when the client may
+// come back, and whether the backend is failing rather than busy. Caller
+// holds kp.mu.
+func (kp *KeyPool) exhaustedLocked(in *pickInput, req *PickRequest) *ExhaustedError {
+	now := in.now
+	ra := kp.retryAfterLocked(in, req)
+	if !kp.healthyLocked(now) {
+		// Every key is open: the backend comes back through EDS.
+		ra = max(ra, kp.backAtLocked(now).Sub(now))
 	}
+	return &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: kp.failingLocked(now)}
+}
+
+// reserveLocked charges the pick of k to its breaker (a half-open key's
+// probe), in-flight count, token budget, window and pace, records the
+// lease and returns it. Caller holds kp.mu.
+func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, booked time.Duration) Lease {
+	now := in.now
 	in.overflow = in.overflow && !k.br.allow(now)
 	probe := false
 	if k.br.allow(now) {
@@ -246,11 +284,8 @@ func (kp *KeyPool) pick(in *pickInput, req *PickRequest) (Lease, error) {
 	}
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
-	l := Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
+	return Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
 		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked}
-	kp.mu.Unlock()
-	k.m.inFlight.Inc()
-	return l, nil
 }
 
 // undo takes back a pick the shared limiter or the key's pace refused.
@@ -452,107 +487,167 @@ func (kp *KeyPool) refreshLocked(now time.Time) bool {
 	return flipped
 }
 
-// observe applies one outcome for key k of request req.
+// observe applies one outcome for key k of request req. The key's state
+// changes under kp.mu; metrics, logs and Redis come after it is released
+// (reportObserved), so no I/O happens under the lock.
 func (kp *KeyPool) observe(k *keyState, req string, o Outcome, release, probe bool) {
 	p := kp.owner
 	now := p.clock.Now()
 	pol := p.pol.Load()
 	kp.mu.Lock()
-	released := false
-	if release {
-		var wasProbe bool
-		released, wasProbe = kp.leases.release(leaseKey{req, k})
-		probe = probe || wasProbe
-	}
-	if released {
-		k.inFlight--
-	}
-	cls := o.class()
-	if cls == classNone {
-		if probe {
+	ob := observation{cls: o.class(), status: o.Status}
+	ob.released, ob.probe = kp.releaseLeaseLocked(k, req, release, probe)
+	if ob.cls == classNone {
+		// No response seen: only the slot (and a probe) is given back.
+		if ob.probe {
 			k.br.releaseProbe()
 		}
 		k.syncProbe = false
 		kp.mu.Unlock()
-		if released {
+		if ob.released {
 			k.m.inFlight.Dec()
 		}
 		return
 	}
-	keyID := k.cfg.ID // k.cfg may change under SetConfig once unlocked
+	kp.applyLocked(k, req, o, now, pol, &ob)
+	kp.mu.Unlock()
+	kp.reportObserved(k, req, now, &ob)
+}
+
+// observation is what observe changed on a key under kp.mu, carried out
+// of the lock for reportObserved.
+type observation struct {
+	cls      outcomeClass
+	status   int  // the upstream HTTP status
+	failed   bool // Outcome.Failed: the request should not retry on the key
+	released bool // the attempt's lease was found and freed
+	probe    bool // the attempt was the key's half-open probe
+	keyID    string
+
+	learned                bool // the provider stated new limits
+	learnedRPM, learnedTPM int
+	learnedWindow          time.Duration
+	paced                  bool // a short refusal: the provider's pace, not a failure
+
+	wasState State
+	wasTrips int
+	changed  bool // the breaker moved
+	flipped  bool // so did the backend's health
+	st       State
+	rs       remoteState // the breaker after the outcome, as shared
+}
+
+// releaseLeaseLocked frees the attempt's lease when release is set and
+// reports whether it was found and whether it (or the caller) was the
+// key's probe. Caller holds kp.mu.
+func (kp *KeyPool) releaseLeaseLocked(k *keyState, req string, release, probe bool) (released, wasProbe bool) {
+	if release {
+		released, wasProbe = kp.leases.release(leaseKey{req, k})
+	}
+	if released {
+		k.inFlight--
+	}
+	return released, probe || wasProbe
+}
+
+// applyLocked feeds outcome o to k: the limits and token budget the
+// provider stated, the refusal mix, the request's tried keys and the
+// breaker; ob records what changed. o comes by value: the key's
+// learners take copies of it, and copying from a pointer cost every
+// report about 30 ns. Caller holds kp.mu.
+func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time, pol *policy, ob *observation) {
+	ob.keyID = k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
-	learned := k.learn(o)
-	learnedRPM, learnedTPM, learnedWindow := k.learnedRPM, k.learnedTPM, k.sharedWindow()
-	paced := k.noteRefusal(o)
+	ob.learned = k.learn(o)
+	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
+	ob.paced = k.noteRefusal(o)
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
 	}
 	k.syncProbe = false
-	if cls == classSuccess {
+	if ob.cls == classSuccess {
 		k.lastSuccess = now
 	}
-	if o.Failed() {
+	ob.failed = o.Failed()
+	if ob.failed {
 		kp.tried.add(req, k)
 	}
-	wasState, wasTrips := k.br.State(now), k.br.trips
-	changed := false
-	if !paced {
+	ob.wasState, ob.wasTrips = k.br.State(now), k.br.trips
+	if !ob.paced {
 		// A short refusal is the provider's pace, not a failure: the
 		// request retries on another key (tried above) and the key keeps
 		// serving its good share.
-		changed = k.br.observe(now, o, &pol.br, kp.rng.Float64())
+		ob.changed = k.br.observe(now, o, &pol.br, kp.rng.Float64())
 	}
-	st := k.br.State(now)
-	rs := k.br.export()
-	reason := k.br.reason
-	flipped := false
-	if changed {
-		flipped = kp.refreshLocked(now)
+	ob.st = k.br.State(now)
+	ob.rs = k.br.export()
+	if ob.changed {
+		ob.flipped = kp.refreshLocked(now)
 	}
-	kp.mu.Unlock()
+}
 
-	if released {
+// reportObserved makes what applyLocked changed known: metrics and logs,
+// the other replicas through Redis, and this replica's health watchers.
+// Runs without kp.mu.
+func (kp *KeyPool) reportObserved(k *keyState, req string, now time.Time, ob *observation) {
+	p := kp.owner
+	kp.countObserved(k, ob)
+	if ob.changed {
+		kp.announceTransition(k, now, ob)
+	}
+	if ob.paced {
+		p.mix.refused()
+	}
+	if ob.learned && p.sync != nil {
+		p.sync.publishLimits(kp.name, ob.keyID, ob.learnedRPM, ob.learnedTPM, ob.learnedWindow)
+	}
+	if ob.failed && req != "" && p.sync != nil {
+		p.sync.addTried(req, ob.keyID)
+	}
+	if ob.flipped {
+		p.signal()
+	}
+	if ob.changed && ob.st == Open {
+		p.wake()
+	}
+}
+
+// countObserved updates the key's in-flight, probe and auth-failure
+// metrics for one outcome. Runs without kp.mu.
+func (kp *KeyPool) countObserved(k *keyState, ob *observation) {
+	if ob.released {
 		k.m.inFlight.Dec()
 	}
-	if probe {
-		if cls == classSuccess {
+	if ob.probe {
+		if ob.cls == classSuccess {
 			k.m.probeOK.Inc()
 		} else {
 			k.m.probeFail.Inc()
 		}
 	}
-	if cls == classAuth {
-		p.metrics.authFailures.WithLabelValues(kp.name, keyID, strconv.Itoa(o.Status)).Inc()
+	if ob.cls == classAuth {
+		p := kp.owner
+		p.metrics.authFailures.WithLabelValues(kp.name, ob.keyID, strconv.Itoa(ob.status)).Inc()
 		p.log.Error("keypool: the provider refused a key; it is out of rotation until its auth cooldown ends", "backend", kp.name,
-			"key", keyID, "status", o.Status, "until", rs.Until.Format(time.RFC3339))
+			"key", ob.keyID, "status", ob.status, "until", ob.rs.Until.Format(time.RFC3339))
 	}
-	if changed {
-		k.m.state.Set(float64(st))
-		if rs.Trips > wasTrips || st == Open && wasState != Open {
-			p.metrics.trips.WithLabelValues(kp.name, keyID, string(reason)).Inc()
-			p.log.Info("keypool: key opened", "backend", kp.name, "key", keyID,
-				"reason", string(reason), "status", o.Status, "open_for", rs.Until.Sub(now).Round(time.Millisecond))
-		} else if st == Closed && wasState != Closed {
-			p.log.Info("keypool: key closed", "backend", kp.name, "key", keyID)
-		}
-		if p.sync != nil {
-			p.sync.publish(kp.name, keyID, rs)
-		}
+}
+
+// announceTransition records a breaker move of k: its state gauge, a
+// trip's count and log line (or the close's), and the new state for the
+// other replicas. Runs without kp.mu.
+func (kp *KeyPool) announceTransition(k *keyState, now time.Time, ob *observation) {
+	p := kp.owner
+	k.m.state.Set(float64(ob.st))
+	if ob.rs.Trips > ob.wasTrips || ob.st == Open && ob.wasState != Open {
+		p.metrics.trips.WithLabelValues(kp.name, ob.keyID, string(ob.rs.Reason)).Inc()
+		p.log.Info("keypool: key opened", "backend", kp.name, "key", ob.keyID,
+			"reason", string(ob.rs.Reason), "status", ob.status, "open_for", ob.rs.Until.Sub(now).Round(time.Millisecond))
+	} else if ob.st == Closed && ob.wasState != Closed {
+		p.log.Info("keypool: key closed", "backend", kp.name, "key", ob.keyID)
 	}
-	if paced {
-		p.mix.refused()
-	}
-	if learned && p.sync != nil {
-		p.sync.publishLimits(kp.name, keyID, learnedRPM, learnedTPM, learnedWindow)
-	}
-	if o.Failed() && req != "" && p.sync != nil {
-		p.sync.addTried(req, keyID)
-	}
-	if flipped {
-		p.signal()
-	}
-	if changed && st == Open {
-		p.wake()
+	if p.sync != nil {
+		p.sync.publish(kp.name, ob.keyID, ob.rs)
 	}
 }
 

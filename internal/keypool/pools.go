@@ -238,12 +238,7 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	}
 	now := p.clock.Now()
 	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
-	if req.Attempt > 1 && req.RequestID != "" && p.sync != nil {
-		in.remoteTried = p.sync.tried(ctx, req.RequestID)
-	}
-	if p.sync != nil && in.pol.failClosed {
-		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
-	}
+	p.readShared(ctx, &in, &req)
 	var paced time.Duration // waited for keys' paces so far
 	noPace := false         // waited the bound: pick as without the pace
 	defer func() {
@@ -268,61 +263,113 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			return Lease{}, err
 		}
 		if l.pace > 0 {
-			wait := l.booked
-			if p.sync != nil {
-				ok, w, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace, in.paceBudget)
-				if perr == nil && !ok {
-					// Other replicas took the key's slots that far ahead:
-					// skip it until its next one.
-					kp.undo(in.now, l, req.EstTokens, time.Time{}, in.now.Add(w))
-					continue
-				}
-				if perr == nil {
-					wait = w // Redis's clock and every replica's bookings
-				} // perr: Redis did not answer; this replica's booking stands.
+			waited, taken, err := p.awaitSlot(ctx, kp, backend, &in, &req, &l)
+			if err != nil {
+				return Lease{}, err
 			}
-			if wait > 0 {
-				if err := sleepCtx(ctx, wait); err != nil {
-					l.Release()
-					return Lease{}, fmt.Errorf("keypool: pick: %w", err)
-				}
-				paced += wait
-			}
-		}
-		if in.enforceWindow || in.bypass {
-			l.key.m.picks.Inc()
-			p.mix.add(req.Attempt)
-			return l, nil
-		}
-		ok, retryAfter, err := p.limiter.Allow(ctx, l.KeyID, req.EstTokens)
-		switch {
-		case err != nil:
-			// The shared limiter is unreachable: let the local windows
-			// decide for a second, then ask it again.
-			if prev := p.limiterDown.Swap(in.now.Add(time.Second).UnixNano()); prev < in.now.UnixNano() {
-				p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
-			}
-			kp.undo(in.now, l, req.EstTokens, time.Time{}, time.Time{})
-		case ok:
-			l.key.m.picks.Inc()
-			p.mix.add(req.Attempt)
-			return l, nil
-		default:
-			kp.undo(in.now, l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)), time.Time{})
-			if req.BestEffort && in.overflow {
-				in.bypass = true // every key is over its shared limit: send anyway (see BestEffort)
+			if !taken {
 				continue
 			}
-			if in.nskip == maxSkip {
-				return Lease{}, &ExhaustedError{Backend: backend, RetryAfter: max(retryAfter, time.Second)}
-			}
-			in.skip[in.nskip] = l.key
-			in.nskip++
+			paced += waited
+		}
+		if in.enforceWindow || in.bypass {
+			p.granted(&l, req.Attempt)
+			return l, nil
+		}
+		ok, err := p.allowShared(ctx, kp, backend, &in, &req, &l)
+		switch {
+		case err != nil:
+			return Lease{}, err
+		case ok:
+			p.granted(&l, req.Attempt)
+			return l, nil
+		case in.bypass:
+			continue // every key is over its shared limit: send anyway (see BestEffort)
 		}
 		if err := ctx.Err(); err != nil {
 			return Lease{}, fmt.Errorf("keypool: pick: %w", err)
 		}
 	}
+}
+
+// granted counts a pick that stands, before its lease is handed out.
+func (p *Pools) granted(l *Lease, attempt int) {
+	l.key.m.picks.Inc()
+	p.mix.add(attempt)
+}
+
+// readShared adds to in what Redis knows of the request: the keys its
+// earlier attempts failed on (only for a retry with a request id), and,
+// under failure_modes.breaker_sync closed, since when the other replicas'
+// breaker state is unknown.
+func (p *Pools) readShared(ctx context.Context, in *pickInput, req *PickRequest) {
+	if req.Attempt > 1 && req.RequestID != "" && p.sync != nil {
+		in.remoteTried = p.sync.tried(ctx, req.RequestID)
+	}
+	if p.sync != nil && in.pol.failClosed {
+		in.unknownSince, in.syncUnknown = p.sync.unknownSince(in.now)
+	}
+}
+
+// awaitSlot has Redis confirm the pace slot kp.pick booked on l's key in
+// this replica's view, then waits for it; waited is how long. taken is
+// false when other replicas took the key's slots further ahead than the
+// pick may wait: the pick is undone and the key skipped until its next
+// slot. Without Redis, or when it does not answer, this replica's
+// booking stands. err: ctx ended during the wait (the lease is released).
+func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *pickInput, req *PickRequest, l *Lease) (waited time.Duration, taken bool, err error) {
+	wait := l.booked
+	if p.sync != nil {
+		ok, w, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace, in.paceBudget)
+		if perr == nil && !ok {
+			kp.undo(in.now, *l, req.EstTokens, time.Time{}, in.now.Add(w))
+			return 0, false, nil
+		}
+		if perr == nil {
+			wait = w // Redis's clock and every replica's bookings
+		} // perr: Redis did not answer; this replica's booking stands.
+	}
+	if wait <= 0 {
+		return 0, true, nil
+	}
+	if err := sleepCtx(ctx, wait); err != nil {
+		l.Release()
+		return 0, false, fmt.Errorf("keypool: pick: %w", err)
+	}
+	return wait, true, nil
+}
+
+// allowShared asks the shared limiter whether l's key may take the
+// attempt. ok: the lease stands. Otherwise the pick is undone and the
+// caller picks again: on the local windows for a second when the limiter
+// is unreachable; past every refused key in in.skip, or with in.bypass
+// set when a best-effort pick already overflowed (every key is over its
+// shared limit). err is an *ExhaustedError once in.skip is full.
+func (p *Pools) allowShared(ctx context.Context, kp *KeyPool, backend string, in *pickInput, req *PickRequest, l *Lease) (bool, error) {
+	ok, retryAfter, err := p.limiter.Allow(ctx, l.KeyID, req.EstTokens)
+	switch {
+	case err != nil:
+		// The shared limiter is unreachable: let the local windows
+		// decide for a second, then ask it again.
+		if prev := p.limiterDown.Swap(in.now.Add(time.Second).UnixNano()); prev < in.now.UnixNano() {
+			p.log.Warn("keypool: key limiter failed; using local windows", "backend", backend, "key", l.KeyID, "err", err)
+		}
+		kp.undo(in.now, *l, req.EstTokens, time.Time{}, time.Time{})
+		return false, nil
+	case ok:
+		return true, nil
+	}
+	kp.undo(in.now, *l, req.EstTokens, in.now.Add(max(retryAfter, 100*time.Millisecond)), time.Time{})
+	if req.BestEffort && in.overflow {
+		in.bypass = true
+		return false, nil
+	}
+	if in.nskip == maxSkip {
+		return false, &ExhaustedError{Backend: backend, RetryAfter: max(retryAfter, time.Second)}
+	}
+	in.skip[in.nskip] = l.key
+	in.nskip++
+	return false, nil
 }
 
 // Report feeds the outcome of an attempt seen without its Lease (on any

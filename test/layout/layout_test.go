@@ -109,7 +109,7 @@ func TestPolicyPackagesImportNoTransport(t *testing.T) {
 // reads on one screen.
 var dataPath = []string{
 	"extproc", "internal/routing", "internal/jsonscan", "internal/sse", "internal/chatreq",
-	"internal/accounting/usage", "internal/subkey",
+	"internal/accounting/usage", "internal/subkey", "internal/keypool", "internal/admission",
 }
 
 const maxFuncLines = 80
