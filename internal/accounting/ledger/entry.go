@@ -103,6 +103,7 @@ const (
 	fieldRequests  = "req"
 	fieldInput     = "in"
 	fieldOutput    = "out"
+	fieldTotal     = "total"
 	fieldCached    = "cached"
 	fieldReasoning = "reasoning"
 	fieldCost      = "cost"
