@@ -8,7 +8,7 @@ import (
 
 // The status page is plain HTML, CSS and JS with no external assets, so it
 // works on an air-gapped admin port. It polls /readyz, /keys, /budgets,
-// /admission and /refusals.
+// /admission, /refusals and /usage's month rankings of keys and runs.
 //
 //go:embed static
 var staticFiles embed.FS
