@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
 	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
+	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
@@ -135,8 +139,12 @@ func TestStatusPageTopKeysAndRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ts := startServer(t, opts)
-	dom := string(runChromium(t, ts.URL+"/status", "--dump-dom"))
+	url := serveWithKeyList(t, New(opts).Handler(), `{"keys":[
+		{"id":"sk_red_a","tenant":"team-red","budget":{"amount":2,"period":"run","hard_cap":true}},
+		{"id":"sk_blue_b","tenant":"team-blue","budget":{"amount":10,"period":"month"}},
+		{"id":"sk_gone","tenant":"team-red","revoked":true,"budget":{"amount":1,"period":"day"}},
+		{"id":"sk_red_c","tenant":"team-red"}]}`)
+	dom := string(runChromium(t, url+"/status", "--dump-dom"))
 	if !strings.Contains(dom, `data-loaded="true"`) {
 		t.Fatalf("page never finished its first poll:\n%s", dom)
 	}
@@ -161,4 +169,41 @@ func TestStatusPageTopKeysAndRuns(t *testing.T) {
 	if m := contains(budgets, `data-near="true"`, "near cap"); len(m) > 0 {
 		t.Errorf("budgets lack %q: %s", m, budgets)
 	}
+	// Sub-keys' stored budgets beside their spend from the ledger: sk_red_a
+	// spent 1.5 of its run budget of 2; revoked keys and keys without a
+	// budget are not shown.
+	if m := contains(budgets, `data-budget-key="sk_red_a" data-percent="75.0" data-near="true"`, "team-red / sk_red_a (run)", "1.50 / 2.00 USD (75.0%) hard cap",
+		`data-budget-key="sk_blue_b" data-percent="2.5"`, "team-blue / sk_blue_b (month)"); len(m) > 0 {
+		t.Errorf("sub-key budgets lack %q: %s", m, budgets)
+	}
+	if strings.Contains(budgets, "sk_gone") || strings.Contains(budgets, `data-budget-key="sk_red_c"`) {
+		t.Errorf("a revoked or unbudgeted key is shown: %s", budgets)
+	}
+	if strings.Index(budgets, "sk_red_a") > strings.Index(budgets, `data-tenant="team-blue"`) {
+		t.Errorf("the sub-key at 75%% is not before the tenant at 20%%: %s", budgets)
+	}
+	if dir := os.Getenv("SWARMGATE_SCREENSHOT_DIR"); dir != "" {
+		runChromium(t, url+"/status", "--screenshot="+filepath.Join(dir, "status-usage.png"), "--window-size=1280,1400")
+	}
+}
+
+// serveWithKeyList serves h on a porttest port, with GET /v1/keys
+// answering list (a key API as the admin token would see it: the page sends
+// no token here, so the real one would refuse).
+func serveWithKeyList(t *testing.T, h http.Handler, list string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/keys", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, list)
+	})
+	mux.Handle("/", h)
+	lis, err := net.Listen("tcp", porttest.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + lis.Addr().String()
 }

@@ -101,13 +101,48 @@ function renderPools(r) {
   summary.textContent = open + " of " + total + " keys open";
 }
 
+// Sub-keys' budgets (stored with the key; period run, day or month) beside
+// the key's spend from the ledger: /v1/keys needs the admin token, so they
+// show only with one. Read every 30 s, not every poll: one /usage?key= per
+// budgeted key, at most 50.
+const KEY_BUDGETS_MS = 30000;
+let keyBudgets = [];
+let keyBudgetsAt = -Infinity;
+
+function keySpend(k, u) {
+  if (!u.ok || !u.body) return 0; // 404: the key has not spent yet
+  if (k.budget.period === "run") return Number(u.body.all_time.cost);
+  if (k.budget.period === "day") {
+    const today = new Date().toISOString().slice(0, 10);
+    const d = (u.body.days || []).find((d) => d.date === today);
+    return d ? Number(d.cost) : 0;
+  }
+  return Number(u.body.total.cost);
+}
+
+async function pollKeyBudgets() {
+  if (Date.now() - keyBudgetsAt < KEY_BUDGETS_MS) return;
+  keyBudgetsAt = Date.now();
+  const r = await getJSON("/v1/keys").catch(() => ({ ok: false }));
+  if (!r.ok || !r.body || !r.body.keys) { keyBudgets = []; return; }
+  const budgeted = r.body.keys.filter((k) => k.budget && k.budget.amount > 0 && !k.revoked && !k.expired).slice(0, 50);
+  keyBudgets = await Promise.all(budgeted.map(async (k) => {
+    const u = await getJSON("/usage?key=" + encodeURIComponent(k.id) + "&tenant=" + encodeURIComponent(k.tenant))
+      .catch(() => ({ ok: false }));
+    const spent = keySpend(k, u);
+    return { tenant: k.tenant, key_id: k.id, period: k.budget.period, spent, limit: k.budget.amount,
+      percent: spent / k.budget.amount * 100, currency: (u.body && u.body.currency) || "", hard_cap: !!k.budget.hard_cap };
+  }));
+}
+
 // Budgets closest to their cap come first; at 75% a budget is "near cap".
-// A budget of a sub-key (when /budgets reports one, with its key_id) is
-// shown under its tenant.
+// A sub-key's budget is shown under its tenant, with its period.
 function renderBudgets(r) {
   const box = document.getElementById("budgets");
   if (!r.ok) { unavailable(box, r); return; }
-  const budgets = r.body.budgets.slice().sort((a, b) => (b.limit > 0 ? b.percent : -1) - (a.limit > 0 ? a.percent : -1));
+  const reported = new Set(r.body.budgets.filter((b) => b.key_id).map((b) => b.key_id));
+  const all = r.body.budgets.concat(keyBudgets.filter((b) => !reported.has(b.key_id)));
+  const budgets = all.sort((a, b) => (b.limit > 0 ? b.percent : -1) - (a.limit > 0 ? a.percent : -1));
   const rows = budgets.map((b) => {
     const pct = b.limit > 0 ? b.percent : 0;
     const level = pct >= 90 ? "bad" : pct >= 75 ? "warn" : "ok";
@@ -115,8 +150,8 @@ function renderBudgets(r) {
     const label = b.limit > 0
       ? money(b.spent) + " / " + money(b.limit) + " " + (b.currency || "") + " (" + pct.toFixed(1) + "%)" + (b.hard_cap ? " hard cap" : "") + (pct >= 75 ? " · near cap" : "")
       : money(b.spent) + " " + (b.currency || "") + " (no budget)";
-    const who = b.key_id ? b.tenant + " / " + b.key_id : b.tenant;
-    return el("div", { class: "budget", "data-tenant": b.tenant, "data-percent": pct.toFixed(1), "data-near": String(pct >= 75) },
+    const who = b.key_id ? b.tenant + " / " + b.key_id + (b.period ? " (" + b.period + ")" : "") : b.tenant;
+    return el("div", { class: "budget", "data-tenant": b.tenant, "data-budget-key": b.key_id || "", "data-percent": pct.toFixed(1), "data-near": String(pct >= 75) },
       el("strong", {}, who),
       el("div", { class: "bar" }, el("div", { class: "fill", "data-level": level })),
       el("span", { class: "muted" }, label));
@@ -196,6 +231,7 @@ function renderRefusals(r) {
 }
 
 async function poll() {
+  await pollKeyBudgets();
   const [ready, keys, budgets, admission, refusals, topKeys, topRuns] = await Promise.all(
     ["/readyz", "/keys", "/budgets", "/admission", "/refusals?limit=50", "/usage?top=keys&limit=10", "/usage?top=label:run&limit=10"].map((p) =>
       getJSON(p).catch((e) => ({ ok: false, status: 0, body: { error: String(e) } }))));
