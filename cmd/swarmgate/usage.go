@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,19 +13,34 @@ import (
 	"github.com/swarmgate/swarmgate/internal/redisconn"
 )
 
+// usageCommand reads the ledger in Redis directly, as the gateway writes
+// it: it needs the config (for Redis and the tenants) and no admin port or
+// token, so it also works from a bastion that reaches Redis only.
 func usageCommand() *cobra.Command {
 	var (
-		flags         common
-		tenant, month string
+		flags                      common
+		tenant, month, key, labelS string
 	)
 	cmd := &cobra.Command{
-		Use:   "usage --tenant T",
-		Short: "print a tenant's usage and cost for a month from the ledger",
-		Long:  "Prints the tenant's ledger: requests, tokens and cost per model, backend and key.",
-		Args:  noArgs,
+		Use:   "usage --tenant T | --key ID | --label NAME=VALUE",
+		Short: "print usage and cost for a month from the ledger: a tenant's, a key's or a label's (a run's)",
+		Long: `Prints the ledger for a month (--month, default this month, UTC).
+
+  --tenant T          the tenant's requests, tokens and cost per model, backend
+                      and upstream key, then its total
+  --key ID            a virtual key's (a sub-key's sk_… or a config key's id):
+                      each day, the month, and all time; --tenant narrows where
+                      the key is looked for
+  --label NAME=VALUE  a label's, e.g. --label run=nightly-42 for the bill of a
+                      run: each day, the month and all time over every tenant
+                      (or --tenant), then each tenant's share
+
+Give one of --key and --label; --tenant alone asks for the tenant's report.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if strings.TrimSpace(tenant) == "" {
-				return usageError{errors.New("--tenant is required")}
+			lb, err := checkUsageFlags(tenant, month, key, labelS, cmd.Flags().Changed("key"), cmd.Flags().Changed("label"))
+			if err != nil {
+				return err
 			}
 			cfg, err := flags.load(config.Options{SkipSecrets: true})
 			if err != nil {
@@ -34,11 +51,46 @@ func usageCommand() *cobra.Command {
 				return err
 			}
 			defer rdb.Close()
-			return ledger.PrintUsage(cmd.Context(), cmd.OutOrStdout(), rdb, cfg, tenant, month)
+			w, ctx := cmd.OutOrStdout(), cmd.Context()
+			switch {
+			case key != "":
+				return ledger.PrintKeyUsage(ctx, w, rdb, cfg, tenant, key, month)
+			case lb != nil:
+				return ledger.PrintLabelUsage(ctx, w, rdb, cfg, tenant, *lb, month)
+			default:
+				return ledger.PrintUsage(ctx, w, rdb, cfg, tenant, month)
+			}
 		},
 	}
 	flags.register(cmd.Flags())
-	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant name (required)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant name (required without --key or --label)")
+	cmd.Flags().StringVar(&key, "key", "", "virtual key id: a sub-key's sk_… or a config key's id")
+	cmd.Flags().StringVar(&labelS, "label", "", "NAME=VALUE, e.g. run=nightly-42")
 	cmd.Flags().StringVar(&month, "month", "", "YYYY-MM (default: this month, UTC)")
 	return cmd
+}
+
+// checkUsageFlags refuses a wrong combination as a usage error (exit 2).
+func checkUsageFlags(tenant, month, key, label string, keyGiven, labelGiven bool) (*ledger.Label, error) {
+	switch {
+	case keyGiven && labelGiven:
+		return nil, usageError{errors.New("give one of --key and --label (counters are per key and per label)")}
+	case keyGiven && strings.TrimSpace(key) == "":
+		return nil, usageError{errors.New("--key needs a key id")}
+	case !keyGiven && !labelGiven && strings.TrimSpace(tenant) == "":
+		return nil, usageError{errors.New("--tenant, --key or --label is required")}
+	}
+	if month != "" {
+		if _, err := time.Parse("2006-01", month); err != nil {
+			return nil, usageError{fmt.Errorf("--month %q: want YYYY-MM", month)}
+		}
+	}
+	if !labelGiven {
+		return nil, nil
+	}
+	lb, ok := ledger.ParseLabel(label)
+	if !ok {
+		return nil, usageError{fmt.Errorf("--label %q: want NAME=VALUE", label)}
+	}
+	return &lb, nil
 }

@@ -8,7 +8,9 @@ import (
 
 // The status page is plain HTML, CSS and JS with no external assets, so it
 // works on an air-gapped admin port. It polls /readyz, /keys, /budgets,
-// /admission and /refusals.
+// /admission, /refusals and /usage's month rankings of keys and runs; with
+// the admin token, every 30 s, /v1/keys and /usage?key= for the sub-keys'
+// stored budgets.
 //
 //go:embed static
 var staticFiles embed.FS

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -59,4 +60,55 @@ func BenchmarkReplayPipelined(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "entries/s")
+}
+
+// BenchmarkRecordLabels is the direct write of an entry with no virtual
+// key or label (the tenant's counters only), a key and no label, and a key
+// with 3 labels (each adds a day, month and all-time hash and a ranking to
+// the script), against a local redis-server.
+func BenchmarkRecordLabels(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		key    string
+		labels map[string]string
+	}{
+		{"tenant-only", "", nil},
+		{"key-0-labels", "sk_0123456789abcdef", nil},
+		{"key-3-labels", "sk_0123456789abcdef", map[string]string{"run": "nightly-42", "team": "search", "stage": "eval"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, _, _ := newTestLedger(b, Options{})
+			e := mixedEntries(1, 11)[0]
+			e.VirtualKeyID, e.Labels = bc.key, bc.labels
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				e.RequestID = "b" + strconv.Itoa(i)
+				i++
+				if err := l.Record(ctx, e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScriptArgs is the client side of one write, without Redis: the
+// keys and arguments built for the script, 0 or 3 labels.
+func BenchmarkScriptArgs(b *testing.B) {
+	for _, n := range []int{0, 3} {
+		b.Run(strconv.Itoa(n)+"-labels", func(b *testing.B) {
+			e := mixedEntries(1, 12)[0]
+			e.VirtualKeyID, e.Labels = "sk_0123456789abcdef", nil
+			if n == 3 {
+				e.Labels = map[string]string{"run": "nightly-42", "team": "search", "stage": "eval"}
+			}
+			o := Options{KeyPrefix: "sg:", DedupeTTL: time.Hour, Retention: time.Hour}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = scriptArgs(&e, o)
+			}
+		})
+	}
 }

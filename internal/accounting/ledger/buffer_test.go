@@ -68,6 +68,7 @@ func TestSpillSurvivesRestartOfProcess(t *testing.T) {
 		t.Fatalf("dropped %g, want the 1 unreadable line", got)
 	}
 	checkLedger(t, b, expected(entries))
+	checkScopes(t, b, entries)
 }
 
 // Without a spill file a full buffer drops its oldest entries, counted.

@@ -69,7 +69,8 @@ tenants:
 		u := pricing.Usage{PromptTokens: 100, CompletionTokens: 50}
 		cost := pricing.RateOf(cfg.Models[0].Targets[0].Price).Cost(u)
 		for range 2 { // a duplicated report
-			if err := l.Record(ctx, ledger.Entry{RequestID: tenant + "-1", Tenant: tenant, Model: "m", Backend: "b", KeyID: "k1", Usage: u, Cost: cost}); err != nil {
+			if err := l.Record(ctx, ledger.Entry{RequestID: tenant + "-1", Tenant: tenant, Model: "m", Backend: "b", KeyID: "k1", Usage: u, Cost: cost,
+				VirtualKeyID: "sk_" + tenant, Labels: map[string]string{"run": "r1", "team": tenant}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -79,6 +80,12 @@ tenants:
 		rep, err := l.Query(ctx, tenant, ledger.MonthOf(time.Now()))
 		if err != nil || rep.Total.Requests != 1 || rep.Total.Cost != cost {
 			t.Fatalf("%s report %+v, %v", tenant, rep.Total, err)
+		}
+		if k, err := l.QueryKey(ctx, tenant, "sk_"+tenant, rep.Month); err != nil || k.AllTime.Requests != 1 || k.Total.Cost != cost {
+			t.Fatalf("%s key report %+v, %v", tenant, k, err)
+		}
+		if top, err := l.TopLabels(ctx, []string{tenant}, rep.Month, "run", 5); err != nil || len(top) != 1 || top[0].Total.Cost != cost {
+			t.Fatalf("%s runs %+v, %v", tenant, top, err)
 		}
 		if n, _ := l.Pending(); n != 0 {
 			t.Fatalf("%s: %d ledger entries buffered (a cluster error?)", tenant, n)
@@ -93,6 +100,11 @@ tenants:
 	}
 	if len(nodesUsed) < 2 {
 		t.Logf("all tenants hashed to one node (%v); keys still verified per slot", nodesUsed)
+	}
+	// A run over the three tenants (three nodes, likely) in one query.
+	run, err := l.QueryLabel(ctx, []string{"acme", "beta", "gamma"}, ledger.Label{Name: "run", Value: "r1"}, ledger.MonthOf(time.Now()))
+	if err != nil || run.Total.Requests != 3 || len(run.Tenants) != 3 {
+		t.Fatalf("run over the cluster: %+v, %v", run, err)
 	}
 	// The hard cap refuses on the cluster too.
 	big := reserve.Request{RequestID: "acme-big", Tenant: "acme", Model: "m", PromptTokens: 1, MaxOutputTokens: 1, Price: config.Price{InputPerMTok: 1e6, OutputPerMTok: 1e6}}

@@ -1,7 +1,9 @@
 // Package ledger is the usage ledger in Redis: per tenant, model, backend and
 // upstream key, per UTC day and month, it counts requests, input, output,
 // cached and reasoning tokens and cost, as reported by the provider (never
-// re-tokenized).
+// re-tokenized). It also counts per virtual key and per label (a sub-key's
+// labels, bounded) by day, month and all time, so a run labelled run=… has
+// its bill in one read (scopes.go).
 //
 // Every write is one Lua script (one round trip) that SET NX's a dedupe key
 // for the request id and HINCRBY's the counters in the same atomic step, so a

@@ -25,8 +25,8 @@ type Entry struct {
 	Backend       string `json:"backend"` // backend that served it
 	KeyID         string `json:"key_id"`  // upstream API key id (never the key)
 	// VirtualKeyID is the client's virtual key: a config key's id or a
-	// sub-key's. Labels are the sub-key's labels, bounded (BoundLabels);
-	// the counters do not break down by either.
+	// sub-key's. Labels are the sub-key's labels, bounded (BoundLabels).
+	// Both have counters of their own (scopes.go).
 	VirtualKeyID string            `json:"virtual_key_id,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	// Status is the HTTP status the client got (0: none, a cut stream).
@@ -103,6 +103,7 @@ const (
 	fieldRequests  = "req"
 	fieldInput     = "in"
 	fieldOutput    = "out"
+	fieldTotal     = "total"
 	fieldCached    = "cached"
 	fieldReasoning = "reasoning"
 	fieldCost      = "cost"

@@ -4,18 +4,25 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
-// Handler serves GET /usage?tenant=T&month=YYYY-MM (month defaults to the
-// current UTC month) as a JSON Report, for the admin port; without tenant it
-// answers a Summary of every configured tenant's month totals. With
-// request_id=ID (tenant optional) it answers that request's Entry, found
-// by the id its answer carried. cfg returns the
-// config in force at each request, so a tenant added by a reload is known
-// at once and a removed one answers 404.
+// Handler serves GET /usage on the admin port, JSON in every answer:
+//
+//   - ?tenant=T&month=YYYY-MM: the tenant's Report (month defaults to the
+//     current UTC month); without tenant, a Summary of every configured
+//     tenant's month totals;
+//   - ?request_id=ID[&tenant=T]: that request's Entry;
+//   - ?key=ID[&tenant=T]: a virtual key's ScopeReport (the key's tenant is
+//     the config's for a config key, else the one it spent under);
+//   - ?label=name=value[&tenant=T]: a label's LabelReport over every
+//     configured tenant (or T);
+//   - ?top=keys|label:NAME[&limit=N][&tenant=T]: the keys or label values
+//     (label:run, the runs) spending most in the month, a TopReport.
+//
+// cfg returns the config in force at each request, so a tenant added by a
+// reload is known at once and a removed one answers 404.
 func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := cfg()
@@ -27,36 +34,43 @@ func (l *Ledger) Handler(cfg func() *config.Config) http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 			return
 		}
-		q := r.URL.Query()
-		tenant, month := q.Get("tenant"), q.Get("month")
-		if month == "" {
-			month = MonthOf(l.opts.Now())
-		}
-		if _, err := time.Parse("2006-01", month); err != nil {
-			writeError(w, http.StatusBadRequest, "month must be YYYY-MM")
-			return
-		}
-		if id := q.Get("request_id"); id != "" {
-			l.serveEntry(w, r, cfg, tenant, id)
-			return
-		}
-		if tenant == "" {
-			l.serveSummary(w, r, cfg, month)
-			return
-		}
-		if _, ok := cfg.Tenant(tenant); !ok {
-			writeError(w, http.StatusNotFound, "unknown tenant")
-			return
-		}
-		rep, err := l.Query(r.Context(), tenant, month)
+		q, err := parseQuery(r.URL.Query(), l.opts.Now())
 		if err != nil {
-			l.log.Error("usage query failed", "tenant", tenant, "month", month, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "usage store unavailable")
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		rep.Currency = cfg.Accounting.Currency
-		writeJSON(w, rep)
+		if q.tenant != "" {
+			if _, ok := cfg.Tenant(q.tenant); !ok {
+				writeError(w, http.StatusNotFound, "unknown tenant")
+				return
+			}
+		}
+		switch {
+		case q.requestID != "":
+			l.serveEntry(w, r, cfg, q.tenant, q.requestID)
+		case q.key != "":
+			l.serveKey(w, r, cfg, q)
+		case q.label != nil:
+			l.serveLabel(w, r, cfg, q)
+		case q.top != "":
+			l.serveTop(w, r, cfg, q)
+		case q.tenant == "":
+			l.serveSummary(w, r, cfg, q.month)
+		default:
+			l.serveTenant(w, r, cfg, q.tenant, q.month)
+		}
 	})
+}
+
+func (l *Ledger) serveTenant(w http.ResponseWriter, r *http.Request, cfg *config.Config, tenant, month string) {
+	rep, err := l.Query(r.Context(), tenant, month)
+	if err != nil {
+		l.log.Error("usage query failed", "tenant", tenant, "month", month, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "usage store unavailable")
+		return
+	}
+	rep.Currency = cfg.Accounting.Currency
+	writeJSON(w, rep)
 }
 
 // Summary is every configured tenant's totals for one month, the answer of

@@ -204,19 +204,47 @@ func parseResult(res []any) (Result, error) {
 
 func scriptArgs(e *Entry, o Options) ([]string, []any) {
 	day := e.Time.Format("2006-01-02")
-	keys := []string{
-		seenKey(o.KeyPrefix, e.Tenant, e.RequestID),
-		MonthKey(o.KeyPrefix, e.Tenant, day[:7]),
-		DayKey(o.KeyPrefix, e.Tenant, day),
+	month := day[:7]
+	names := sortedNames(e.Labels)
+	scoped := len(names)
+	if e.VirtualKeyID != "" {
+		scoped++
 	}
+	keys := make([]string, 3, 3+4*scoped)
+	keys[0] = seenKey(o.KeyPrefix, e.Tenant, e.RequestID)
+	keys[1] = MonthKey(o.KeyPrefix, e.Tenant, month)
+	keys[2] = DayKey(o.KeyPrefix, e.Tenant, day)
 	u := e.Usage
-	args := []any{
-		int64(o.DedupeTTL / time.Second), int64(o.Retention / time.Second), dims(e),
-		"1", u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens,
-		int64(e.Cost), b2i(e.Streamed), b2i(e.Partial), e.detail(),
+	total := u.TotalTokens
+	if total == 0 {
+		total = u.PromptTokens + u.CompletionTokens
 	}
+	args := make([]any, 14, 14+scoped)
+	args[0], args[1], args[2] = int64(o.DedupeTTL/time.Second), int64(o.Retention/time.Second), dims(e)
+	args[3], args[4], args[5], args[6], args[7] = "1", u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens
+	args[8], args[9], args[10], args[11] = int64(e.Cost), b2i(e.Streamed), b2i(e.Partial), total
+	args[12], args[13] = e.detail(), int64(3*scoped)
 	// The script compares against '0' strings; go-redis sends ints as
 	// decimal text, so 0 arrives as "0".
+	if e.VirtualKeyID != "" {
+		keys = append(keys, KeyScopeKey(o.KeyPrefix, e.Tenant, periodDay+day, e.VirtualKeyID),
+			KeyScopeKey(o.KeyPrefix, e.Tenant, periodMonth+month, e.VirtualKeyID),
+			KeyScopeKey(o.KeyPrefix, e.Tenant, periodAll, e.VirtualKeyID))
+	}
+	for _, n := range names {
+		l := Label{Name: n, Value: e.Labels[n]}
+		keys = append(keys, LabelScopeKey(o.KeyPrefix, e.Tenant, periodDay+day, l),
+			LabelScopeKey(o.KeyPrefix, e.Tenant, periodMonth+month, l),
+			LabelScopeKey(o.KeyPrefix, e.Tenant, periodAll, l))
+	}
+	if e.VirtualKeyID != "" {
+		keys = append(keys, keyRankKey(o.KeyPrefix, e.Tenant, month))
+		args = append(args, e.VirtualKeyID)
+	}
+	for _, n := range names {
+		keys = append(keys, labelRankKey(o.KeyPrefix, e.Tenant, month, n))
+		args = append(args, e.Labels[n])
+	}
 	return keys, args
 }
 

@@ -44,7 +44,7 @@ func TestRecordAndQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Counters{Requests: 3, InputTokens: 111, OutputTokens: 26, CachedTokens: 40, ReasoningTokens: 2, Cost: 1057, Streamed: 1, Partial: 1}
+	want := Counters{Requests: 3, InputTokens: 111, OutputTokens: 26, TotalTokens: 137, CachedTokens: 40, ReasoningTokens: 2, Cost: 1057, Streamed: 1, Partial: 1}
 	if rep.Total != want {
 		t.Fatalf("total = %+v, want %+v", rep.Total, want)
 	}

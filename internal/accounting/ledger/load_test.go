@@ -35,9 +35,19 @@ func mixedEntries(n int, seed uint64) []Entry {
 			u.ReasoningTokens = rng.Int64N(u.CompletionTokens + 1)
 		}
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		var labels map[string]string
+		switch rng.IntN(4) { // 0 to 3 labels; runs span tenants
+		case 3:
+			labels = map[string]string{"run": fmt.Sprint("r", rng.IntN(3)), "team": "search", "odd=name": "v|x"}
+		case 2:
+			labels = map[string]string{"run": fmt.Sprint("r", rng.IntN(3)), "team": "ads"}
+		case 1:
+			labels = map[string]string{"run": fmt.Sprint("r", rng.IntN(3))}
+		}
 		out[i] = Entry{
 			RequestID: fmt.Sprintf("req-%d-%d", seed, i),
 			Tenant:    []string{"acme", "beta", "gamma"}[rng.IntN(3)],
+			Labels:    labels,
 			Model:     []string{"gpt-4o", "gpt-4o-mini", "o1"}[m],
 			Backend:   []string{"openai", "relay"}[rng.IntN(2)],
 			KeyID:     fmt.Sprintf("k%d", rng.IntN(4)),
@@ -45,6 +55,7 @@ func mixedEntries(n int, seed uint64) []Entry {
 			Time:     testTime.Add(time.Duration(rng.IntN(20*24)) * time.Hour),
 			Streamed: rng.IntN(2) == 0,
 		}
+		out[i].VirtualKeyID = fmt.Sprintf("sk_%s_%d", out[i].Tenant, rng.IntN(5))
 	}
 	return out
 }
@@ -62,6 +73,7 @@ func expected(entries []Entry) map[string]map[string]Counters {
 			c.Requests++
 			c.InputTokens += e.Usage.PromptTokens
 			c.OutputTokens += e.Usage.CompletionTokens
+			c.TotalTokens += e.Usage.TotalTokens
 			c.CachedTokens += e.Usage.CachedTokens
 			c.ReasoningTokens += e.Usage.ReasoningTokens
 			c.Cost += e.Cost
@@ -149,6 +161,7 @@ func TestLedgerMatchesUpstreamExactly(t *testing.T) {
 		t.Fatalf("written %g, duplicates %g; want 10000 and 2000", written, dups)
 	}
 	checkLedger(t, ls[0], expected(entries))
+	checkScopes(t, ls[0], entries)
 }
 
 // Redis is killed during the load and restarted (empty, as after a crash
@@ -281,6 +294,7 @@ func TestRedisKilledDuringLoad(t *testing.T) {
 		t.Fatal("spill file left behind after replay")
 	}
 	checkLedger(t, ls[1], expected(inNew))
+	checkScopes(t, ls[1], inNew)
 	t.Logf("old server %d, new server %d (spilled %g, replayed %g/%g/%g)", len(entries)-len(inNew), len(inNew),
 		counterValue(ls[0].m.spilled), counterValue(ls[0].m.replayed), counterValue(ls[1].m.replayed), counterValue(ls[2].m.replayed))
 }

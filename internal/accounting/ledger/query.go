@@ -18,9 +18,13 @@ import (
 
 // Counters are the summed usage of a set of entries.
 type Counters struct {
-	Requests        int64         `json:"requests"`
-	InputTokens     int64         `json:"input_tokens"`
-	OutputTokens    int64         `json:"output_tokens"`
+	Requests     int64 `json:"requests"`
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	// TotalTokens is the provider's total (else input + output), counted
+	// by every write since the counters by key and label came; a month
+	// written before that lacks it.
+	TotalTokens     int64         `json:"total_tokens"`
 	CachedTokens    int64         `json:"cached_tokens"`
 	ReasoningTokens int64         `json:"reasoning_tokens"`
 	Cost            pricing.Money `json:"cost"`
@@ -36,6 +40,8 @@ func (c *Counters) set(name string, v int64) {
 		c.InputTokens = v
 	case fieldOutput:
 		c.OutputTokens = v
+	case fieldTotal:
+		c.TotalTokens = v
 	case fieldCached:
 		c.CachedTokens = v
 	case fieldReasoning:

@@ -12,7 +12,8 @@ import (
 // script runs on Redis Cluster; different tenants spread over slots.
 func TestRecordKeysShareASlot(t *testing.T) {
 	for _, tenant := range []string{"acme", "beta", "a.b-c_d"} {
-		e := Entry{RequestID: strings.Repeat("x", 100), Tenant: tenant, Time: time.Now()}
+		e := Entry{RequestID: strings.Repeat("x", 100), Tenant: tenant, Time: time.Now(), VirtualKeyID: "sk_1",
+			Labels: map[string]string{"run": "r{1}", "a=b": "c"}}
 		keys, _ := scriptArgs(&e, Options{KeyPrefix: "sg:"})
 		for _, k := range keys {
 			if redistest.Slot(k) != redistest.Slot(keys[0]) {

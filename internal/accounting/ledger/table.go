@@ -53,3 +53,80 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	return nil
 }
+
+// PrintKeyUsage implements `swarmgate usage --key ID`: a virtual key's days
+// of the month, the month and all time. tenant narrows the search for the
+// key's tenant (empty: every configured tenant).
+func PrintKeyUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg *config.Config, tenant, keyID, month string) error {
+	if tenant != "" {
+		if _, ok := cfg.Tenant(tenant); !ok {
+			return fmt.Errorf("%w %q", errNoTenant, tenant)
+		}
+	}
+	l := New(rdb, OptionsFrom(cfg))
+	if month == "" {
+		month = MonthOf(l.opts.Now())
+	}
+	owner, found, err := l.keyTenant(ctx, cfg, tenant, keyID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("ledger: key %s: %w", keyID, errNoKeyUsage)
+	}
+	rep, err := l.QueryKey(ctx, owner, keyID, month)
+	if err != nil {
+		return err
+	}
+	rep.Currency = cfg.Accounting.Currency
+	fmt.Fprintf(w, "key %s (tenant %s), month %s, cost in %s\n\n", keyID, owner, month, rep.Currency)
+	return writeScopeTable(w, rep, nil)
+}
+
+// PrintLabelUsage implements `swarmgate usage --label name=value`: the
+// label's days, month and all time over every configured tenant (or
+// tenant), then each tenant's share.
+func PrintLabelUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg *config.Config, tenant string, lb Label, month string) error {
+	if tenant != "" {
+		if _, ok := cfg.Tenant(tenant); !ok {
+			return fmt.Errorf("%w %q", errNoTenant, tenant)
+		}
+	}
+	l := New(rdb, OptionsFrom(cfg))
+	if month == "" {
+		month = MonthOf(l.opts.Now())
+	}
+	rep, err := l.QueryLabel(ctx, tenantsOf(cfg, tenant), lb, month)
+	if err != nil {
+		return err
+	}
+	rep.Currency = cfg.Accounting.Currency
+	fmt.Fprintf(w, "label %s, month %s, cost in %s\n\n", lb, month, rep.Currency)
+	return writeScopeTable(w, rep.ScopeReport, rep.Tenants)
+}
+
+// writeScopeTable writes one line per day with usage, the month and all
+// time, then each tenant's month and all time when there are several.
+func writeScopeTable(w io.Writer, r ScopeReport, tenants []TenantScope) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PERIOD\tREQUESTS\tINPUT\tCACHED\tOUTPUT\tREASONING\tTOTAL TOKENS\tCOST\t")
+	line := func(period string, c Counters) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", period,
+			c.Requests, c.InputTokens, c.CachedTokens, c.OutputTokens, c.ReasoningTokens, c.TotalTokens, c.Cost.Short())
+	}
+	for _, d := range r.Days {
+		line(d.Date, d.Counters)
+	}
+	line("MONTH "+r.Month, r.Total)
+	line("ALL TIME", r.AllTime)
+	if len(tenants) > 1 {
+		for _, t := range tenants {
+			line("tenant "+t.Tenant+" month", t.Total)
+			line("tenant "+t.Tenant+" all time", t.AllTime)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("ledger: writing table: %w", err)
+	}
+	return nil
+}

@@ -101,18 +101,58 @@ function renderPools(r) {
   summary.textContent = open + " of " + total + " keys open";
 }
 
+// Sub-keys' budgets (stored with the key; period run, day or month) beside
+// the key's spend from the ledger: /v1/keys needs the admin token, so they
+// show only with one. Read every 30 s, not every poll: one /usage?key= per
+// budgeted key, at most 50.
+const KEY_BUDGETS_MS = 30000;
+let keyBudgets = [];
+let keyBudgetsAt = -Infinity;
+
+function keySpend(k, u) {
+  if (!u.ok || !u.body) return 0; // 404: the key has not spent yet
+  if (k.budget.period === "run") return Number(u.body.all_time.cost);
+  if (k.budget.period === "day") {
+    const today = new Date().toISOString().slice(0, 10);
+    const d = (u.body.days || []).find((d) => d.date === today);
+    return d ? Number(d.cost) : 0;
+  }
+  return Number(u.body.total.cost);
+}
+
+async function pollKeyBudgets() {
+  if (Date.now() - keyBudgetsAt < KEY_BUDGETS_MS) return;
+  keyBudgetsAt = Date.now();
+  const r = await getJSON("/v1/keys").catch(() => ({ ok: false }));
+  if (!r.ok || !r.body || !r.body.keys) { keyBudgets = []; return; }
+  const budgeted = r.body.keys.filter((k) => k.budget && k.budget.amount > 0 && !k.revoked && !k.expired).slice(0, 50);
+  keyBudgets = await Promise.all(budgeted.map(async (k) => {
+    const u = await getJSON("/usage?key=" + encodeURIComponent(k.id) + "&tenant=" + encodeURIComponent(k.tenant))
+      .catch(() => ({ ok: false }));
+    const spent = keySpend(k, u);
+    return { tenant: k.tenant, key_id: k.id, period: k.budget.period, spent, limit: k.budget.amount,
+      percent: spent / k.budget.amount * 100, currency: (u.body && u.body.currency) || "", hard_cap: !!k.budget.hard_cap };
+  }));
+}
+
+// Budgets closest to their cap come first; at 75% a budget is "near cap".
+// A sub-key's budget is shown under its tenant, with its period.
 function renderBudgets(r) {
   const box = document.getElementById("budgets");
   if (!r.ok) { unavailable(box, r); return; }
-  const rows = r.body.budgets.map((b) => {
+  const reported = new Set(r.body.budgets.filter((b) => b.key_id).map((b) => b.key_id));
+  const all = r.body.budgets.concat(keyBudgets.filter((b) => !reported.has(b.key_id)));
+  const budgets = all.sort((a, b) => (b.limit > 0 ? b.percent : -1) - (a.limit > 0 ? a.percent : -1));
+  const rows = budgets.map((b) => {
     const pct = b.limit > 0 ? b.percent : 0;
     const level = pct >= 90 ? "bad" : pct >= 75 ? "warn" : "ok";
     const money = (v) => v.toFixed(2);
     const label = b.limit > 0
-      ? money(b.spent) + " / " + money(b.limit) + " " + (b.currency || "") + " (" + pct.toFixed(1) + "%)" + (b.hard_cap ? " hard cap" : "")
+      ? money(b.spent) + " / " + money(b.limit) + " " + (b.currency || "") + " (" + pct.toFixed(1) + "%)" + (b.hard_cap ? " hard cap" : "") + (pct >= 75 ? " · near cap" : "")
       : money(b.spent) + " " + (b.currency || "") + " (no budget)";
-    return el("div", { class: "budget", "data-tenant": b.tenant, "data-percent": pct.toFixed(1) },
-      el("strong", {}, b.tenant),
+    const who = b.key_id ? b.tenant + " / " + b.key_id + (b.period ? " (" + b.period + ")" : "") : b.tenant;
+    return el("div", { class: "budget", "data-tenant": b.tenant, "data-budget-key": b.key_id || "", "data-percent": pct.toFixed(1), "data-near": String(pct >= 75) },
+      el("strong", {}, who),
       el("div", { class: "bar" }, el("div", { class: "fill", "data-level": level })),
       el("span", { class: "muted" }, label));
   });
@@ -122,6 +162,24 @@ function renderBudgets(r) {
   box.querySelectorAll(".budget").forEach((row) => {
     row.querySelector(".fill").style.width = Math.min(100, parseFloat(row.dataset.percent)) + "%";
   });
+}
+
+// The ledger's month rankings (/usage?top=...): the keys and the runs (the
+// label "run") that spent most. Costs are exact decimal strings.
+function renderTop(bodyId, r, name) {
+  const body = document.getElementById(bodyId);
+  const empty = (msg) => body.replaceChildren(el("tr", {}, el("td", { colSpan: 5, class: "empty" }, msg)));
+  if (!r.ok) { empty((r.body && r.body.error && (r.body.error.message || r.body.error)) || "HTTP " + r.status); return; }
+  const top = (r.body && r.body.top) || [];
+  if (!top.length) { empty("no spend this month"); return; }
+  const cur = r.body.currency || "";
+  body.replaceChildren(...top.map((t) => el("tr", { "data-top": t.tenant + "/" + name(t) },
+    el("td", { class: "key" }, name(t)),
+    el("td", {}, t.tenant),
+    el("td", {}, t.total.requests),
+    el("td", {}, t.total.total_tokens || t.total.input_tokens + t.total.output_tokens),
+    el("td", {}, Number(t.total.cost).toFixed(4) + " " + cur))));
+  document.getElementById("spend-month").textContent = r.body.month || "";
 }
 
 function secs(v) {
@@ -173,15 +231,18 @@ function renderRefusals(r) {
 }
 
 async function poll() {
-  const [ready, keys, budgets, admission, refusals] = await Promise.all(
-    ["/readyz", "/keys", "/budgets", "/admission", "/refusals?limit=50"].map((p) =>
+  await pollKeyBudgets();
+  const [ready, keys, budgets, admission, refusals, topKeys, topRuns] = await Promise.all(
+    ["/readyz", "/keys", "/budgets", "/admission", "/refusals?limit=50", "/usage?top=keys&limit=10", "/usage?top=label:run&limit=10"].map((p) =>
       getJSON(p).catch((e) => ({ ok: false, status: 0, body: { error: String(e) } }))));
   renderReady(ready);
   renderPools(keys);
   renderBudgets(budgets);
   renderAdmission(admission);
   renderRefusals(refusals);
-  document.getElementById("auth").hidden = ![keys, budgets, admission, refusals].some((r) => r.status === 401);
+  renderTop("top-keys", topKeys, (t) => t.key);
+  renderTop("top-runs", topRuns, (t) => t.label.value);
+  document.getElementById("auth").hidden = ![keys, budgets, admission, refusals, topKeys].some((r) => r.status === 401);
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   document.body.dataset.loaded = "true";
 }
