@@ -20,6 +20,7 @@ func usageCommand() *cobra.Command {
 	var (
 		flags                      common
 		tenant, month, key, labelS string
+		asJSON                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "usage --tenant T | --key ID | --label NAME=VALUE",
@@ -35,7 +36,8 @@ func usageCommand() *cobra.Command {
                       run: each day, the month and all time over every tenant
                       (or --tenant), then each tenant's share
 
-Give one of --key and --label; --tenant alone asks for the tenant's report.`,
+Give one of --key and --label; --tenant alone asks for the tenant's report.
+--json prints the report as /usage on the admin listener answers it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lb, err := checkUsageFlags(tenant, month, key, labelS, cmd.Flags().Changed("key"), cmd.Flags().Changed("label"))
@@ -51,14 +53,17 @@ Give one of --key and --label; --tenant alone asks for the tenant's report.`,
 				return err
 			}
 			defer rdb.Close()
-			w, ctx := cmd.OutOrStdout(), cmd.Context()
+			w, ctx, f := cmd.OutOrStdout(), cmd.Context(), ledger.FormatTable
+			if asJSON {
+				f = ledger.FormatJSON
+			}
 			switch {
 			case key != "":
-				return ledger.PrintKeyUsage(ctx, w, rdb, cfg, tenant, key, month)
+				return ledger.PrintKeyUsage(ctx, w, f, rdb, cfg, tenant, key, month)
 			case lb != nil:
-				return ledger.PrintLabelUsage(ctx, w, rdb, cfg, tenant, *lb, month)
+				return ledger.PrintLabelUsage(ctx, w, f, rdb, cfg, tenant, *lb, month)
 			default:
-				return ledger.PrintUsage(ctx, w, rdb, cfg, tenant, month)
+				return ledger.PrintUsage(ctx, w, f, rdb, cfg, tenant, month)
 			}
 		},
 	}
@@ -67,6 +72,7 @@ Give one of --key and --label; --tenant alone asks for the tenant's report.`,
 	cmd.Flags().StringVar(&key, "key", "", "virtual key id: a sub-key's sk_… or a config key's id")
 	cmd.Flags().StringVar(&labelS, "label", "", "NAME=VALUE, e.g. run=nightly-42")
 	cmd.Flags().StringVar(&month, "month", "", "YYYY-MM (default: this month, UTC)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON, as the admin listener's /usage answers it")
 	return cmd
 }
 

@@ -83,6 +83,11 @@ tenants:
 		{[]string{"--key", "sk_a"}, []string{"key sk_a (tenant acme), month " + month, "ALL TIME         4   4000    800     400          0          4400  1.000000"}},
 		{[]string{"--key", "sk_b", "--month", "2000-01"}, []string{"MONTH 2000-01", "ALL TIME         2   2000"}},
 		{[]string{"--tenant", "acme"}, []string{"tenant acme, month " + month, "TOTAL"}},
+		// --json: the report as /usage answers it.
+		{[]string{"--label", "run=nightly-42", "--json"}, []string{`"label": { "name": "run", "value": "nightly-42" }`,
+			`"all_time": { "requests": 6, "input_tokens": 6000, "output_tokens": 600, "total_tokens": 6600, "cached_tokens": 1200`}},
+		{[]string{"--key", "sk_a", "--json"}, []string{`"key": "sk_a"`, `"tenant": "acme"`}},
+		{[]string{"--tenant", "acme", "--json"}, []string{`"tenant": "acme"`, `"total": {`}},
 	} {
 		r := execute(t, "", append([]string{"usage", "--config", cfgPath}, tc.args...)...)
 		if r.code != exitOK {

@@ -135,7 +135,7 @@ func TestPrintUsage(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := PrintUsage(t.Context(), &out, rdb, cfg, "acme", "2026-12"); err != nil {
+	if err := PrintUsage(t.Context(), &out, FormatTable, rdb, cfg, "acme", "2026-12"); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"tenant acme, month 2026-12, cost in EUR", "MODEL", "k0", "1.500000", "0.000001", "TOTAL", "2000", "1.500001", "1 partial"} {
@@ -143,7 +143,7 @@ func TestPrintUsage(t *testing.T) {
 			t.Fatalf("table lacks %q:\n%s", want, out.String())
 		}
 	}
-	if err := PrintUsage(t.Context(), &out, rdb, cfg, "nobody", ""); err == nil {
+	if err := PrintUsage(t.Context(), &out, FormatTable, rdb, cfg, "nobody", ""); err == nil {
 		t.Fatal("unknown tenant accepted")
 	}
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,10 +13,29 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
+// Format is how the Print functions write a report: an aligned table for
+// people, or the JSON the admin listener's /usage answers, for scripts.
+type Format int
+
+const (
+	FormatTable Format = iota
+	FormatJSON
+)
+
+// printJSON writes v as /usage does.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("ledger: writing JSON: %w", err)
+	}
+	return nil
+}
+
 // PrintUsage implements `swarmgate usage --tenant T --month YYYY-MM`: it
-// queries the ledger and writes a table to w. An empty month means the
+// queries the ledger and writes the report to w. An empty month means the
 // current UTC month.
-func PrintUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg *config.Config, tenant, month string) error {
+func PrintUsage(ctx context.Context, w io.Writer, f Format, rdb redis.UniversalClient, cfg *config.Config, tenant, month string) error {
 	if _, ok := cfg.Tenant(tenant); !ok {
 		return fmt.Errorf("%w %q", errNoTenant, tenant)
 	}
@@ -28,6 +48,9 @@ func PrintUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg
 		return err
 	}
 	rep.Currency = cfg.Accounting.Currency
+	if f == FormatJSON {
+		return printJSON(w, rep)
+	}
 	return WriteTable(w, rep)
 }
 
@@ -57,7 +80,7 @@ func WriteTable(w io.Writer, r Report) error {
 // PrintKeyUsage implements `swarmgate usage --key ID`: a virtual key's days
 // of the month, the month and all time. tenant narrows the search for the
 // key's tenant (empty: every configured tenant).
-func PrintKeyUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg *config.Config, tenant, keyID, month string) error {
+func PrintKeyUsage(ctx context.Context, w io.Writer, f Format, rdb redis.UniversalClient, cfg *config.Config, tenant, keyID, month string) error {
 	if tenant != "" {
 		if _, ok := cfg.Tenant(tenant); !ok {
 			return fmt.Errorf("%w %q", errNoTenant, tenant)
@@ -79,6 +102,9 @@ func PrintKeyUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, 
 		return err
 	}
 	rep.Currency = cfg.Accounting.Currency
+	if f == FormatJSON {
+		return printJSON(w, rep)
+	}
 	fmt.Fprintf(w, "key %s (tenant %s), month %s, cost in %s\n\n", keyID, owner, month, rep.Currency)
 	return writeScopeTable(w, rep, nil)
 }
@@ -86,7 +112,7 @@ func PrintKeyUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, 
 // PrintLabelUsage implements `swarmgate usage --label name=value`: the
 // label's days, month and all time over every configured tenant (or
 // tenant), then each tenant's share.
-func PrintLabelUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient, cfg *config.Config, tenant string, lb Label, month string) error {
+func PrintLabelUsage(ctx context.Context, w io.Writer, f Format, rdb redis.UniversalClient, cfg *config.Config, tenant string, lb Label, month string) error {
 	if tenant != "" {
 		if _, ok := cfg.Tenant(tenant); !ok {
 			return fmt.Errorf("%w %q", errNoTenant, tenant)
@@ -101,6 +127,9 @@ func PrintLabelUsage(ctx context.Context, w io.Writer, rdb redis.UniversalClient
 		return err
 	}
 	rep.Currency = cfg.Accounting.Currency
+	if f == FormatJSON {
+		return printJSON(w, rep)
+	}
 	fmt.Fprintf(w, "label %s, month %s, cost in %s\n\n", lb, month, rep.Currency)
 	return writeScopeTable(w, rep.ScopeReport, rep.Tenants)
 }
