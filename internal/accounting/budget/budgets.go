@@ -151,16 +151,21 @@ func (b *Budgets) Observe(_ context.Context, tenant, month string, spent pricing
 		a := Alert{Type: "budget_threshold", Tenant: tenant, Month: month, ThresholdPercent: pct,
 			Spent: spent, Budget: pricing.FromFloat(t.Budget.Monthly), Currency: cfg.Accounting.Currency,
 			HardCap: t.Budget.HardCap && pct >= 100}
-		if _, seen := b.known.LoadOrStore(a.key(), claiming); seen {
-			continue
-		}
-		select {
-		case b.queue <- a:
-		default:
-			b.known.Delete(a.key())
-			b.m.alertsDropped.Inc()
-			b.log.Error("budget alert queue full; alert will be retried on the next write", "tenant", tenant, "threshold_percent", pct)
-		}
+		b.enqueue(a)
+	}
+}
+
+// enqueue queues a claim for a unless this replica has seen it claimed.
+func (b *Budgets) enqueue(a Alert) {
+	if _, seen := b.known.LoadOrStore(a.key(), claiming); seen {
+		return
+	}
+	select {
+	case b.queue <- a:
+	default:
+		b.known.Delete(a.key())
+		b.m.alertsDropped.Inc()
+		b.log.Error("budget alert queue full; alert will be retried on the next write", "tenant", a.Tenant, "key_id", a.KeyID, "threshold_percent", a.ThresholdPercent)
 	}
 }
 
@@ -176,7 +181,7 @@ func thresholds(bg *config.Budget) []float64 {
 const claiming = 0
 
 func (a *Alert) key() string {
-	return a.Tenant + "|" + a.Month + "|" + strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)
+	return a.Tenant + "|" + a.KeyID + "|" + a.Month + "|" + strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)
 }
 
 // Run claims queued alerts in Redis and delivers the ones this replica won,
@@ -197,7 +202,7 @@ const alertTTL = 40 * 24 * time.Hour
 
 func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 	cfg := b.cfg.Load()
-	key := ledger.TenantKey(cfg.Redis.KeyPrefix, a.Tenant, "budget:alert:"+a.Month+":"+strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64))
+	key := ledger.TenantKey(cfg.Redis.KeyPrefix, a.Tenant, a.claimKey())
 	cctx, cancel := context.WithTimeout(ctx, cfg.Redis.ReadTimeout.D()+time.Second)
 	won, err := b.rdb.SetNX(cctx, key, b.opts.Now().UTC().Format(time.RFC3339), alertTTL).Result()
 	cancel()
@@ -211,8 +216,12 @@ func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 		return // another replica fired it
 	}
 	a.Time = b.opts.Now().UTC()
-	b.m.alerts.WithLabelValues(a.Tenant, strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)).Inc()
-	b.log.Warn("budget threshold reached", "tenant", a.Tenant, "month", a.Month,
+	counter := b.m.alerts
+	if a.KeyID != "" {
+		counter = b.m.keyAlerts
+	}
+	counter.WithLabelValues(a.Tenant, strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)).Inc()
+	b.log.Warn("budget threshold reached", "tenant", a.Tenant, "key_id", a.KeyID, "period", a.Period, "month", a.Month,
 		"threshold_percent", a.ThresholdPercent, "spent", a.Spent.String(), "budget", a.Budget.String(),
 		"currency", a.Currency, "hard_cap", a.HardCap)
 	if cfg.Alerts.WebhookURL != "" {

@@ -17,8 +17,12 @@ import (
 
 // Alert is one budget threshold event, also the webhook's JSON body.
 type Alert struct {
-	Type             string        `json:"type"` // "budget_threshold"
-	Tenant           string        `json:"tenant"`
+	Type   string `json:"type"` // "budget_threshold", "key_budget_threshold"
+	Tenant string `json:"tenant"`
+	// KeyID and Period are set on a sub-key budget's alert; Month then
+	// names the period's window ("run", "2006-01-02", "2006-01").
+	KeyID            string        `json:"key_id,omitempty"`
+	Period           string        `json:"period,omitempty"`
 	Month            string        `json:"month"`
 	ThresholdPercent float64       `json:"threshold_percent"`
 	Spent            pricing.Money `json:"spent"`
