@@ -47,6 +47,8 @@ type Budgets struct {
 	// the data path asks Redis at most once per crossing.
 	known sync.Map
 	queue chan Alert
+	// claiming counts alerts Run took off the queue and has not finished.
+	inflight atomic.Int64
 }
 
 // New returns Budgets for cfg. Call Run to deliver alerts.
@@ -192,10 +194,15 @@ func (b *Budgets) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case a := <-b.queue:
+			b.inflight.Add(1)
 			b.claimAndFire(ctx, a)
+			b.inflight.Add(-1)
 		}
 	}
 }
+
+// Pending counts alerts queued or being claimed and delivered.
+func (b *Budgets) Pending() int { return len(b.queue) + int(b.inflight.Load()) }
 
 // alertTTL outlives the month the alert belongs to.
 const alertTTL = 40 * 24 * time.Hour
