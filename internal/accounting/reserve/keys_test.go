@@ -347,3 +347,39 @@ func TestKeySpendCountedThroughAnOutage(t *testing.T) {
 		t.Fatalf("fail closed: %v", err)
 	}
 }
+
+// Left is what remains of the budgets above a new key: spend and holds in
+// flight count as used, and the tightest budget on the chain wins.
+func TestLeft(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(t, srv.Addr, "1m", "")
+	keys := fakeKeys{"minter": capped(0.03, "month"), "c": child("minter", capped(0.01, "run"))}
+	r := New(srv.Client(), cfg, Options{Logger: quietLog(), Keys: keys})
+	ctx := t.Context()
+	ask := func(id string) Reservation {
+		res, err := r.Reserve(ctx, Request{RequestID: id, Tenant: "tree", Model: "big", KeyID: "c", PromptTokens: 1000, MaxOutputTokens: 1000, Price: price})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if err := r.Settle(ctx, ask("a"), pricing.Usage{}, pricing.FromFloat(0.003)); err != nil {
+		t.Fatal(err)
+	}
+	ask("b") // in flight: 0.003 held
+	for _, tc := range []struct {
+		tenant, key string
+		want        float64
+		ok          bool
+	}{
+		{"tree", "minter", 0.024, true}, // 0.03 - 0.003 spent - 0.003 held
+		{"tree", "c", 0.004, true},      // the key's own run budget is tighter
+		{"tree", "", 0.047, true},       // the tenant's: no ledger entry, 0.003 held
+		{"free", "", 0, false},
+	} {
+		got, ok, err := r.Left(ctx, tc.tenant, tc.key)
+		if err != nil || ok != tc.ok || got != pricing.FromFloat(tc.want) {
+			t.Errorf("Left(%s, %q) = %s %v %v, want %v %v", tc.tenant, tc.key, got, ok, err, tc.want, tc.ok)
+		}
+	}
+}
