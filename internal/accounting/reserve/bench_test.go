@@ -49,14 +49,19 @@ func BenchmarkReserveSettle(b *testing.B) {
 	}
 }
 
-// All keys of one reservation script (every scope, the settled marker and
-// the ledger's month hash) are in the tenant's slot, so it runs on Cluster.
+// All keys of one reservation script (every scope, the key budgets' spend
+// counters, the settled marker and the ledger's month hash) are in the
+// tenant's slot, so it runs on Cluster.
 func TestReservationKeysShareASlot(t *testing.T) {
 	r := &Reserver{}
 	keys := []string{ledger.MonthKey("sg:", "acme", "2026-12"), settledKey("sg:", "acme", "req-1")}
 	for _, s := range []string{ScopeTenant, ScopeModel, ScopeKey, ScopeBudget} {
 		z, h := r.scopeKeys("sg:", "acme", s, "gpt-4o:latest", "v1", "2026-12")
 		keys = append(keys, z, h)
+	}
+	for _, w := range []string{"run", "2026-12-05", "2026-12"} {
+		z, h, spend := keyScopeKeys("sg:", "acme", KeyHold{KeyID: "sk_0123456789abcdef", Window: w})
+		keys = append(keys, z, h, spend)
 	}
 	for _, k := range keys {
 		if redistest.Slot(k) != redistest.Slot(keys[0]) {
