@@ -44,7 +44,9 @@ type Budgets struct {
 	m    *metrics
 
 	// known holds alert keys this replica has seen claimed (by anyone), so
-	// the data path asks Redis at most once per crossing.
+	// the data path asks Redis at most once per crossing. A key budget's
+	// day or month alert is forgotten after its window (Run sweeps): keys
+	// are many, and a late repeat is still stopped by the claim in Redis.
 	known sync.Map
 	queue chan Alert
 	// claiming counts alerts Run took off the queue and has not finished.
@@ -159,7 +161,11 @@ func (b *Budgets) Observe(_ context.Context, tenant, month string, spent pricing
 
 // enqueue queues a claim for a unless this replica has seen it claimed.
 func (b *Budgets) enqueue(a Alert) {
-	if _, seen := b.known.LoadOrStore(a.key(), claiming); seen {
+	var v any = claiming
+	if !a.forget.IsZero() {
+		v = a.forget
+	}
+	if _, seen := b.known.LoadOrStore(a.key(), v); seen {
 		return
 	}
 	select {
@@ -189,10 +195,14 @@ func (a *Alert) key() string {
 // Run claims queued alerts in Redis and delivers the ones this replica won,
 // until ctx ends.
 func (b *Budgets) Run(ctx context.Context) {
+	sweep := time.NewTicker(time.Hour)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-sweep.C:
+			b.forgetPast(b.opts.Now())
 		case a := <-b.queue:
 			b.inflight.Add(1)
 			b.claimAndFire(ctx, a)
@@ -203,6 +213,16 @@ func (b *Budgets) Run(ctx context.Context) {
 
 // Pending counts alerts queued or being claimed and delivered.
 func (b *Budgets) Pending() int { return len(b.queue) + int(b.inflight.Load()) }
+
+// forgetPast drops the known key alerts whose window is over.
+func (b *Budgets) forgetPast(now time.Time) {
+	b.known.Range(func(k, v any) bool {
+		if t, ok := v.(time.Time); ok && now.After(t) {
+			b.known.Delete(k)
+		}
+		return true
+	})
+}
 
 // alertTTL outlives the month the alert belongs to.
 const alertTTL = 40 * 24 * time.Hour

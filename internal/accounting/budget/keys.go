@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/config"
@@ -35,7 +36,7 @@ func (b *Budgets) ObserveKey(_ context.Context, s KeySpend) {
 		}
 		a := Alert{Type: "key_budget_threshold", Tenant: s.Tenant, KeyID: s.KeyID, Period: s.Period, Month: s.Window,
 			ThresholdPercent: pct, Spent: s.Spent, Budget: s.Budget, Currency: cfg.Accounting.Currency,
-			HardCap: s.HardCap && pct >= 100}
+			HardCap: s.HardCap && pct >= 100, forget: windowEnd(s.Period, b.opts.Now())}
 		b.enqueue(a)
 	}
 }
@@ -47,4 +48,17 @@ func (a *Alert) claimKey() string {
 		return "budget:alert:key:" + a.KeyID + ":" + a.Month + ":" + pct
 	}
 	return "budget:alert:" + a.Month + ":" + pct
+}
+
+// windowEnd is a day after the end of the period's current window: until
+// then a settle may still report into it. Zero for a run, which never ends.
+func windowEnd(period string, now time.Time) time.Time {
+	now = now.UTC()
+	switch period {
+	case "day":
+		return time.Date(now.Year(), now.Month(), now.Day()+2, 0, 0, 0, 0, time.UTC)
+	case "month":
+		return time.Date(now.Year(), now.Month()+1, 2, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Time{}
 }

@@ -32,6 +32,9 @@ type Alert struct {
 	// are refused from now on.
 	HardCap bool      `json:"hard_cap"`
 	Time    time.Time `json:"time"`
+	// forget is when this replica may stop remembering the alert was
+	// claimed (zero: never).
+	forget time.Time
 }
 
 // post delivers an alert, retrying with backoff. It runs in Run, never on
