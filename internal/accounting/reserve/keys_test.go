@@ -383,3 +383,54 @@ func TestLeft(t *testing.T) {
 		}
 	}
 }
+
+// When requests cost more than they reserved (a prompt under-estimated),
+// a minter's budget is passed by at most what the requests in flight at the
+// last admission cost beyond their holds: with 12 workers each one request
+// at a time, at most 12 × the excess.
+func TestKeyBudgetOvershootBound(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(t, srv.Addr, "2s", "")
+	keys := fakeKeys{"minter": capped(0.03, "month")}
+	for _, c := range []string{"c1", "c2", "c3"} {
+		keys[c] = KeyInfo{Tenant: "tree", Parent: "minter"}
+	}
+	reps := replicas(t, srv, cfg, 3, time.Minute)
+	for i := range reps {
+		reps[i].opts.Keys = keys
+	}
+	est := pricing.RateOf(price).Estimate(1000, 1000)
+	excess := pricing.FromFloat(0.0005)
+	var mu sync.Mutex
+	var total pricing.Money
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	const workers = 12
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 30 {
+				id := fmt.Sprint("o-", seq.Add(1))
+				res, err := reps[w%3].Reserve(t.Context(), Request{RequestID: id, Tenant: "tree", Model: "big",
+					KeyID: fmt.Sprint("c", 1+(w+i)%3), PromptTokens: 1000, MaxOutputTokens: 1000, Price: price})
+				if err != nil {
+					continue
+				}
+				if err := reps[w%3].Settle(t.Context(), res, pricing.Usage{}, est+excess); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				total += est + excess
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	got := spent(t, srv.Client(), cfg, "minter", "month")
+	capAt := pricing.FromFloat(0.03)
+	if got != total || got > capAt+workers*excess || got+est <= capAt {
+		t.Fatalf("minter spent %s (settled %s): want within its cap 0.03 plus %d × %s, and the cap reached", got, total, workers, excess)
+	}
+	t.Logf("minter spent %s of 0.03 (bound %s)", got, capAt+workers*excess)
+}
