@@ -443,6 +443,7 @@ func TestReserve(t *testing.T) {
 		{name: "granted", tokens: "reserve", res: []admit.Reservation{{ID: "r1", Granted: true}}},
 		{name: "off", tokens: "ratelimit"},
 		{name: "budget spent", tokens: "reserve", res: []admit.Reservation{{Budget: true, RetryAfter: time.Hour}}, status: 429, code: "budget_exceeded"},
+		{name: "key budget spent", tokens: "reserve", res: []admit.Reservation{{Budget: true, BudgetKey: "alpha-1", BudgetPeriod: "day", RetryAfter: time.Hour}}, status: 429, code: "key_budget_exceeded"},
 		{name: "tokens per minute", tokens: "reserve", res: []admit.Reservation{tpm}, status: 429, code: "rate_limit_exceeded",
 			headers: []admit.Header{{Key: "x-ratelimit-limit-tokens", Value: "1000"}, {Key: "x-ratelimit-remaining-tokens", Value: "3"},
 				{Key: "x-ratelimit-reset-tokens", Value: "1.5s"}}},
@@ -481,6 +482,26 @@ func TestReserve(t *testing.T) {
 				t.Errorf("reserved %v %+v", f.Reserved, f.Reservation)
 			}
 		})
+	}
+}
+
+// A key budget's refusal names whose budget is spent and its period; a run
+// budget, which never resets, sends no Retry-After.
+func TestKeyBudgetExceeded(t *testing.T) {
+	for _, tc := range []struct {
+		key   string
+		res   admit.Reservation
+		msg   string
+		retry bool
+	}{
+		{"sk_a", admit.Reservation{BudgetKey: "sk_a", BudgetPeriod: "run"}, "This API key has used its lifetime budget.", false},
+		{"sk_a", admit.Reservation{BudgetKey: "sk_a", BudgetPeriod: "day", RetryAfter: time.Hour}, "This API key has used its daily budget.", true},
+		{"sk_a", admit.Reservation{BudgetKey: "sk_m", BudgetPeriod: "month", RetryAfter: time.Hour}, "This API key's parent key `sk_m` has used its monthly budget.", true},
+	} {
+		r := admit.KeyBudgetExceeded(tc.key, tc.res)
+		if r.Status != 429 || r.Code != "key_budget_exceeded" || r.Type != "insufficient_quota" || r.Message != tc.msg || r.Retry != tc.retry {
+			t.Errorf("%+v: %+v", tc.res, r)
+		}
 	}
 }
 

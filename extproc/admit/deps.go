@@ -101,14 +101,18 @@ type ReserveRequest struct {
 // else a token limit (Scope) is reached and Limit/Remaining/Reset fill the
 // x-ratelimit-*-tokens headers.
 type Reservation struct {
-	ID         string
-	Granted    bool
-	Budget     bool
-	Scope      string
-	RetryAfter time.Duration
-	Limit      int64
-	Remaining  int64
-	Reset      time.Duration
+	ID      string
+	Granted bool
+	Budget  bool
+	// BudgetKey names the sub-key whose budget refused (the request's own
+	// key or one above it; "": the tenant's), BudgetPeriod its period
+	// ("run", "day", "month").
+	BudgetKey, BudgetPeriod string
+	Scope                   string
+	RetryAfter              time.Duration
+	Limit                   int64
+	Remaining               int64
+	Reset                   time.Duration
 	// Handle is the reserver's own state, handed back to Settle/Release.
 	Handle any
 }

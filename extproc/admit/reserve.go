@@ -34,6 +34,8 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 		a.failed("reserve")
 		a.log().Warn("token reservation failed", "tenant", tenant, "err", err)
 		return Unavailable("token reservation")
+	case !res.Granted && res.BudgetKey != "":
+		return KeyBudgetExceeded(f.KeyID(), res)
 	case !res.Granted && res.Budget:
 		return (&Refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "budget_exceeded",
 			Message: "Tenant `" + tenant + "` has used its monthly budget."}).withRetryAfter(res.RetryAfter)
@@ -49,6 +51,26 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 	}
 	f.Reservation, f.Reserved = res, true
 	return nil
+}
+
+// KeyBudgetExceeded: a sub-key's budget (the caller's own, or that of the
+// key that minted it) cannot hold the request: 429 as a tenant's spent
+// budget answers, with the key's code. A run budget never frees room, so
+// it carries no Retry-After.
+func KeyBudgetExceeded(keyID string, res Reservation) *Refusal {
+	period := map[string]string{"run": "lifetime", "day": "daily", "month": "monthly"}[res.BudgetPeriod]
+	if period == "" {
+		period = res.BudgetPeriod
+	}
+	msg := "This API key has used its " + period + " budget."
+	if res.BudgetKey != keyID {
+		msg = "This API key's parent key `" + res.BudgetKey + "` has used its " + period + " budget."
+	}
+	r := &Refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "key_budget_exceeded", Message: msg}
+	if res.RetryAfter > 0 {
+		r.withRetryAfter(res.RetryAfter)
+	}
+	return r
 }
 
 // reserveQueued follows a tenant or tenant×model TPM refusal: with

@@ -75,12 +75,12 @@ func (sh ErrorShape) Render(e *Error) (int, []byte) {
 }
 
 // anthropicStatus maps the gateway's status and reason to Anthropic's.
-// A hard-capped budget is billing (402, not retried: it will not come back
-// within a retry); unavailable capacity is overloaded (529, which the
+// A hard-capped budget, the tenant's or a key's, is billing (402, not
+// retried: it will not come back within a retry); unavailable capacity is overloaded (529, which the
 // Anthropic SDKs retry with back-off like 429).
 func anthropicStatus(e *Error) (int, string) {
 	switch {
-	case e.Code == "budget_exceeded":
+	case e.Code == "budget_exceeded", e.Code == "key_budget_exceeded":
 		return http.StatusPaymentRequired, "billing_error"
 	case e.Status == http.StatusBadRequest, e.Status == http.StatusMethodNotAllowed:
 		return http.StatusBadRequest, "invalid_request_error"

@@ -8,6 +8,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/accounting/budget"
 	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 // Budgets adapts *budget.Budgets (the admission check when
@@ -51,7 +52,7 @@ func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extp
 		return extproc.Reservation{Scope: le.Scope, RetryAfter: le.RetryAfter, Limit: le.Limit,
 			Remaining: max(le.Limit-le.Used, 0), Reset: le.RetryAfter}, nil
 	case errors.As(err, &be):
-		return extproc.Reservation{Budget: true, RetryAfter: be.RetryAfter}, nil
+		return extproc.Reservation{Budget: true, RetryAfter: be.RetryAfter, BudgetKey: be.KeyID, BudgetPeriod: be.Budget}, nil
 	}
 	return extproc.Reservation{}, err
 }
@@ -64,4 +65,27 @@ func (a reserver) Settle(ctx context.Context, res extproc.Reservation, e extproc
 func (a reserver) Release(ctx context.Context, res extproc.Reservation) error {
 	h, _ := res.Handle.(reserve.Reservation)
 	return a.r.Release(ctx, h)
+}
+
+// KeyBudgets adapts the sub-key store's cache to what the reserver walks:
+// a key's tenant, parent and budget (nil store: no key budgets).
+func KeyBudgets(s *subkey.Store) reserve.Keys {
+	if s == nil {
+		return nil
+	}
+	return keyBudgets{s}
+}
+
+type keyBudgets struct{ s *subkey.Store }
+
+func (k keyBudgets) KeyInfo(id string) (reserve.KeyInfo, bool) {
+	key, ok := k.s.Cached(id)
+	if !ok {
+		return reserve.KeyInfo{}, false
+	}
+	info := reserve.KeyInfo{Tenant: key.Tenant, Parent: key.Parent}
+	if b := key.Budget; b != nil {
+		info.Budget, info.HasBudget = reserve.KeyBudget{Amount: b.Amount, Period: b.Period, HardCap: b.HardCap, Alerts: b.Alerts}, true
+	}
+	return info, true
 }

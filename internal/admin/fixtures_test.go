@@ -44,7 +44,7 @@ backends:
       - {id: relay-b-1, secret: env:T_UPSTREAM_B1}
 models:
   - name: gpt-4o-mini
-    targets: [{backend: relay-a, price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}, {backend: relay-b, priority: 1}]
+    targets: [{backend: relay-a, price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}, {backend: relay-b, priority: 1, price: {input_per_mtok: 0.15, output_per_mtok: 0.6}}]
 admission:
   max_wait: 2s
   classes:

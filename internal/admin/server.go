@@ -43,6 +43,9 @@ type Options struct {
 	// SubKeys is the sub-key store behind the key API (/v1/keys); nil:
 	// sub-keys are not enabled and the key API answers 501.
 	SubKeys SubKeyStore
+	// BudgetLeft, when set, bounds a new sub-key's budget by what remains
+	// of the budgets above it (nil: by their amounts only).
+	BudgetLeft BudgetLeft
 	// Ready are the readiness checks besides "config loaded".
 	Ready []ReadyCheck
 	// CheckTimeout bounds each readiness check and each source call

@@ -28,6 +28,14 @@ type SubKeyStore interface {
 	RecentAudit(ctx context.Context, n int) ([]subkey.Event, error)
 }
 
+// BudgetLeft tells what remains, this period, of the budgets a key minted
+// by parent ("" for the admin's keys) counts toward: the parent's, those
+// above it and the tenant's (accounting/reserve). ok is false when none
+// has a budget.
+type BudgetLeft interface {
+	Left(ctx context.Context, tenant, parent string) (left float64, ok bool, err error)
+}
+
 // keyAPI reports whether path belongs to the key API, which admits writes
 // and authenticates callers itself (subkeys_auth.go). Only a clean path
 // counts: "/v1/keys/../config_dump" gets the guard's usual checks.
@@ -126,6 +134,9 @@ func (k *keyHandlers) create(r *http.Request, w http.ResponseWriter, c caller) r
 	if aerr := checkKey(cfg, &key, c.key, k.now()); aerr != nil {
 		return refused(aerr, "", key.Tenant)
 	}
+	if aerr := k.carved(r.Context(), &key, c); aerr != nil {
+		return refused(aerr, "", key.Tenant)
+	}
 	created, plain, err := k.store.Create(r.Context(), key)
 	if err != nil {
 		return refused(k.storeFailed("create", err), "", key.Tenant)
@@ -215,6 +226,29 @@ func checkKey(cfg *config.Config, key, parent *subkey.Key, now time.Time) *apiEr
 	}
 	aerr := badRequest(fe.Field, fe.Reason)
 	if parent != nil && subkey.Validate(cfg, key, nil, now) == nil {
+		aerr.status = http.StatusForbidden
+	}
+	return aerr
+}
+
+// carved refuses a new key's budget larger than what remains of the
+// budgets above it: a budget is carved out of what is left, not out of
+// what was granted. Beyond a minter's own budget it is a right the minter
+// lacks (403); the admin asking more than the tenant has left is a 400.
+func (k *keyHandlers) carved(ctx context.Context, key *subkey.Key, c caller) *apiError {
+	bl := k.s.opts.BudgetLeft
+	if key.Budget == nil || bl == nil {
+		return nil
+	}
+	left, ok, err := bl.Left(ctx, key.Tenant, key.Parent)
+	if err != nil {
+		return k.storeFailed("budget", err)
+	}
+	if !ok || key.Budget.Amount <= left {
+		return nil
+	}
+	aerr := badRequest("budget.amount", "must be at most what remains of the budgets above it: "+strconv.FormatFloat(left, 'f', -1, 64))
+	if !c.admin {
 		aerr.status = http.StatusForbidden
 	}
 	return aerr

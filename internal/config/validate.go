@@ -607,24 +607,30 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 }
 
 // checkCappedModelsPriced refuses a hard cap that some of the tenant's
-// models could never reach: a model with no price on any target costs
-// nothing, so its spend would go on after the cap.
+// models could pass: a target with no price costs nothing, so spend served
+// there would go on after the cap. Every target counts, not just one: the
+// router may pick any of them (fallback, key exhaustion).
 func (c *Config) checkCappedModelsPriced(v *validator, path string, t *Tenant) {
 	for _, m := range c.Models {
 		if !t.Allows(m.Name) {
 			continue
 		}
-		priced := false
-		for _, tg := range m.Targets {
-			if tg.Price.InputPerMTok > 0 || tg.Price.OutputPerMTok > 0 {
-				priced = true
-				break
-			}
-		}
-		if !priced {
-			v.add(path, "tenant %q has a hard-capped budget but model %q has no price on any target, so its spend never counts toward the cap: set targets[].price or take the model out of the tenant's models", t.Name, m.Name)
+		if tg, ok := UnpricedTarget(&m); ok {
+			v.add(path, "tenant %q has a hard-capped budget but model %q has no price on its target on backend %q, so spend served there never counts toward the cap: set its price or take the model out of the tenant's models", t.Name, m.Name, tg.Backend)
 		}
 	}
+}
+
+// UnpricedTarget returns the first target of m without a price, if any.
+// A hard-capped budget (a tenant's or a sub-key's) needs every target of
+// every model it covers priced.
+func UnpricedTarget(m *Model) (Target, bool) {
+	for _, tg := range m.Targets {
+		if !(tg.Price.InputPerMTok > 0 || tg.Price.OutputPerMTok > 0) {
+			return tg, true
+		}
+	}
+	return Target{}, false
 }
 
 func checkLimits(v *validator, path string, l Limits) {

@@ -7,10 +7,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/accounting/budget"
 	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
 	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
 // accounting is ext_proc's bookkeeping: the budgets' spend cache, the
@@ -23,7 +25,7 @@ type accounting struct {
 	log     *slog.Logger
 }
 
-func (g *Gateway) startAccounting(s *group, p *process) *accounting {
+func (g *Gateway) startAccounting(s *group, p *process, keys *subkey.Store) *accounting {
 	a := &accounting{log: g.log}
 	a.budgets = budget.New(p.rdb, p.cfg, budget.Options{Logger: g.log.With("component", "budget"), Registerer: p.reg})
 	g.onConfig(func(c *config.Config) error { a.budgets.SetConfig(c); return nil })
@@ -31,7 +33,8 @@ func (g *Gateway) startAccounting(s *group, p *process) *accounting {
 	lopts.Logger, lopts.Registerer, lopts.AfterWrite = g.log.With("component", "ledger"), p.reg, a.budgets.AfterWrite
 	a.ledger = ledger.New(p.rdb, lopts)
 	a.reserve = reserve.New(p.rdb, p.cfg, reserve.Options{Logger: g.log.With("component", "reserve"), Registerer: p.reg,
-		LedgerDrained: func() bool { n, spilled := a.ledger.Pending(); return n == 0 && !spilled }})
+		LedgerDrained: func() bool { n, spilled := a.ledger.Pending(); return n == 0 && !spilled },
+		Keys:          wire.KeyBudgets(keys), ObserveKey: a.budgets.ObserveKey})
 	g.onConfig(func(c *config.Config) error { a.reserve.SetConfig(c); return nil })
 	s.start(a)
 	return a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
+	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
 	"github.com/swarmgate/swarmgate/internal/admin"
 	"github.com/swarmgate/swarmgate/internal/admission"
 	"github.com/swarmgate/swarmgate/internal/config"
@@ -44,6 +45,7 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 		opts.Usage = ep.acct.ledger.Handler(g.Config) // the config in force: reloads add tenants
 		opts.Budgets = budgetSource(g.Config, ep.acct.ledger)
 		opts.Queue = queueSource(ep.queue)
+		opts.BudgetLeft = budgetLeft{ep.acct.reserve}
 	}
 	srv := admin.New(opts)
 	lis, err := bind(g.opts.Listeners.Admin, p.cfg.Listen.Admin, "listen.admin")
@@ -121,4 +123,13 @@ func queueSource(q *admission.Queue) admin.QueueSource {
 		}
 		return out, nil
 	})
+}
+
+// budgetLeft is the key API's view of what remains of a parent's and its
+// tenant's budgets, in currency units.
+type budgetLeft struct{ r *reserve.Reserver }
+
+func (b budgetLeft) Left(ctx context.Context, tenant, parent string) (float64, bool, error) {
+	left, ok, err := b.r.Left(ctx, tenant, parent)
+	return left.Float(), ok, err
 }

@@ -49,7 +49,9 @@ func (g *Gateway) startExtProc(s *group, p *process, pools *keypool.Pools) (*ext
 	// Access log lines are JSON objects on the process log's output.
 	accessLog := telemetry.NewAccessLog(g.log.With("log", "access"), cfg.Telemetry)
 	g.onConfig(func(c *config.Config) error { accessLog.SetConfig(c.Telemetry); return nil })
-	e.acct = g.startAccounting(s, p)
+	// The sub-key store first: the reservations walk its keys' budgets.
+	e.subkeys = g.startSubkeys(s, p)
+	e.acct = g.startAccounting(s, p, e.subkeys)
 	proof := g.extProcProof(cfg)
 	e.queue = g.admissionQueue(p)
 	// Who created each Responses API response, shared by every replica
@@ -57,7 +59,6 @@ func (g *Gateway) startExtProc(s *group, p *process, pools *keypool.Pools) (*ext
 	aff := affinity.New(p.rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D(),
 		Logger: g.log.With("component", "affinity"), Registerer: p.reg})
 	s.start(aff)
-	e.subkeys = g.startSubkeys(s, p)
 	ep, err := extproc.New(extproc.Options{Tracer: p.tracer(), Authenticator: subkey.Auth{Store: e.subkeys}, Queue: wire.Queue(e.queue), Affinity: wire.Affinity(aff),
 		Config: cfg, Logger: g.log.With("component", "extproc"), Registerer: p.reg,
 		Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(e.acct.ledger, g.Config),

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -32,7 +33,8 @@ type Key struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Minter    bool              `json:"minter,omitempty"`
 	Revoked   bool              `json:"revoked,omitempty"`
-	// Budget is stored and validated; its enforcement is the ledger's.
+	// Budget is enforced by the reservations (accounting/reserve): its
+	// spend, and that of every key it minted, counts toward it.
 	Budget    *Budget   `json:"budget,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -99,6 +101,9 @@ func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 				return &FieldError{"budget.alerts", fmt.Sprintf("%v is not a percentage in (0, 100]", a)}
 			}
 		}
+		if err := validateBudget(cfg, t, k); err != nil {
+			return err
+		}
 	}
 	if err := validateLabels(k.Labels); err != nil {
 		return err
@@ -143,6 +148,35 @@ func validateMinted(k, parent *Key) error {
 	}
 	if !parent.ExpiresAt.IsZero() && (k.ExpiresAt.IsZero() || k.ExpiresAt.After(parent.ExpiresAt)) {
 		return &FieldError{"expires_at", "must not be after the parent's"}
+	}
+	if k.Budget != nil && parent.Budget != nil && k.Budget.Amount > parent.Budget.Amount {
+		// What the parent has left now is checked where spend is known
+		// (the key API); its whole budget is the bound here.
+		return &FieldError{"budget.amount", fmt.Sprintf("must be at most the parent's %v", parent.Budget.Amount)}
+	}
+	return nil
+}
+
+// validateBudget checks a key's budget against its tenant's: a key's
+// spend counts toward the tenant's budget too, so it may not be larger,
+// and a hard cap needs every target of the key's models priced, or spend
+// served there would pass it.
+func validateBudget(cfg *config.Config, t *config.Tenant, k *Key) error {
+	b := k.Budget
+	if tb := t.Budget; tb != nil && b.Amount > tb.Monthly {
+		return &FieldError{"budget.amount", fmt.Sprintf("must be at most the tenant's monthly budget of %v", tb.Monthly)}
+	}
+	if !b.HardCap {
+		return nil
+	}
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		if !t.Allows(m.Name) || (len(k.Models) > 0 && !slices.Contains(k.Models, m.Name)) {
+			continue
+		}
+		if tg, ok := config.UnpricedTarget(m); ok {
+			return &FieldError{"budget.hard_cap", fmt.Sprintf("model %q has no price on its target on backend %q, so spend served there would never count toward the cap", m.Name, tg.Backend)}
+		}
 	}
 	return nil
 }

@@ -184,6 +184,7 @@ func TestValidate(t *testing.T) {
 	cfg := testConfig(t)
 	now := time.Now()
 	parent := &Key{Tenant: "demo", Limits: config.Limits{RPM: 100}, Models: []string{"gpt-4o-mini"}}
+	budgeted := &Key{Tenant: "demo", Budget: &Budget{Amount: 10, Period: "month", HardCap: true}}
 	for _, tc := range []struct {
 		name   string
 		k      Key
@@ -204,8 +205,21 @@ func TestValidate(t *testing.T) {
 		{"unknown class", Key{Tenant: "demo", Class: "vip"}, nil, "class"},
 		{"other class than parent", Key{Tenant: "demo", Limits: config.Limits{RPM: 5}, Models: []string{"gpt-4o-mini"}}, &Key{Tenant: "demo", Class: "bulk"}, "class"},
 		{"unlimited under limited parent", Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}}, parent, "limits.rpm"},
+		{"budget above the tenant's", Key{Tenant: "demo", Budget: &Budget{Amount: 60, Period: "run"}}, nil, "budget.amount"},
+		{"budget within the parent's", Key{Tenant: "demo", Budget: &Budget{Amount: 5, Period: "day"}}, budgeted, ""},
+		{"budget above the parent's", Key{Tenant: "demo", Budget: &Budget{Amount: 20, Period: "run"}}, budgeted, "budget.amount"},
+		{"no budget under a budgeted parent", Key{Tenant: "demo"}, budgeted, ""},
+		{"hard cap over an unpriced target", Key{Tenant: "demo", Budget: &Budget{Amount: 1, Period: "run", HardCap: true}}, nil, "budget.hard_cap"},
+		{"soft budget over an unpriced target", Key{Tenant: "demo", Budget: &Budget{Amount: 1, Period: "run"}}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			cfg := cfg
+			if strings.Contains(tc.name, "unpriced") {
+				// The fallback target free: the tenant's own cap would be
+				// refused at load, a key's at its creation.
+				cfg = testConfig(t)
+				cfg.Models[0].Targets[1].Price = config.Price{}
+			}
 			err := Validate(cfg, &tc.k, tc.parent, now)
 			var fe *FieldError
 			switch {

@@ -102,7 +102,7 @@ models:
   - name: gpt-4o-mini
     targets:
       - {backend: relay-a, context_window: 128000, price: {input_per_mtok: 0.15, output_per_mtok: 0.60}}
-      - {backend: relay-b, model: openai/gpt-4o-mini, priority: 1, context_window: 128000}
+      - {backend: relay-b, model: openai/gpt-4o-mini, priority: 1, context_window: 128000, price: {input_per_mtok: 0.15, output_per_mtok: 0.60}}
   - name: solo
     targets:
       - {backend: relay-a}

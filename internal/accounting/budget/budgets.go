@@ -44,9 +44,13 @@ type Budgets struct {
 	m    *metrics
 
 	// known holds alert keys this replica has seen claimed (by anyone), so
-	// the data path asks Redis at most once per crossing.
+	// the data path asks Redis at most once per crossing. A key budget's
+	// day or month alert is forgotten after its window (Run sweeps): keys
+	// are many, and a late repeat is still stopped by the claim in Redis.
 	known sync.Map
 	queue chan Alert
+	// claiming counts alerts Run took off the queue and has not finished.
+	inflight atomic.Int64
 }
 
 // New returns Budgets for cfg. Call Run to deliver alerts.
@@ -151,16 +155,25 @@ func (b *Budgets) Observe(_ context.Context, tenant, month string, spent pricing
 		a := Alert{Type: "budget_threshold", Tenant: tenant, Month: month, ThresholdPercent: pct,
 			Spent: spent, Budget: pricing.FromFloat(t.Budget.Monthly), Currency: cfg.Accounting.Currency,
 			HardCap: t.Budget.HardCap && pct >= 100}
-		if _, seen := b.known.LoadOrStore(a.key(), claiming); seen {
-			continue
-		}
-		select {
-		case b.queue <- a:
-		default:
-			b.known.Delete(a.key())
-			b.m.alertsDropped.Inc()
-			b.log.Error("budget alert queue full; alert will be retried on the next write", "tenant", tenant, "threshold_percent", pct)
-		}
+		b.enqueue(a)
+	}
+}
+
+// enqueue queues a claim for a unless this replica has seen it claimed.
+func (b *Budgets) enqueue(a Alert) {
+	var v any = claiming
+	if !a.forget.IsZero() {
+		v = a.forget
+	}
+	if _, seen := b.known.LoadOrStore(a.key(), v); seen {
+		return
+	}
+	select {
+	case b.queue <- a:
+	default:
+		b.known.Delete(a.key())
+		b.m.alertsDropped.Inc()
+		b.log.Error("budget alert queue full; alert will be retried on the next write", "tenant", a.Tenant, "key_id", a.KeyID, "threshold_percent", a.ThresholdPercent)
 	}
 }
 
@@ -176,20 +189,39 @@ func thresholds(bg *config.Budget) []float64 {
 const claiming = 0
 
 func (a *Alert) key() string {
-	return a.Tenant + "|" + a.Month + "|" + strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)
+	return a.Tenant + "|" + a.KeyID + "|" + a.Month + "|" + strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)
 }
 
 // Run claims queued alerts in Redis and delivers the ones this replica won,
 // until ctx ends.
 func (b *Budgets) Run(ctx context.Context) {
+	sweep := time.NewTicker(time.Hour)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-sweep.C:
+			b.forgetPast(b.opts.Now())
 		case a := <-b.queue:
+			b.inflight.Add(1)
 			b.claimAndFire(ctx, a)
+			b.inflight.Add(-1)
 		}
 	}
+}
+
+// Pending counts alerts queued or being claimed and delivered.
+func (b *Budgets) Pending() int { return len(b.queue) + int(b.inflight.Load()) }
+
+// forgetPast drops the known key alerts whose window is over.
+func (b *Budgets) forgetPast(now time.Time) {
+	b.known.Range(func(k, v any) bool {
+		if t, ok := v.(time.Time); ok && now.After(t) {
+			b.known.Delete(k)
+		}
+		return true
+	})
 }
 
 // alertTTL outlives the month the alert belongs to.
@@ -197,7 +229,7 @@ const alertTTL = 40 * 24 * time.Hour
 
 func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 	cfg := b.cfg.Load()
-	key := ledger.TenantKey(cfg.Redis.KeyPrefix, a.Tenant, "budget:alert:"+a.Month+":"+strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64))
+	key := ledger.TenantKey(cfg.Redis.KeyPrefix, a.Tenant, a.claimKey())
 	cctx, cancel := context.WithTimeout(ctx, cfg.Redis.ReadTimeout.D()+time.Second)
 	won, err := b.rdb.SetNX(cctx, key, b.opts.Now().UTC().Format(time.RFC3339), alertTTL).Result()
 	cancel()
@@ -211,8 +243,12 @@ func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 		return // another replica fired it
 	}
 	a.Time = b.opts.Now().UTC()
-	b.m.alerts.WithLabelValues(a.Tenant, strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)).Inc()
-	b.log.Warn("budget threshold reached", "tenant", a.Tenant, "month", a.Month,
+	counter := b.m.alerts
+	if a.KeyID != "" {
+		counter = b.m.keyAlerts
+	}
+	counter.WithLabelValues(a.Tenant, strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)).Inc()
+	b.log.Warn("budget threshold reached", "tenant", a.Tenant, "key_id", a.KeyID, "period", a.Period, "month", a.Month,
 		"threshold_percent", a.ThresholdPercent, "spent", a.Spent.String(), "budget", a.Budget.String(),
 		"currency", a.Currency, "hard_cap", a.HardCap)
 	if cfg.Alerts.WebhookURL != "" {

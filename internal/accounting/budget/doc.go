@@ -1,5 +1,6 @@
 // Package budget enforces money budgets per tenant and calendar month (UTC)
-// and raises threshold alerts.
+// and raises threshold alerts, also for sub-key budgets (ObserveKey: their
+// spend is counted and capped by accounting/reserve).
 //
 // Spend is the ledger's month total (accounting/ledger), so every replica
 // sees the same figure. Alerts fire once per tenant, month and threshold

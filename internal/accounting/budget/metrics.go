@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	spend, limit  *prometheus.GaugeVec
 	alerts        *prometheus.CounterVec
+	keyAlerts     *prometheus.CounterVec
 	refused       *prometheus.CounterVec
 	webhookErrors prometheus.Counter
 	alertsDropped prometheus.Counter
@@ -25,6 +26,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "swarmgate_budget_alerts_total",
 			Help: "Budget threshold alerts fired by this replica (each fires once across replicas).",
 		}, []string{"tenant", "threshold"}),
+		keyAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmgate_budget_key_alerts_total",
+			Help: "Sub-key budget threshold alerts fired by this replica (each fires once across replicas), by the key's tenant.",
+		}, []string{"tenant", "threshold"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmgate_budget_refused_total",
 			Help: "Requests refused at the hard cap by Check.",
@@ -43,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"mode"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.spend, m.limit, m.alerts, m.refused, m.webhookErrors, m.alertsDropped, m.storeFailures)
+		reg.MustRegister(m.spend, m.limit, m.alerts, m.keyAlerts, m.refused, m.webhookErrors, m.alertsDropped, m.storeFailures)
 	}
 	return m
 }

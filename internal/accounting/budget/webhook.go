@@ -17,8 +17,12 @@ import (
 
 // Alert is one budget threshold event, also the webhook's JSON body.
 type Alert struct {
-	Type             string        `json:"type"` // "budget_threshold"
-	Tenant           string        `json:"tenant"`
+	Type   string `json:"type"` // "budget_threshold", "key_budget_threshold"
+	Tenant string `json:"tenant"`
+	// KeyID and Period are set on a sub-key budget's alert; Month then
+	// names the period's window ("run", "2006-01-02", "2006-01").
+	KeyID            string        `json:"key_id,omitempty"`
+	Period           string        `json:"period,omitempty"`
 	Month            string        `json:"month"`
 	ThresholdPercent float64       `json:"threshold_percent"`
 	Spent            pricing.Money `json:"spent"`
@@ -28,6 +32,9 @@ type Alert struct {
 	// are refused from now on.
 	HardCap bool      `json:"hard_cap"`
 	Time    time.Time `json:"time"`
+	// forget is when this replica may stop remembering the alert was
+	// claimed (zero: never).
+	forget time.Time
 }
 
 // post delivers an alert, retrying with backoff. It runs in Run, never on

@@ -15,7 +15,8 @@ import (
 
 // testConfig is a gateway config with tenants "acme" (tenant TPM, a model
 // TPM on "small", a large hard-capped budget), "capped" (a 0.01 hard cap
-// only), "tpmonly" and "free" (no limits).
+// only), "tpmonly", "free" (no limits) and "tree" (a 0.05 hard cap, for
+// sub-key budgets under it).
 func testConfig(t testing.TB, addr, ttl, extra string) *config.Config {
 	t.Helper()
 	y := fmt.Sprintf(`
@@ -48,7 +49,11 @@ tenants:
   - name: free
     keys: [{id: v2, hash: "sha256:%064d"}]
     models: ["*"]
-`, addr, extra, 1, 3, 4, 2)
+  - name: tree
+    keys: [{id: v5, hash: "sha256:%064d"}]
+    models: ["*"]
+    budget: {monthly: 0.05, hard_cap: true}
+`, addr, extra, 1, 3, 4, 2, 5)
 	cfg, err := config.Parse([]byte(y), "test.yaml", config.Options{SkipSecrets: true})
 	if err != nil {
 		t.Fatalf("config: %v", err)

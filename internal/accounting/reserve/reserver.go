@@ -25,6 +25,9 @@ const (
 	ScopeModel  = "model"  // tenant model_limits[model].tpm
 	ScopeKey    = "key"    // Request.KeyTPM for the caller's virtual key
 	ScopeBudget = "budget" // tenant budget with hard_cap
+	// ScopeKeyBudget is a sub-key's budget, the request's own key's or a
+	// key's above it (Reservation.Keys, in order).
+	ScopeKeyBudget = "key_budget"
 )
 
 // Request is what admission knows about a request.
@@ -52,14 +55,20 @@ type Reservation struct {
 	Model     string
 	KeyID     string
 	Month     string // month of the money hold
-	// Scopes holds the scopes reserved in, in script order.
+	// Scopes holds the scopes reserved in, in script order, and the key
+	// budgets whose spend the settle counts (soft ones too: they hold
+	// nothing but count for their alerts).
 	Scopes []string
+	// Keys are the key budgets on the request's chain, one per
+	// ScopeKeyBudget in Scopes, the request's own key first.
+	Keys []KeyHold
 	// Prompt and MaxOutput are the reserved token parts, Tokens their sum,
 	// Cost the reserved money (0 without a hard-capped budget).
 	Prompt, MaxOutput, Tokens int64
 	Cost                      pricing.Money
 	// Degraded means Redis did not answer and the failure mode let the
-	// request through unreserved; Settle then does nothing.
+	// request through unreserved; Settle then only counts the request's
+	// cost toward its key budgets (buffered until Redis answers).
 	Degraded bool
 }
 
@@ -79,9 +88,14 @@ type Options struct {
 	// the ledger must have replayed the entries carrying the real cost
 	// before the money holds they replace go.
 	LedgerDrained func() bool
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
-	Now           func() time.Time
+	// Keys resolves sub-keys and their parents (nil: no key budgets).
+	Keys Keys
+	// ObserveKey, when set, sees a key budget's spend after every settle
+	// that counted toward it (budget alerts). It must not block.
+	ObserveKey func(ctx context.Context, s budget.KeySpend)
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
 }
 
 // Reserver reserves and settles token and money holds in Redis.
@@ -132,10 +146,15 @@ func (r *Reserver) SetConfig(cfg *config.Config) { r.cfg.Store(cfg) }
 
 type scope struct {
 	name   string
-	kind   string // "t" tokens, "m" money
+	kind   string // "t" tokens, "m" tenant money, "k" key money
 	limit  int64
 	amount int64
-	z, h   string
+	// z and h hold the reservations, base the spend they add to.
+	z, h, base string
+	// hold is the key budget of a "k" scope; reserved is false for a
+	// budget without a hard cap (counted at settle, never held).
+	hold     *KeyHold
+	reserved bool
 }
 
 func (r *Reserver) scopeKeys(prefix, tenant, name, model, keyID, month string) (z, h string) {
@@ -179,21 +198,29 @@ func (r *Reserver) Reserve(ctx context.Context, req Request) (Reservation, error
 		RequestID: req.RequestID, Tenant: req.Tenant, Model: req.Model, KeyID: req.KeyID,
 		Month: ledger.MonthOf(r.opts.Now()), Prompt: prompt, MaxOutput: maxOut, Tokens: prompt + maxOut,
 	}
-	scopes := r.scopesFor(cfg, t, req, &res)
-	if len(scopes) == 0 {
-		return res, nil
-	}
-	for _, s := range scopes {
+	all := r.scopesFor(cfg, t, req, &res)
+	for _, s := range all {
 		res.Scopes = append(res.Scopes, s.name)
+	}
+	scopes := make([]scope, 0, len(all))
+	for _, s := range all {
+		if s.reserved {
+			scopes = append(scopes, s)
+		}
+	}
+	if len(scopes) == 0 {
+		// Nothing to hold (at most soft key budgets, counted at settle):
+		// no round trip.
+		return res, nil
 	}
 	prefix := cfg.Redis.KeyPrefix
 	ttl := cfg.Accounting.ReservationTTL.D()
-	keys := make([]string, 0, 2+2*len(scopes))
-	keys = append(keys, ledger.MonthKey(prefix, req.Tenant, res.Month), settledKey(prefix, req.Tenant, req.RequestID))
+	keys := make([]string, 0, 1+3*len(scopes))
+	keys = append(keys, settledKey(prefix, req.Tenant, req.RequestID))
 	args := make([]any, 0, 4+3*len(scopes))
 	args = append(args, member(req.RequestID), ttl.Milliseconds(), (ttl + r.opts.Window).Milliseconds(), len(scopes))
 	for _, s := range scopes {
-		keys = append(keys, s.z, s.h)
+		keys = append(keys, s.z, s.h, s.base)
 		args = append(args, s.kind, s.limit, s.amount)
 	}
 	start := time.Now()
@@ -202,7 +229,7 @@ func (r *Reserver) Reserve(ctx context.Context, req Request) (Reservation, error
 	cancel()
 	r.m.latency.Observe(time.Since(start).Seconds())
 	if err != nil {
-		return r.unavailable(cfg, res, scopes, err)
+		return r.unavailable(cfg, res, all, err)
 	}
 	if len(out) < 5 {
 		return Reservation{}, fmt.Errorf("reserve: script returned %d values", len(out))
@@ -226,7 +253,11 @@ func (r *Reserver) scopesFor(cfg *config.Config, t *config.Tenant, req Request, 
 	var scopes []scope
 	add := func(name string, kind string, limit, amount int64) {
 		z, h := r.scopeKeys(prefix, req.Tenant, name, req.Model, req.KeyID, res.Month)
-		scopes = append(scopes, scope{name: name, kind: kind, limit: limit, amount: amount, z: z, h: h})
+		base := h
+		if kind == "m" {
+			base = ledger.MonthKey(prefix, req.Tenant, res.Month)
+		}
+		scopes = append(scopes, scope{name: name, kind: kind, limit: limit, amount: amount, z: z, h: h, base: base, reserved: true})
 	}
 	// With token_limits: ratelimit the Envoy rate-limit service enforces
 	// TPM; only the money budget is reserved here.
@@ -240,22 +271,41 @@ func (r *Reserver) scopesFor(cfg *config.Config, t *config.Tenant, req Request, 
 	if tokens && req.KeyTPM > 0 && req.KeyID != "" {
 		add(ScopeKey, "t", int64(req.KeyTPM), res.Tokens)
 	}
-	if b := t.Budget; b != nil && b.HardCap {
+	res.Keys = keyHolds(r.opts.Keys, req.Tenant, req.KeyID, r.opts.Now())
+	capped := t.Budget != nil && t.Budget.HardCap
+	for _, h := range res.Keys {
+		capped = capped || h.HardCap
+	}
+	if capped {
 		res.Cost = pricing.RateOf(req.Price).Estimate(res.Prompt, res.MaxOutput)
+	}
+	// Key budgets before the tenant's: a refusal names the closest budget
+	// that cannot hold the request.
+	for i := range res.Keys {
+		h := &res.Keys[i]
+		z, hh, spend := keyScopeKeys(prefix, req.Tenant, *h)
+		scopes = append(scopes, scope{name: ScopeKeyBudget, kind: "k", limit: int64(h.Cap), amount: int64(res.Cost),
+			z: z, h: hh, base: spend, hold: h, reserved: h.HardCap})
+	}
+	if b := t.Budget; b != nil && b.HardCap {
 		add(ScopeBudget, "m", int64(pricing.FromFloat(b.Monthly)), int64(res.Cost))
 	}
 	return scopes
 }
 
 // unavailable applies the failure mode of each kind of limit involved: one
-// closed kind refuses the request.
+// closed kind refuses the request. Admitted unreserved, the request still
+// counts toward its key budgets at settle (their counters are the
+// gateway's own, the ledger does not keep them).
 func (r *Reserver) unavailable(cfg *config.Config, res Reservation, scopes []scope, err error) (Reservation, error) {
 	kinds := map[string]config.FailureMode{}
 	for _, s := range scopes {
-		if s.kind == "m" {
-			kinds["budget"] = cfg.FailureModes.Budget
-		} else {
+		switch {
+		case !s.reserved:
+		case s.kind == "t":
 			kinds["reservation"] = cfg.FailureModes.Reservation
+		default:
+			kinds["budget"] = cfg.FailureModes.Budget
 		}
 	}
 	for kind, mode := range kinds {
@@ -268,17 +318,25 @@ func (r *Reserver) unavailable(cfg *config.Config, res Reservation, scopes []sco
 	r.log.Warn("reserve: redis unavailable, admitting unreserved (fail open)", "tenant", res.Tenant, "err", err)
 	res.Degraded = true
 	res.Scopes = nil
+	for range res.Keys {
+		res.Scopes = append(res.Scopes, ScopeKeyBudget)
+	}
 	return res, nil
 }
 
 func (r *Reserver) refusal(req Request, res Reservation, s scope, retryMs, used, held int64) error {
 	now := r.opts.Now()
-	if s.kind == "m" {
+	if s.kind == "m" || s.kind == "k" {
 		e := &budget.ExceededError{Tenant: req.Tenant, Budget: "monthly", Month: res.Month,
 			Spent: pricing.Money(used - held), Held: pricing.Money(held),
 			Requested: pricing.Money(s.amount), Cap: pricing.Money(s.limit)}
+		reset := budget.UntilNextMonth(now)
+		if s.hold != nil {
+			e.KeyID, e.Budget, e.Month = s.hold.KeyID, s.hold.Period, s.hold.Window
+			reset = untilReset(s.hold.Period, now)
+		}
 		if retryMs == -2 {
-			e.RetryAfter = budget.UntilNextMonth(now)
+			e.RetryAfter = reset // 0 for a run budget: nothing frees it
 		} else if retryMs > 0 {
 			e.RetryAfter = min(time.Duration(retryMs)*time.Millisecond, r.opts.Window)
 		}
@@ -323,23 +381,33 @@ func (r *Reserver) Release(ctx context.Context, res Reservation) error {
 }
 
 func (r *Reserver) settle(ctx context.Context, res Reservation, tokens int64, cost pricing.Money) error {
-	if res.Degraded || len(res.Scopes) == 0 {
+	if len(res.Scopes) == 0 {
 		return nil
 	}
 	cfg := r.cfg.Load()
 	prefix := cfg.Redis.KeyPrefix
 	ttl := cfg.Accounting.ReservationTTL.D()
-	keys := make([]string, 0, 1+2*len(res.Scopes))
+	keys := make([]string, 0, 1+3*len(res.Scopes))
 	keys = append(keys, settledKey(prefix, res.Tenant, res.RequestID))
-	args := make([]any, 0, 4+2*len(res.Scopes))
+	args := make([]any, 0, 4+3*len(res.Scopes))
 	args = append(args, member(res.RequestID), (ttl + r.opts.Window).Milliseconds(), r.opts.Window.Milliseconds(), len(res.Scopes))
+	k := 0
 	for _, name := range res.Scopes {
-		z, h := r.scopeKeys(prefix, res.Tenant, name, res.Model, res.KeyID, res.Month)
-		keys = append(keys, z, h)
-		if name == ScopeBudget {
-			args = append(args, "m", int64(cost))
-		} else {
-			args = append(args, "t", tokens)
+		switch name {
+		case ScopeKeyBudget:
+			h := res.Keys[k]
+			k++
+			z, hh, spend := keyScopeKeys(prefix, res.Tenant, h)
+			keys = append(keys, z, hh, spend)
+			args = append(args, "k", int64(cost), spendTTL(h.Period).Milliseconds())
+		case ScopeBudget:
+			z, h := r.scopeKeys(prefix, res.Tenant, name, res.Model, res.KeyID, res.Month)
+			keys = append(keys, z, h, h)
+			args = append(args, "m", int64(cost), 0)
+		default:
+			z, h := r.scopeKeys(prefix, res.Tenant, name, res.Model, res.KeyID, res.Month)
+			keys = append(keys, z, h, h)
+			args = append(args, "t", tokens, 0)
 		}
 	}
 	p := pendingSettle{res: res, tokens: tokens, cost: cost, keys: keys, args: args, expires: r.opts.Now().Add(ttl)}
@@ -375,22 +443,32 @@ func (r *Reserver) runSettle(ctx context.Context, p pendingSettle) error {
 		r.m.duplicateSettles.Inc()
 		return nil
 	}
+	n := len(p.res.Scopes)
 	tokenCounted := false
+	k := 0
 	for i, name := range p.res.Scopes {
 		if i+1 >= len(out) {
 			break
 		}
 		reserved := out[i+1]
-		if name == ScopeBudget {
+		switch name {
+		case ScopeKeyBudget:
+			h := p.res.Keys[k]
+			k++
+			if r.opts.ObserveKey != nil && n+i+1 < len(out) {
+				r.opts.ObserveKey(ctx, budget.KeySpend{Tenant: p.res.Tenant, KeyID: h.KeyID, Period: h.Period, Window: h.Window,
+					Spent: pricing.Money(out[n+i+1]), Budget: h.Cap, HardCap: h.HardCap, Alerts: h.Alerts})
+			}
+		case ScopeBudget:
 			if d := reserved - int64(p.cost); d > 0 {
 				r.m.refundedMoney.Add(pricing.Money(d).Float())
 			}
-			continue
-		}
-		if !tokenCounted {
-			tokenCounted = true
-			if d := reserved - p.tokens; d > 0 {
-				r.m.refundedTokens.Add(float64(d))
+		default:
+			if !tokenCounted {
+				tokenCounted = true
+				if d := reserved - p.tokens; d > 0 {
+					r.m.refundedTokens.Add(float64(d))
+				}
 			}
 		}
 	}

@@ -34,27 +34,29 @@ end
 
 // reserveScript admits a request into every scope or none.
 //
-// KEYS[1] ledger month hash (money base), KEYS[2] settled marker, then per
-// scope i: KEYS[1+2i] zset, KEYS[2+2i] hash.
+// KEYS[1] settled marker, then per scope i: KEYS[3i-1] zset, KEYS[3i]
+// hash, KEYS[3i+1] spend base (the ledger's month hash for the tenant's
+// budget, the key's spend counter for a key budget; unused for tokens).
 // ARGV[1] member, ARGV[2] ttl ms, ARGV[3] key expiry ms, ARGV[4] n, then per
-// scope i: ARGV[2+3i] kind ('t' tokens, 'm' money), ARGV[3+3i] limit,
-// ARGV[4+3i] amount.
+// scope i: ARGV[3i+2] kind ('t' tokens, 'm' tenant money, 'k' key money),
+// ARGV[3i+3] limit, ARGV[3i+4] amount.
 // Returns {1, 0, 0, 0, now} admitted, {2, ...} already reserved or settled,
 // {0, i, retry_ms, used, now, held} refused by scope i; retry_ms -1: never fits,
-// -2: only the month reset frees room.
+// -2: only the budget period's reset frees room.
 var reserveScript = redis.NewScript(luaHelpers + `
 local member, ttl, keyttl, n = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
-if redis.call('EXISTS', KEYS[2]) == 1 then return {2, 0, 0, 0, now} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {2, 0, 0, 0, now} end
 for i = 1, n do
-  if redis.call('HEXISTS', KEYS[2 + 2 * i], member) == 1 then return {2, 0, 0, 0, now} end
+  if redis.call('HEXISTS', KEYS[3 * i], member) == 1 then return {2, 0, 0, 0, now} end
 end
 for i = 1, n do
-  local z, h = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
-  local kind, limit, amount = ARGV[2 + 3 * i], tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i])
+  local z, h, base = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local kind, limit, amount = ARGV[3 * i + 2], tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4])
   local held = clean(z, h, now)
   local used = held
-  if kind == 'm' then used = used + tonumber(redis.call('HGET', KEYS[1], '*|cost') or '0') end
+  if kind == 'm' then used = used + tonumber(redis.call('HGET', base, '*|cost') or '0') end
+  if kind == 'k' then used = used + tonumber(redis.call('GET', base) or '0') end
   if used + amount > limit then
     local retry = -1
     local need = used + amount - limit
@@ -78,8 +80,8 @@ for i = 1, n do
   end
 end
 for i = 1, n do
-  local z, h = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
-  local amount = ARGV[4 + 3 * i]
+  local z, h = KEYS[3 * i - 1], KEYS[3 * i]
+  local amount = ARGV[3 * i + 4]
   redis.call('ZADD', z, int(now + ttl), member)
   redis.call('HSET', h, member, amount .. ':' .. int(now))
   redis.call('HINCRBY', h, '_sum', amount)
@@ -91,26 +93,33 @@ return {1, 0, 0, 0, now}
 
 // settleScript replaces reservations by real amounts, once per request.
 //
-// KEYS[1] settled marker, then per scope i: KEYS[2i] zset, KEYS[1+2i] hash.
-// ARGV[1] member, ARGV[2] marker ttl ms, ARGV[3] window ms, ARGV[4] n, then
-// per scope i: ARGV[3+2i] kind, ARGV[4+2i] actual amount.
-// Returns {0} when already settled, else {1, reserved_1, ..., reserved_n}
-// (0 for a scope whose reservation had expired).
+// KEYS[1] settled marker, then per scope i: KEYS[3i-1] zset, KEYS[3i] hash,
+// KEYS[3i+1] spend base. ARGV[1] member, ARGV[2] marker ttl ms, ARGV[3]
+// window ms, ARGV[4] n, then per scope i: ARGV[3i+2] kind ('c' counts a
+// key's spend without a hold), ARGV[3i+3] actual amount, ARGV[3i+4] the
+// spend counter's expiry in ms (0: none; key scopes only).
+// Returns {0} when already settled, else {1, reserved_1, ..., reserved_n,
+// spent_1, ..., spent_n}: reserved is 0 for a scope whose reservation had
+// expired (or that held nothing), spent the key's spend counter after this
+// request (0 for other kinds).
+//
+// A key scope adds the actual cost to the key's counter in the same script
+// that drops its hold, whether or not the hold is still there: the cost
+// was incurred, and the key's spend never shows neither.
 var settleScript = redis.NewScript(luaHelpers + `
 local member, window, n = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[2]) then return {0} end
 local now = now_ms()
 local out = {1}
 for i = 1, n do
-  local z, h = KEYS[2 * i], KEYS[1 + 2 * i]
-  local kind, actual = ARGV[3 + 2 * i], tonumber(ARGV[4 + 2 * i])
+  local z, h, base = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local kind, actual, basettl = ARGV[3 * i + 2], tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4])
   local reserved, at = amount_of(redis.call('HGET', h, member))
-  if at == 0 then
-    out[i + 1] = 0
-  else
-    out[i + 1] = reserved
+  out[i + 1] = reserved
+  out[n + i + 1] = 0
+  if at ~= 0 then
     local until_ms = at + window
-    if kind == 'm' or actual <= 0 or until_ms <= now then
+    if kind ~= 't' or actual <= 0 or until_ms <= now then
       redis.call('HDEL', h, member)
       redis.call('ZREM', z, member)
       redis.call('HINCRBY', h, '_sum', int(-reserved))
@@ -119,6 +128,10 @@ for i = 1, n do
       redis.call('ZADD', z, int(until_ms), member)
       redis.call('HINCRBY', h, '_sum', int(actual - reserved))
     end
+  end
+  if kind == 'k' or kind == 'c' then
+    out[n + i + 1] = redis.call('INCRBY', base, int(actual))
+    if basettl > 0 then redis.call('PEXPIRE', base, int(basettl)) end
   end
 end
 return out
