@@ -45,6 +45,9 @@ var relaySecrets = map[string]string{
 }
 
 func lookupSecret(k string) (string, bool) {
+	if k == "SG_ADMIN_TOKEN" {
+		return adminToken, true
+	}
 	if v, ok := relaySecrets[k]; ok {
 		return v, true
 	}
@@ -164,6 +167,9 @@ type pstackOptions struct {
 	splitControlPlane bool
 	// noEnvoy leaves starting Envoy to the test.
 	noEnvoy bool
+	// replicaOf makes the stack another replica (gateway and Envoy) of
+	// that stack's deployment: the same Redis and relays, its own ports.
+	replicaOf *pstack
 }
 
 // gwRun is one running in-process gateway.
@@ -188,14 +194,19 @@ type pstack struct {
 
 func startPStack(t *testing.T, r envoytest.Release, o pstackOptions) *pstack {
 	t.Helper()
-	rs := redistest.Start(t)
-	s := &pstack{stack: &stack{}, t: t, opts: o, release: r, relays: map[string]*relay{}, redis: rs.Addr}
-	for _, spec := range o.relays {
-		s.relays[spec.name] = startPromiseRelay(t, spec)
+	s := &pstack{stack: &stack{}, t: t, opts: o, release: r, relays: map[string]*relay{}}
+	if o.replicaOf != nil {
+		// Another replica of the same deployment: its Redis and providers.
+		s.redis, s.relays = o.replicaOf.redis, o.replicaOf.relays
+	} else {
+		s.redis = redistest.Start(t).Addr
+		for _, spec := range o.relays {
+			s.relays[spec.name] = startPromiseRelay(t, spec)
+		}
 	}
 	addr := func() string { a, _ := freeAddr(t); return a }
 	_, envoyPort := freeAddr(t)
-	s.ports = Ports{XDS: addr(), ExtProc: addr(), RateLimit: addr(), Admin: addr(), EnvoyPort: envoyPort, Redis: rs.Addr}
+	s.ports = Ports{XDS: addr(), ExtProc: addr(), RateLimit: addr(), Admin: addr(), EnvoyPort: envoyPort, Redis: s.redis}
 	s.cfgPath = filepath.Join(t.TempDir(), "gateway.yaml")
 	s.writeConfig(o.body)
 	cfg, err := config.Load(s.cfgPath, config.Options{LookupEnv: lookupSecret})
