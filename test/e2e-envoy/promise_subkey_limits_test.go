@@ -209,4 +209,3 @@ func avoidMinuteEdge(t *testing.T, need time.Duration) {
 		time.Sleep(left + 100*time.Millisecond)
 	}
 }
-
