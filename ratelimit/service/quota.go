@@ -2,9 +2,12 @@ package service
 
 import (
 	"strconv"
+	"strings"
+	"sync"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/ratelimit/src/stats"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
@@ -44,4 +47,37 @@ func applyQuotas(ds []*rlcommon.RateLimitDescriptor) {
 		}
 		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(n), Unit: unit}
 	}
+}
+
+// subkeyStats gives every sub-key one set of counters per limit kind.
+// The library builds the stats of an overridden descriptor per call,
+// named by all its entries (config_impl.go GetLimit, descriptorKey), and
+// the stats store keeps each name forever: 6 counters per sub-key and
+// limit, growing with every key ever seen. Counter names only label
+// metrics; the Redis counters are named by the entries themselves.
+type subkeyStats struct {
+	stats.Manager
+	prefix string   // "<domain>.subkey_"
+	kinds  sync.Map // "<domain>.subkey.limit_<kind>" -> stats.RateLimitStats
+}
+
+func newSubkeyStats(m stats.Manager, domain string) *subkeyStats {
+	return &subkeyStats{Manager: m, prefix: domain + "." + contract.DescSubkey + "_"}
+}
+
+// NewStats maps "<domain>.subkey_<id>.limit_<kind>" to the shared
+// "<domain>.subkey.limit_<kind>", built once (the library asks per call).
+func (m *subkeyStats) NewStats(key string) stats.RateLimitStats {
+	rest, ok := strings.CutPrefix(key, m.prefix)
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i < 0 {
+		return m.Manager.NewStats(key)
+	}
+	kind := rest[i:]
+	if st, ok := m.kinds.Load(kind); ok {
+		return st.(stats.RateLimitStats)
+	}
+	st := m.Manager.NewStats(m.prefix[:len(m.prefix)-1] + kind)
+	m.kinds.Store(kind, st)
+	return st
 }

@@ -1,10 +1,12 @@
 package service
 
 import (
+	"strconv"
 	"testing"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/ratelimit/src/stats"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -48,5 +50,39 @@ func TestApplyQuotas(t *testing.T) {
 				t.Errorf("got %v, want %v", tc.in, tc.out)
 			}
 		})
+	}
+}
+
+type recordingStats struct {
+	stats.Manager
+	keys map[string]bool
+}
+
+func (r *recordingStats) NewStats(key string) stats.RateLimitStats {
+	r.keys[key] = true
+	return stats.RateLimitStats{Key: key}
+}
+
+// Stats of sub-key descriptors are per limit kind, not per key: the store
+// keeps every name it was asked for.
+func TestSubkeyStatsBounded(t *testing.T) {
+	rec := &recordingStats{keys: map[string]bool{}}
+	m := newSubkeyStats(rec, "swarmgate")
+	for i := range 1000 {
+		for _, kind := range []string{"rpm", "rpd", "tpm"} {
+			m.NewStats("swarmgate.subkey_sk_" + strconv.Itoa(i) + ".limit_" + kind)
+		}
+	}
+	m.NewStats("swarmgate.tenant_t.limit_rpm")
+	m.NewStats("other.subkey_sk_1.limit_rpm")
+	want := map[string]bool{"swarmgate.subkey.limit_rpm": true, "swarmgate.subkey.limit_rpd": true, "swarmgate.subkey.limit_tpm": true,
+		"swarmgate.tenant_t.limit_rpm": true, "other.subkey_sk_1.limit_rpm": true}
+	if len(rec.keys) != len(want) {
+		t.Fatalf("stats names %v, want %v", rec.keys, want)
+	}
+	for k := range want {
+		if !rec.keys[k] {
+			t.Errorf("no stats %q in %v", k, rec.keys)
+		}
 	}
 }
