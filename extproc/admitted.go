@@ -251,3 +251,5 @@ func keyLimits(k *config.VirtualKey) config.Limits {
 	}
 	return k.Limits
 }
+
+var noLimits config.Limits

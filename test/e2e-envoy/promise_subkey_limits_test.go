@@ -90,6 +90,9 @@ func TestPromiseSubkeyLimits(t *testing.T) {
 			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Code != "rate_limit_exceeded" {
 				t.Fatalf("fourth request of key A: %v, want 429 rate_limit_exceeded", err)
 			}
+			if !strings.Contains(apiErr.Message, a.ID) {
+				t.Errorf("message %q does not name the key", apiErr.Message)
+			}
 			ra, convErr := strconv.Atoi(apiErr.Response.Header.Get("retry-after"))
 			if convErr != nil || ra < 1 || ra > 60 {
 				t.Errorf("retry-after %q, want the seconds to the next minute", apiErr.Response.Header.Get("retry-after"))
