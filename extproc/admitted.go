@@ -252,4 +252,5 @@ func keyLimits(k *config.VirtualKey) config.Limits {
 	return k.Limits
 }
 
-var noLimits config.Limits
+// hasOwnLimits reports a sub-key with limits of its own.
+func hasOwnLimits(k *config.VirtualKey) bool { return keyLimits(k) != config.Limits{} }

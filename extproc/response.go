@@ -339,7 +339,7 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 	switch {
 	case r.backend == "" && limited && r.status == http.StatusTooManyRequests:
 		on := "tenant `" + r.f.Tenant() + "`"
-		if keyLimits(r.f.Owner.Key) != noLimits {
+		if hasOwnLimits(r.f.Owner.Key) {
 			// A sub-key with limits of its own: either may have refused.
 			on += " or key `" + r.f.KeyID() + "`"
 		}
