@@ -72,13 +72,17 @@ type requestMeta struct {
 // must be UTF-8; the message is length-prefixed binary).
 var tokenEncoding = base64.RawURLEncoding
 
-func (m *requestMeta) fill(sg *keyRing, a admitted) *structpb.Struct {
+// fill signs a and returns the metadata; quota is the caller's sub-key
+// limits (zero for a config key), plain fields for the rate-limit filter
+// that no attempt needs, so they stay out of the signed token.
+func (m *requestMeta) fill(sg *keyRing, a admitted, quota config.Limits) *structpb.Struct {
 	m.scratch = a.appendSigned(m.scratch[:0])
 	m.tok = tokenEncoding.AppendEncode(m.tok[:0], m.scratch)
 	m.tok = append(m.tok, '.')
 	m.tok = sg.cur.signer.Sign(m.tok, m.scratch)
 	return m.Fill(envoymsg.RequestFields{RequestID: a.requestID, Tenant: a.tenant, VirtualKey: a.virtualKey, Model: a.model,
-		Reservation: a.reservation, EstTokens: a.estTokens, MaxTokens: a.maxTokens, Token: m.tok})
+		Reservation: a.reservation, EstTokens: a.estTokens, MaxTokens: a.maxTokens, Token: m.tok,
+		SubkeyRPM: quota.RPM, SubkeyRPD: quota.RPD, SubkeyTPM: quota.TPM})
 }
 
 // readAdmitted reads and verifies the admission token Envoy forwarded to an
@@ -238,3 +242,15 @@ func label(v string) string {
 	}
 	return v
 }
+
+// keyLimits are the limits a virtual key carries itself: a sub-key's
+// (the rate-limit filter enforces them per key), none for a config key.
+func keyLimits(k *config.VirtualKey) config.Limits {
+	if k == nil {
+		return config.Limits{}
+	}
+	return k.Limits
+}
+
+// hasOwnLimits reports a sub-key with limits of its own.
+func hasOwnLimits(k *config.VirtualKey) bool { return keyLimits(k) != config.Limits{} }

@@ -127,7 +127,7 @@ func (s *Server) admittedAnswer(r *routerStream, cr chatreq.Request, body []byte
 		estTokens: f.EstTokens, maxTokens: f.MaxOut, sticky: f.StickyKey(), path: f.RawPath, backends: backends,
 		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: f.Reservation.ID,
 		anthropicVersion: f.AnthropicVersion, anthropicBeta: f.AnthropicBeta, key: f.Pinned.KeyID,
-	})
+	}, keyLimits(f.Owner.Key))
 	return resp
 }
 

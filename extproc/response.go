@@ -338,8 +338,13 @@ func (r *routerStream) metadata() *structpb.Struct {
 func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiError {
 	switch {
 	case r.backend == "" && limited && r.status == http.StatusTooManyRequests:
+		on := "tenant `" + r.f.Tenant() + "`"
+		if hasOwnLimits(r.f.Owner.Key) {
+			// A sub-key with limits of its own: either may have refused.
+			on += " or key `" + r.f.KeyID() + "`"
+		}
 		e := &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded",
-			message: "Rate limit reached for `" + r.f.Alias + "` on tenant `" + r.f.Tenant() + "`; retry after the indicated time."}
+			message: "Rate limit reached for `" + r.f.Alias + "` on " + on + "; retry after the indicated time."}
 		return e.withRetryAfter(time.Duration(max(reset, 1))*time.Second).withHeader("x-ratelimit-reset", strconv.Itoa(max(reset, 1)))
 	case r.backend != "" && (r.status == http.StatusUnauthorized || r.status == http.StatusForbidden):
 		e := &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_credentials_rejected",

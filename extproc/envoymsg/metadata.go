@@ -1,6 +1,8 @@
 package envoymsg
 
 import (
+	"strconv"
+
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
@@ -44,6 +46,10 @@ func (m *TokenMeta) Fill(prompt, completion, total, topUp int64) *structpb.Struc
 type RequestFields struct {
 	RequestID, Tenant, VirtualKey, Model, Reservation string
 	EstTokens, MaxTokens                              int
+	// SubkeyRPM, SubkeyRPD, SubkeyTPM are a sub-key's own limits, each
+	// sent (contract.MetaSubkeyRPM…) only when positive: the rate-limit
+	// filter sends a sub-key descriptor only for a limit it finds here.
+	SubkeyRPM, SubkeyRPD, SubkeyTPM int
 	// Token is the signed admission (copied).
 	Token []byte
 }
@@ -67,18 +73,41 @@ type RequestMeta struct {
 	strKinds          [len(requestMetaStrings)]structpb.Value_StringValue
 	nums              [len(requestMetaNumbers)]structpb.Value
 	numKinds          [len(requestMetaNumbers)]structpb.Value_NumberValue
+	quotas            [len(requestMetaQuotas)]quotaField
+}
+
+// quotaField is one sub-key limit as a metadata string. The text of the
+// last value is kept: a pooled stream serving the same sub-key again
+// formats nothing.
+type quotaField struct {
+	v    structpb.Value
+	kind structpb.Value_StringValue
+	n    int
+}
+
+func (q *quotaField) set(fields map[string]*structpb.Value, key string, n int) {
+	if n <= 0 {
+		delete(fields, key)
+		return
+	}
+	if n != q.n || q.kind.StringValue == "" {
+		q.n, q.kind.StringValue = n, strconv.Itoa(n)
+	}
+	q.v.Kind = &q.kind
+	fields[key] = &q.v
 }
 
 var (
 	requestMetaStrings = [...]string{contract.MetaRequestID, contract.MetaTenant, contract.MetaVirtualKey, contract.MetaModel,
 		contract.MetaReservation}
 	requestMetaNumbers = [...]string{contract.MetaEstTokens, contract.MetaMaxTokens}
+	requestMetaQuotas  = [...]string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM}
 )
 
 // Fill sets the fields and returns the struct to send.
 func (m *RequestMeta) Fill(f RequestFields) *structpb.Struct {
 	if m.inner.Fields == nil {
-		m.inner.Fields = make(map[string]*structpb.Value, len(requestMetaStrings)+len(requestMetaNumbers))
+		m.inner.Fields = make(map[string]*structpb.Value, len(requestMetaStrings)+len(requestMetaNumbers)+len(requestMetaQuotas))
 		for i, k := range requestMetaStrings {
 			m.strs[i].Kind = &m.strKinds[i]
 			m.inner.Fields[k] = &m.strs[i]
@@ -101,6 +130,9 @@ func (m *RequestMeta) Fill(f RequestFields) *structpb.Struct {
 	}
 	for i, v := range [len(requestMetaNumbers)]int64{int64(f.EstTokens), int64(f.MaxTokens)} {
 		m.numKinds[i].NumberValue = float64(v)
+	}
+	for i, n := range [len(requestMetaQuotas)]int{f.SubkeyRPM, f.SubkeyRPD, f.SubkeyTPM} {
+		m.quotas[i].set(m.inner.Fields, requestMetaQuotas[i], n)
 	}
 	return &m.outer
 }

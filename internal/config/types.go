@@ -390,6 +390,10 @@ type VirtualKey struct {
 	// Labels are a sub-key's labels (internal/subkey), carried into each
 	// ledger entry of its requests; config keys have none. Read only.
 	Labels map[string]string `yaml:"-" json:"-"`
+	// Limits are a sub-key's own rpm/rpd/tpm, which ext_proc hands to the
+	// rate-limit filter; config keys have none (their tenant's apply).
+	// Read only.
+	Limits Limits `yaml:"-" json:"-"`
 
 	derived bool // Hash was computed from Secret
 }

@@ -73,6 +73,17 @@ const (
 	MetaReservation = "reservation"
 )
 
+// Sub-key limits, in MetadataNamespace, present only for a sub-key with
+// that limit (config keys never carry them): the decimal limit as a string,
+// because the rate-limit filter's metadata action reads string values only.
+// Each is the DescQuota entry of the sub-key's descriptor for that limit;
+// when it is absent Envoy does not send the descriptor.
+const (
+	MetaSubkeyRPM = "subkey_rpm"
+	MetaSubkeyRPD = "subkey_rpd"
+	MetaSubkeyTPM = "subkey_tpm"
+)
+
 // AdmissionNamespace holds one string, MetaAdmission: the admission token
 // the upstream filter of every attempt gets (forwarding_namespaces lists
 // only this namespace). It is the request id, tenant, virtual key, model,
@@ -109,6 +120,12 @@ const (
 	DescModel  = "model"
 	DescKey    = "key"
 	DescLimit  = "limit"
+	// DescSubkey names a sub-key (its id); DescQuota, the descriptor's last
+	// entry, carries its limit. The rate-limit service turns the quota
+	// into the descriptor's limit override and drops the entry, so sub-keys
+	// need no entry in the service's config.
+	DescSubkey = "subkey"
+	DescQuota  = "quota"
 
 	LimitRPM = "rpm"
 	LimitRPD = "rpd"

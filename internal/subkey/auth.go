@@ -88,7 +88,8 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 		// The tenant left the config: its sub-keys go with it.
 		return config.KeyOwner{}, Unknown
 	}
-	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: &config.VirtualKey{ID: k.ID, Hash: k.Hash, Class: k.Class, Revoked: k.Revoked, Labels: k.Labels}}
+	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: &config.VirtualKey{ID: k.ID, Hash: k.Hash, Class: k.Class, Revoked: k.Revoked, Labels: k.Labels,
+		Limits: k.Limits}}
 	switch {
 	case k.Revoked:
 		return o, Revoked

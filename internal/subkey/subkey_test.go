@@ -76,6 +76,10 @@ func TestChangesReachEveryReplicaWithinOneSecond(t *testing.T) {
 	for i, s := range stores {
 		d := waitFor(t, func() bool { _, r := (Auth{Store: s}).Authenticate(cfg, plain); return r == OK })
 		t.Logf("replica %d: created key usable after %v", i, d)
+		// The key's own limits travel with it to the rate-limit filter.
+		if o, _ := (Auth{Store: s}).Authenticate(cfg, plain); o.Key.Limits != (config.Limits{RPM: 10}) {
+			t.Errorf("replica %d: owner key limits %+v, want rpm 10", i, o.Key.Limits)
+		}
 	}
 	if _, err := stores[1].Revoke(ctx, k.ID); err != nil {
 		t.Fatal(err)

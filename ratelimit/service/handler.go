@@ -42,6 +42,7 @@ func (h *handler) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Error(codes.Unavailable, "rate-limit service: no config loaded yet")
 	}
 	start := time.Now()
+	applyQuotas(req.GetDescriptors())
 	h.gate.RLock()
 	resp, err = (*p).ShouldRateLimit(ctx, req)
 	h.gate.RUnlock()

@@ -28,12 +28,26 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		desc(nil, "key", "k1", "limit", "rpm"),
 		desc(u64(500), "key", "k1", "limit", "tpm"),
 	}
+	// A sub-key with all three limits adds three descriptors whose quota
+	// entries become limit overrides (quota.go).
+	withSubkey := append(slices.Clone(envoyLike),
+		desc(nil, "subkey", "sk_1", "limit", "rpm", "quota", "1000000"),
+		desc(nil, "subkey", "sk_1", "limit", "rpd", "quota", "1000000"),
+		desc(u64(500), "subkey", "sk_1", "limit", "tpm", "quota", "1000000000"))
+	// The same sub-key descriptors as tenant-like config entries would be
+	// (no override): what per-key config would cost on the service.
+	withKeyLike := append(slices.Clone(envoyLike),
+		desc(nil, "tenant", "t1", "limit", "rpm"),
+		desc(nil, "tenant", "t1", "limit", "rpd"),
+		desc(u64(500), "tenant", "t1", "limit", "tpm"))
 	for _, tc := range []struct {
 		name          string
 		chargeRefused bool
 		descs         []*rlcommon.RateLimitDescriptor
 	}{
 		{"envoy request, 5 descriptors", false, envoyLike},
+		{"envoy request with a sub-key, 5+3 descriptors by override", false, withSubkey},
+		{"envoy request, 5+3 descriptors from config", false, withKeyLike},
 		{"envoy request, 5 descriptors, ChargeRefused (one Redis round trip)", true, envoyLike},
 		{"key check, 2 descriptors", false, keyCheck},
 	} {

@@ -183,7 +183,7 @@ func (s *Service) Run(ctx context.Context) error {
 		cc = conn
 	}
 
-	statsManager := stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), s.settings)
+	statsManager := newSubkeyStats(stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), s.settings), s.cfg.Envoy.RateLimitDomain)
 	// One pipeline (GET or INCRBY+EXPIRE for every descriptor) gets
 	// redis.read_timeout in all, dial and retries included: Envoy gave up
 	// after its own 20 ms long before, so longer only parks goroutines.

@@ -32,7 +32,10 @@ type Gateway struct {
 	ExtProcFailOpen     bool
 	RateLimitFailClosed bool
 	TokenLimits         bool // tenant TPM is enforced by the Envoy rate-limit filter
-	AccessLog           bool
+	// Subkeys: sub-keys are on, and their limits go through the Envoy
+	// rate-limit filter (descriptors only; the service needs no config).
+	Subkeys   bool
+	AccessLog bool
 
 	Retry   config.RetryPolicy
 	Breaker config.BreakerPolicy
@@ -114,6 +117,7 @@ func Build(cfg *config.Config) *Gateway {
 		ExtProcFailOpen:     cfg.FailureModes.ExtProc == config.FailOpen,
 		RateLimitFailClosed: cfg.FailureModes.RateLimit == config.FailClosed,
 		TokenLimits:         cfg.Accounting.TokenLimits == "ratelimit",
+		Subkeys:             cfg.Subkeys.Enabled,
 		AccessLog:           cfg.Telemetry.AccessLog,
 		Retry:               cfg.Retry,
 		Breaker:             cfg.Breaker,

@@ -134,8 +134,16 @@ func RateLimitFilter(g *ir.Gateway) *ratelimitv3.RateLimit {
 		},
 		EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
 		StatPrefix:              "swarmgate",
-		RateLimits:              RateLimitActions(g.TokenLimits),
+		RateLimits:              rateLimits(g),
 	}
+}
+
+func rateLimits(g *ir.Gateway) []*routev3.RateLimit {
+	out := RateLimitActions(g.TokenLimits)
+	if g.Subkeys {
+		out = append(out, SubkeyRateLimitActions()...)
+	}
+	return out
 }
 
 // Format strings for hits_addend: one substitution whose result is a
@@ -181,6 +189,36 @@ func RateLimitActions(tokens bool) []*routev3.RateLimit {
 		}
 	}
 	return out
+}
+
+// SubkeyRateLimitActions are the sub-key descriptors, after
+// RateLimitActions when sub-keys are on:
+//
+//	[subkey=<id>, limit=rpm, quota=<rpm>] [subkey=<id>, limit=rpd, quota=<rpd>]
+//	[subkey=<id>, limit=tpm, quota=<tpm>] at request time (estimate) and
+//	at stream done (top-up), like the tenant's tokens.
+//
+// The id is the admitted virtual key; the quota is the key's limit, which
+// ext_proc puts in the dynamic metadata only for a sub-key that has it, so
+// a config key, or a sub-key without that limit, sends no such descriptor.
+// The rate-limit service turns the quota into the descriptor's limit
+// override (ratelimit/service applyQuotas): one xDS config for every key,
+// nothing regenerated when keys are minted. Sub-key tokens are charged
+// this way in both accounting.token_limits modes.
+//
+// Why not RateLimit.limit (dynamic_metadata) here: Envoy 1.38 refuses the
+// field in the filter-level rate_limits ("'limit' field is not supported",
+// source/extensions/filters/common/ratelimit_config/ratelimit_config.cc,
+// v1.38.0; accepted from #45613, 1.39), and only those carry hits_addend.
+func SubkeyRateLimitActions() []*routev3.RateLimit {
+	id := metadata(contract.MetaVirtualKey, contract.DescSubkey)
+	tpm := actions(id, limit(contract.LimitTPM), metadata(contract.MetaSubkeyTPM, contract.DescQuota))
+	return []*routev3.RateLimit{
+		{Actions: actions(id, limit(contract.LimitRPM), metadata(contract.MetaSubkeyRPM, contract.DescQuota))},
+		{Actions: actions(id, limit(contract.LimitRPD), metadata(contract.MetaSubkeyRPD, contract.DescQuota))},
+		{Actions: tpm, HitsAddend: &routev3.RateLimit_HitsAddend{Format: HitsEstimate}},
+		{Actions: tpm, HitsAddend: &routev3.RateLimit_HitsAddend{Format: HitsTopUp}, ApplyOnStreamDone: true},
+	}
 }
 
 func actions(a ...*routev3.RateLimit_Action) []*routev3.RateLimit_Action { return a }

@@ -6,6 +6,9 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/xds/ir"
 )
 
 func TestRateLimitConfig(t *testing.T) {
@@ -45,6 +48,31 @@ func TestRateLimitConfig(t *testing.T) {
 					t.Errorf("tenant %s model %s has a tpm leaf in reserve mode", d.Value, c.Value)
 				}
 			}
+		}
+	}
+}
+
+// Sub-keys add descriptors to Envoy's filter and nothing to the service's
+// config: their limits arrive as quota entries the service turns into
+// overrides. A config key sends none of them (no quota metadata).
+func TestSubkeysAddDescriptorsOnly(t *testing.T) {
+	off := loadTestdata(t, "default.yaml")
+	on := loadTestdata(t, "subkeys.yaml")
+	if !proto.Equal(RateLimitConfig(off), RateLimitConfig(on)) {
+		t.Error("sub-keys changed the rate-limit service's config")
+	}
+	offF, onF := RateLimitFilter(ir.Build(off)), RateLimitFilter(ir.Build(on))
+	if got, want := len(onF.RateLimits)-len(offF.RateLimits), 4; got != want {
+		t.Fatalf("sub-keys added %d descriptors, want %d", got, want)
+	}
+	for i, rl := range onF.RateLimits[len(offF.RateLimits):] {
+		acts := rl.GetActions()
+		first, last := acts[0].GetMetadata(), acts[len(acts)-1].GetMetadata()
+		if first.GetDescriptorKey() != contract.DescSubkey || last.GetDescriptorKey() != contract.DescQuota || last.GetSkipIfAbsent() {
+			t.Errorf("descriptor %d: %v; want subkey first and a quota that must be present last", i, acts)
+		}
+		if rl.GetLimit() != nil {
+			t.Errorf("descriptor %d carries RateLimit.limit, which Envoy 1.38 refuses in filter-level rate_limits", i)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func TestTranslateValid(t *testing.T) {
-	for _, name := range []string{"default.yaml", "mixed.yaml"} {
+	for _, name := range []string{"default.yaml", "mixed.yaml", "subkeys.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			cfg := loadTestdata(t, name)
 			r, err := Translate(cfg)
