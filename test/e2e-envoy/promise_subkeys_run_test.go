@@ -62,7 +62,7 @@ const (
 	runLabel   = "nightly-42"
 	runWorkers = 500
 	runBudget  = 10.0 // dollars: a few hundred requests at the prices above
-	runClients = 40  // workers calling at once
+	runClients = 40   // workers calling at once
 )
 
 // TestPromiseSubkeysRun is the sub-key run end to end: the admin mints a
