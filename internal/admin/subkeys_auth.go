@@ -64,6 +64,9 @@ func (k *keyHandlers) authenticate(r *http.Request) (caller, *apiError) {
 	}
 	m, ok := k.store.Lookup(tok)
 	if !ok {
+		if c, ok, aerr := k.configMinter(tok); ok {
+			return c, aerr
+		}
 		if !k.ac.token.IsZero() && k.ac.token.Value() == "" {
 			return caller{}, &apiError{status: http.StatusServiceUnavailable, msg: "admin.token is set but was not resolved in this process"}
 		}
@@ -92,6 +95,30 @@ func (k *keyHandlers) authenticate(r *http.Request) (caller, *apiError) {
 		return c, &apiError{status: http.StatusUnauthorized, msg: "this key's tenant is no longer configured"}
 	}
 	return c, nil
+}
+
+// configMinter authenticates a config-file key marked `minter: true`. It
+// mints as a sub-key minter would: for its own tenant, within the tenant's
+// limits and models, its keys' budgets carved out of the tenant's. ok is
+// false when tok is not a config key.
+func (k *keyHandlers) configMinter(tok string) (caller, bool, *apiError) {
+	cfg := k.s.opts.Config()
+	if cfg == nil {
+		return caller{}, false, nil
+	}
+	owner, ok := cfg.LookupKey(tok)
+	if !ok {
+		return caller{}, false, nil
+	}
+	c := caller{key: &subkey.Key{ID: owner.Key.ID, Tenant: owner.Tenant.Name, Class: owner.Key.Class,
+		Limits: owner.Tenant.Limits, Minter: owner.Key.Minter}}
+	switch {
+	case owner.Key.Revoked:
+		return c, true, &apiError{status: http.StatusUnauthorized, msg: "this key has been revoked"}
+	case !owner.Key.Minter:
+		return c, true, &apiError{status: http.StatusForbidden, msg: "this key is not a minter"}
+	}
+	return c, true, nil
 }
 
 // notEnabled answers every key API route when the process has no store.

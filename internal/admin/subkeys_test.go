@@ -458,3 +458,56 @@ func TestMinterRevokedElsewhereIsRefused(t *testing.T) {
 		t.Fatalf("revoked minter: %d %s", a.status, a.raw)
 	}
 }
+
+// TestConfigKeyMinter: a config-file key marked minter mints keys of its
+// own tenant only, within the tenant's limits; one not marked is refused,
+// and so is a revoked one.
+func TestConfigKeyMinter(t *testing.T) {
+	yaml := func(extra string) string {
+		return strings.Replace(keyConfigYAML, "keys: [{id: red-1, secret: env:T_VIRTUAL_KEY}]",
+			"keys: [{id: red-1, secret: env:T_VIRTUAL_KEY"+extra+"}]\n    limits: {rpm: 100}", 1)
+	}
+	for _, tc := range []struct {
+		name, extra string
+		status      int
+	}{
+		{"minter", ", minter: true", http.StatusCreated},
+		{"not a minter", "", http.StatusForbidden},
+		{"revoked minter", ", minter: true, revoked: true", http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(yaml(tc.extra)), "admin-keys-test.yaml", config.Options{
+				LookupEnv: func(k string) (string, bool) { v, ok := testSecrets[k]; return v, ok }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := startKeyAPI(t, func(o *Options) { o.Config = func() *config.Config { return cfg } })
+			plain := testSecrets["T_VIRTUAL_KEY"]
+			a := e.do(t, http.MethodPost, "/v1/keys", plain, map[string]any{"labels": map[string]string{"run": "r1"}})
+			if a.status != tc.status {
+				t.Fatalf("mint: %d %s, want %d", a.status, a.raw, tc.status)
+			}
+			if a.status != http.StatusCreated {
+				if keys := e.store.List("", nil); len(keys) != 0 {
+					t.Errorf("%d keys created by a refused mint", len(keys))
+				}
+				return
+			}
+			k, err := e.store.Get(t.Context(), a.id())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k.Tenant != "team-red" || k.Parent != "red-1" || k.Limits.RPM != 100 {
+				t.Errorf("minted %+v, want tenant team-red, parent red-1, the tenant's rpm 100", k)
+			}
+			for _, body := range []map[string]any{
+				{"tenant": "team-blue"},                // another tenant
+				{"limits": map[string]int{"rpm": 500}}, // above its own
+			} {
+				if a := e.do(t, http.MethodPost, "/v1/keys", plain, body); a.status != http.StatusForbidden {
+					t.Errorf("mint %v: %d %s, want 403", body, a.status, a.raw)
+				}
+			}
+		})
+	}
+}

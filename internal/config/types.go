@@ -387,6 +387,9 @@ type VirtualKey struct {
 	// client sends chooses a class otherwise).
 	Class         string   `yaml:"class" json:"class"`
 	HeaderClasses []string `yaml:"header_classes" json:"header_classes"`
+	// Minter lets the key mint sub-keys of its own tenant through the key
+	// API (docs/subkeys.md) without the admin token: a planner's key.
+	Minter bool `yaml:"minter" json:"minter"`
 	// Labels are a sub-key's labels (internal/subkey), carried into each
 	// ledger entry of its requests; config keys have none. Read only.
 	Labels map[string]string `yaml:"-" json:"-"`
