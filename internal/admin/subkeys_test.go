@@ -441,6 +441,20 @@ func TestKeyAPIGuard(t *testing.T) {
 func TestMinterRevokedElsewhereIsRefused(t *testing.T) {
 	e := startKeyAPI(t, nil)
 	m, mp := mustCreate(t, e.store, subkey.Key{Tenant: "team-red", Minter: true})
+	// The store refreshes m from its change message a moment later; a key
+	// written after it by another replica's store is a barrier: once the
+	// API's store has heard of that one, m's refresh is behind it.
+	other := subkey.NewStore(e.rdb, "sg:", nil)
+	_, barrier := mustCreate(t, other, subkey.Key{Tenant: "team-red"})
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, ok := e.store.Lookup(barrier); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the API's store never heard of the barrier key")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	revoked := *m
 	revoked.Revoked = true
 	raw, err := json.Marshal(&revoked)
