@@ -23,7 +23,10 @@ import (
 // Anything else — an unknown field (a newer Envoy's), a field repeated
 // (protobuf merges those), a wrong wire type, a string that is not UTF-8 —
 // makes it return false, and the codec decodes with protobuf-go, the
-// reference (FuzzDecodeRequest holds the two equal).
+// reference (FuzzDecodeRequest holds the two equal). Attributes and the
+// metadata context are google.protobuf.Struct values, decoded here too:
+// per string field protobuf-go allocates the key, the Value, its kind and
+// the string; here only the Value and its kind.
 
 func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
 	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
@@ -184,6 +187,10 @@ func (d *decoder) requestField(r *extprocv3.ProcessingRequest, f field) bool {
 			r.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: t}
 		}
 	case reqMetadataContext:
+		if m, ok := d.metadata(f.bytes); ok {
+			r.MetadataContext = m
+			return true
+		}
 		r.MetadataContext = new(corev3.Metadata)
 		return proto.Unmarshal(f.bytes, r.MetadataContext) == nil
 	case reqProtocolConfig:
@@ -350,8 +357,8 @@ func (d *decoder) structEntry(b []byte, m *map[string]*structpb.Struct) bool {
 			return false
 		}
 	}
-	s := new(structpb.Struct)
-	if err := proto.Unmarshal(val, s); err != nil {
+	s, ok := d.structBody(val, 0)
+	if !ok {
 		return false
 	}
 	if *m == nil {

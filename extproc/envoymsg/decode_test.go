@@ -1,6 +1,7 @@
 package envoymsg
 
 import (
+	"math"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -23,10 +24,13 @@ func envoyRequests(t testing.TB) map[string]*extprocv3.ProcessingRequest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admission, err := structpb.NewStruct(map[string]any{"token": "v1.abc", "n": 3.0, "nested": map[string]any{"a": []any{"x", true, nil}}})
+	admission, err := structpb.NewStruct(map[string]any{"token": "v1.abc", "n": 3.0, "neg": -0.5, "f": false, "": "empty key",
+		"nested": map[string]any{"a": []any{"x", true, nil, []any{}, map[string]any{}, map[string]any{"deep": []any{1.0, "é"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	admission.Fields["nan"] = structpb.NewNumberValue(math.NaN())
+	admission.Fields["unset"] = &structpb.Value{}
 	headers := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 		hv(":authority", "gateway.local"), hv(":path", "/v1/chat/completions"), hv(":method", "POST"),
 		hv("content-type", "application/json"), hv("authorization", "Bearer sk-test"), hv("x-empty", ""),
