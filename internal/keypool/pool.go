@@ -37,6 +37,13 @@ type keyState struct {
 	learnedRPM, learnedTPM int
 	learnedWindow          time.Duration
 	ownWindow              bool // the stated limit is the reset window's own, not a per-minute figure
+	resetSeen              bool // a served answer stated when its request window resets
+	// answered: the key has had an answer; reqLeft is its provider's last
+	// x-ratelimit-remaining-requests (-1: not stated), valid until
+	// reqLeftUntil (inflight.go).
+	answered     bool
+	reqLeft      int
+	reqLeftUntil time.Time
 	// refused is the share of the key's answers that were the provider's
 	// short refusals (refusal.go), a moving average.
 	refused     float64
@@ -159,6 +166,7 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
 		in.pacing && now.Before(k.paceUntil),
+		in.pol.keyPace && k.overRemaining(now),
 		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
 		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
@@ -358,8 +366,8 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		if req.EstTokens > k.tokensLeft && now.Before(k.tokensReset) {
 			consider(k.tokensReset.Sub(now))
 		}
-		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight {
-			consider(unknown)
+		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight || in.pol.keyPace && k.overRemaining(now) {
+			consider(inFlightWait)
 		}
 		if in.enforceWindow && k.limited() {
 			consider(k.win.wait(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens))
@@ -558,6 +566,7 @@ func (kp *KeyPool) releaseLeaseLocked(k *keyState, req string, release, probe bo
 func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time, pol *policy, ob *observation) {
 	ob.keyID = k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
+	k.noteRemaining(o, now)
 	ob.learned = k.learn(o)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
 	ob.paced = k.noteRefusal(o)
