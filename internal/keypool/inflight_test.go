@@ -22,12 +22,12 @@ func TestOverRemaining(t *testing.T) {
 	}{
 		{name: "cold: one in flight", inFlight: 1},
 		{name: "cold: at the bound", inFlight: coldStartInFlight, want: true},
-		{name: "59 left: 29 in flight", answers: []Outcome{ok(59, 10 * time.Second)}, inFlight: 29},
-		{name: "59 left: 30 in flight", answers: []Outcome{ok(59, 10 * time.Second)}, inFlight: 30, want: true},
-		{name: "1 left: one in flight", answers: []Outcome{ok(1, 10 * time.Second)}, inFlight: 1, want: true},
+		{name: "59 left: 29 in flight", answers: []Outcome{ok(59, 10*time.Second)}, inFlight: 29},
+		{name: "59 left: 30 in flight", answers: []Outcome{ok(59, 10*time.Second)}, inFlight: 30, want: true},
+		{name: "1 left: one in flight", answers: []Outcome{ok(1, 10*time.Second)}, inFlight: 1, want: true},
 		{name: "after the reset: not held", answers: []Outcome{ok(1, time.Second)}, inFlight: 5, at: 2 * time.Second},
 		{name: "no statement: not held", answers: []Outcome{{Status: 200, RemainingRequests: -1, RemainingTokens: -1}}, inFlight: 50},
-		{name: "a refusal does not state what remains", answers: []Outcome{ok(40, 10 * time.Second), {Status: 429, RemainingRequests: 40, RemainingTokens: -1, RetryAfter: time.Second}},
+		{name: "a refusal does not state what remains", answers: []Outcome{ok(40, 10*time.Second), {Status: 429, RemainingRequests: 40, RemainingTokens: -1, RetryAfter: time.Second}},
 			inFlight: 20, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
