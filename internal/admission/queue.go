@@ -167,6 +167,9 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if res, ok := q.beginSession(ctx, &req, capacity, start); !ok {
 		return res
 	}
+	if req.newSession {
+		capacity = q.gated(capacity)
+	}
 	res := q.admit(ctx, req, capacity)
 	if !res.Admitted && req.newSession {
 		q.endSession(req)

@@ -39,7 +39,8 @@ type SessionStore interface {
 	// when fewer than bound (0: no bound; negative: none may start now)
 	// are (started); otherwise retry is when the oldest goes idle. It refreshes an active session.
 	Begin(ctx context.Context, session string, bound int, idle time.Duration) (active, started bool, retry time.Duration, err error)
-	// Touch marks an admitted call of session.
+	// Touch marks an admitted call of session, under way from now also
+	// when its wait outlasted SessionIdle (its next calls must go first).
 	Touch(ctx context.Context, session string, idle time.Duration) error
 	// End removes session: its first call was not admitted, so it never
 	// got under way and must not hold a place (nor pass as under way when
@@ -73,23 +74,16 @@ func (q *Queue) sessionBound(rate float64) int {
 }
 
 // beginSession places req in its session: it sets the ticket class, and
-// decides whether a new session may start. A new session starts only while
-// the sessions under way keep up (no call of theirs has waited
-// sessionBacklog on this replica) and fewer than the bound are under way;
-// otherwise it waits only when a place opens within newSessionWait, and is
-// refused at once (429 sessions_full, Retry-After when one may open)
-// instead of waiting its whole maximum while calls under way need the
-// capacity. A started session's first call waits at most newSessionWait
-// too. ok false: the result is the refusal.
+// decides whether a new session may start. Over the bound (MaxSessions,
+// SessionSpan) a new session waits only when a place opens within
+// newSessionWait, and is refused at once (429 sessions_full, Retry-After
+// when one may open) instead of polling for its whole maximum wait. ok
+// false: the result is the refusal.
 func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacity, start time.Time) (Result, bool) {
 	for {
 		_, _, pace := capacity()
-		bound, backlog := q.sessionBound(pace.Rate), q.backlog(start)
-		if backlog > 0 {
-			bound = -1 // no new session now
-		}
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
-		active, started, retry, err := q.opts.Sessions.Begin(sctx, req.Session, bound, q.opts.SessionIdle)
+		active, started, retry, err := q.opts.Sessions.Begin(sctx, req.Session, q.sessionBound(pace.Rate), q.opts.SessionIdle)
 		cancel()
 		if err != nil {
 			// The order's failure mode decides elsewhere; without the
@@ -101,16 +95,11 @@ func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacit
 			req.Class = sessionClass(req.Class, active)
 			req.underWay, req.newSession = active, started
 			req.MaxWait -= time.Since(start)
-			if started {
-				req.MaxWait = min(req.MaxWait, newSessionWait)
-			}
 			return Result{}, true
 		}
 		left := min(req.MaxWait, newSessionWait) - time.Since(start)
-		if backlog > 0 || left <= 0 || retry > left {
-			// The sessions under way need the capacity, or no place opens
-			// within the wait: refuse now, truthfully (behind a backlog, a
-			// second is the soonest it may have cleared).
+		if left <= 0 || retry > left {
+			// No place opens within the wait: refuse now, truthfully.
 			return q.refuse(*req, ReasonSessions, retry, start), false
 		}
 		if req.OnWait != nil {
@@ -123,6 +112,23 @@ func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacit
 	}
 }
 
+// gated is the capacity a new session's first call sees: none while the
+// sessions under way are behind (backlog), so the call waits in its place
+// (behind every call under way, ahead of later new sessions) and is
+// admitted when they keep up again. Admitting new tasks at one model's pace
+// while another model's calls of the tasks under way wait only spreads
+// the capacity over more tasks than it can finish: in the storm of issue
+// 27 tasks admitted at the planner's pace died in the workers' queue.
+func (q *Queue) gated(capacity Capacity) Capacity {
+	return func() (bool, time.Duration, Pace) {
+		ready, ra, pace := capacity()
+		if b := q.backlog(time.Now()); ready && b > 0 {
+			return false, max(ra, min(b, q.opts.Poll)), pace
+		}
+		return ready, ra, pace
+	}
+}
+
 // endSession forgets a session whose first call was not admitted.
 func (q *Queue) endSession(req Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.opts.StepTimeout)
@@ -132,17 +138,14 @@ func (q *Queue) endSession(req Request) {
 	}
 }
 
-// newSessionWait is the longest a new session waits to start, and its
-// first call to be admitted: a task that cannot start within it is better
-// refused (its client retries after the Retry-After) than left to hold a
-// place while the sessions under way need the capacity.
+// newSessionWait is the longest a new session waits for a place under the
+// session bound: a task that cannot start within it is better refused (its
+// client retries after the Retry-After) than left polling the store.
 const newSessionWait = time.Second
 
 // sessionBacklog is how long a call of a session under way may wait on
-// this replica before no new session starts: the sessions under way
-// already ask more than the capacity serves, and a new one would only
-// take from them (the storm of issue 27: tasks admitted at the planner's
-// pace died at the workers' queue).
+// this replica before no new session is admitted (gated): the sessions
+// under way already ask more than the capacity serves.
 const sessionBacklog = time.Second
 
 // backlog is, when some scope's first waiter here is a call of a session
@@ -218,9 +221,7 @@ func (s *LocalSessions) Begin(_ context.Context, session string, bound int, idle
 func (s *LocalSessions) Touch(_ context.Context, session string, _ time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.last[session]; ok {
-		s.last[session] = s.now()
-	}
+	s.last[session] = s.now() // under way from its admitted call, also after a long wait
 	return nil
 }
 
@@ -270,7 +271,7 @@ return {2, 0}
 var touchScript = redis.NewScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-redis.call('ZADD', KEYS[1], 'XX', now, ARGV[1])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
 return 1
 `)
