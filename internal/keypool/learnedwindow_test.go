@@ -89,3 +89,33 @@ func TestLimitsEncoding(t *testing.T) {
 		t.Errorf("adopted 10 s window: rpm %d, want 360", k.rpm())
 	}
 }
+
+// TestNextSlot: a served answer that left no request holds a key with a
+// learned window for one request's share of it, not the whole reset.
+func TestNextSlot(t *testing.T) {
+	ok := func(limit, remaining int, reset time.Duration) Outcome {
+		return Outcome{Status: 200, LimitRequests: limit, RemainingRequests: remaining, RemainingTokens: -1, ResetRequests: reset}
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []Outcome
+		want    time.Duration
+	}{
+		{name: "10 s window learned: one request's share", answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 10*time.Second)}, want: 10 * time.Second / 60},
+		{name: "window not learned: the reset", answers: []Outcome{ok(60, 0, 10*time.Second)}, want: 10 * time.Second},
+		{name: "per minute in one-second slices: the reset", answers: []Outcome{ok(600, 9, time.Second), ok(600, 0, 400*time.Millisecond)}, want: 400 * time.Millisecond},
+		{name: "requests left: the reset", answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 3, 10*time.Second)}, want: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &keyState{}
+			var last Outcome
+			for _, o := range tc.answers {
+				k.learn(o)
+				last = o
+			}
+			if got := k.nextSlot(last); got != tc.want {
+				t.Errorf("held %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

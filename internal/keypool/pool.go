@@ -566,8 +566,9 @@ func (kp *KeyPool) releaseLeaseLocked(k *keyState, req string, release, probe bo
 func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time, pol *policy, ob *observation) {
 	ob.keyID = k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
-	k.noteRemaining(o, now)
 	ob.learned = k.learn(o)
+	o.ResetRequests = k.nextSlot(o)
+	k.noteRemaining(o, now)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
 	ob.paced = k.noteRefusal(o)
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
