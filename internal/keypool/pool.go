@@ -158,8 +158,10 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 		// Best effort, nothing strictly usable: any key that is not open
 		// will do, over its caps, windows or exclusions. The provider's 429
 		// on it is retried by Envoy and feeds the breaker; an attempt sent
-		// without a credential gets a 401, which nobody retries.
-		return k.br.allow(now) || k.br.State(now) == HalfOpen
+		// without a credential gets a 401, which nobody retries. With the
+		// pace on, not over what the provider says remains: that attempt
+		// would only be refused.
+		return (k.br.allow(now) || k.br.State(now) == HalfOpen) && !(in.pol.keyPace && k.overRemaining(now))
 	}
 	switch {
 	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
@@ -567,7 +569,9 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 	ob.keyID = k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
 	ob.learned = k.learn(o)
-	o.ResetRequests = k.nextSlot(o)
+	if pol.keyPace {
+		o.ResetRequests = k.nextSlot(o) // the key's pace spaces what follows
+	}
 	k.noteRemaining(o, now)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
 	ob.paced = k.noteRefusal(o)
