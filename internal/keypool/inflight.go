@@ -34,10 +34,16 @@ const inFlightWait = 50 * time.Millisecond
 // Caller holds kp.mu.
 func (k *keyState) noteRemaining(o Outcome, now time.Time) {
 	k.answered = true
-	if o.RemainingRequests < 0 || o.class() != classSuccess {
+	if o.RemainingRequests < 0 {
 		return
 	}
-	k.reqLeft, k.reqLeftUntil = o.RemainingRequests, now.Add(resetOr(o.ResetRequests, time.Second))
+	// A refusal states what remains too (what another replica used since
+	// this one's last answer); it holds until its Retry-After.
+	until := resetOr(o.ResetRequests, time.Second)
+	if o.class() != classSuccess && o.RetryAfter > 0 {
+		until = o.RetryAfter
+	}
+	k.reqLeft, k.reqLeftUntil = o.RemainingRequests, now.Add(until)
 }
 
 // overRemaining reports whether another attempt would pass what the key

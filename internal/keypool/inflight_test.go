@@ -27,8 +27,10 @@ func TestOverRemaining(t *testing.T) {
 		{name: "1 left: one in flight", answers: []Outcome{ok(1, 10*time.Second)}, inFlight: 1, want: true},
 		{name: "after the reset: not held", answers: []Outcome{ok(1, time.Second)}, inFlight: 5, at: 2 * time.Second},
 		{name: "no statement: not held", answers: []Outcome{{Status: 200, RemainingRequests: -1, RemainingTokens: -1}}, inFlight: 50},
-		{name: "a refusal does not state what remains", answers: []Outcome{ok(40, 10*time.Second), {Status: 429, RemainingRequests: 40, RemainingTokens: -1, RetryAfter: time.Second}},
-			inFlight: 20, want: true},
+		{name: "a refusal states what remains, until its Retry-After", answers: []Outcome{ok(40, 10*time.Second), {Status: 429, RemainingRequests: 0, RemainingTokens: -1, RetryAfter: time.Second}},
+			inFlight: 0, want: true},
+		{name: "after the refusal's Retry-After: not held", answers: []Outcome{ok(40, 10*time.Second), {Status: 429, RemainingRequests: 0, RemainingTokens: -1, RetryAfter: time.Second}},
+			inFlight: 3, at: 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &keyState{inFlight: tc.inFlight}
