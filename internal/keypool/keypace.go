@@ -53,7 +53,7 @@ func (k *keyState) paceInterval() time.Duration {
 	if rpm <= 0 {
 		return 0
 	}
-	return time.Duration(k.attemptFactor() * float64(time.Minute) / (k.paceShare() * float64(rpm)))
+	return time.Duration(k.attemptFactor() * float64(time.Minute) / (keyPaceShare * float64(rpm)))
 }
 
 // pacedError: every key that could take the attempt has its next slot

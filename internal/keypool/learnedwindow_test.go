@@ -119,35 +119,3 @@ func TestNextSlot(t *testing.T) {
 		})
 	}
 }
-
-// TestStatedWindowShares: a key whose provider states its own window is
-// paced closer to it than a per-minute limit read in one-second slices.
-func TestStatedWindowShares(t *testing.T) {
-	ok := func(limit, remaining int, reset time.Duration) Outcome {
-		return Outcome{Status: 200, LimitRequests: limit, RemainingRequests: remaining, RemainingTokens: -1, ResetRequests: reset}
-	}
-	for _, tc := range []struct {
-		name    string
-		answers []Outcome
-		cfgRPM  int
-		admit   float64
-	}{
-		{name: "10 s window", answers: []Outcome{ok(60, 20, 10*time.Second)}, admit: windowAdmitShare},
-		{name: "per minute in slices", answers: []Outcome{ok(600, 9, time.Second)}, admit: admitShare},
-		{name: "configured rpm below the window's", answers: []Outcome{ok(60, 20, 10*time.Second)}, cfgRPM: 100, admit: admitShare},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			k := &keyState{}
-			k.cfg.RPM = tc.cfgRPM
-			for _, o := range tc.answers {
-				k.learn(o)
-			}
-			if got := k.admitShare(); got != tc.admit {
-				t.Errorf("admit share %v, want %v", got, tc.admit)
-			}
-			if k.paceShare() <= k.admitShare() {
-				t.Errorf("the key's pace %v must leave room for admission's %v", k.paceShare(), k.admitShare())
-			}
-		})
-	}
-}

@@ -16,7 +16,7 @@ import (
 // spaces requests at the new rate across every replica.
 func (p *Pools) Pace(backends []string) (requests, tokens float64) {
 	now := p.clock.Now()
-	rpm, tpm := 0.0, 0
+	rpm, tpm := 0, 0
 	rpmUnknown, tpmUnknown := false, false
 	for _, name := range backends {
 		kp := p.pool(name)
@@ -28,7 +28,7 @@ func (p *Pools) Pace(backends []string) (requests, tokens float64) {
 			for _, k := range kp.keys {
 				if k.cfg.Weight > 0 && k.serving(now) {
 					r, t := k.rpm(), k.tpm()
-					rpm, tpm = rpm+k.admitShare()*float64(r), tpm+t
+					rpm, tpm = rpm+r, tpm+t
 					rpmUnknown, tpmUnknown = rpmUnknown || r == 0, tpmUnknown || t == 0
 				}
 			}
@@ -44,42 +44,8 @@ func (p *Pools) Pace(backends []string) (requests, tokens float64) {
 	// The keys' rate goes to attempts; Envoy's retries (a flaky key's
 	// 5xx, a reset) take their share of it before the next request.
 	first := 1 - p.mix.retryShare(now)
-	return first * rpm / 60, admitShare * first * float64(tpm) / 60
+	return admitShare * first * float64(rpm) / 60, admitShare * first * float64(tpm) / 60
 }
-
-// admitShare and paceShare are the parts of k's request limit admission
-// and its own pace use: higher for a window the provider states itself
-// (learnedwindow.go), where no quantized slice of a per-minute limit is
-// at stake and what remains holds the key (inflight.go). Caller holds
-// kp.mu.
-func (k *keyState) admitShare() float64 {
-	if k.statedWindow() {
-		return windowAdmitShare
-	}
-	return admitShare
-}
-
-func (k *keyState) paceShare() float64 {
-	if k.statedWindow() {
-		return windowPaceShare
-	}
-	return keyPaceShare
-}
-
-// statedWindow: k's request limit is the learned window's own (and not
-// lowered by a configured rpm).
-func (k *keyState) statedWindow() bool {
-	return k.ownWindow && k.learnedWindow > 0 && k.learnedWindow < time.Minute && k.rpm() == k.learnedPerMinute()
-}
-
-// windowAdmitShare and windowPaceShare: the shares for a stated window. A
-// 10 s window of 60 paced at 99 % leaves 0.6 of a request's margin, more
-// than the few milliseconds between a pick and its arrival; at 92 / 95 %
-// the storm's busy keys could not pass 92 % of their windows.
-const (
-	windowAdmitShare = 0.97
-	windowPaceShare  = 0.99
-)
 
 // admitShare is the part of the keys' stated limits admission paces to,
 // below keyPaceShare: each key's own pace (keypace.go) must have room for
