@@ -26,6 +26,9 @@ type Request struct {
 	// OnWait, when set, is called once before the request starts waiting
 	// (never when it is admitted at once).
 	OnWait func()
+	// underWay: a call of a session under way; newSession: the first call
+	// of a session that started with it (set by beginSession).
+	underWay, newSession bool
 }
 
 // Capacity reports whether the keys could serve a request now, when they
@@ -164,7 +167,13 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if res, ok := q.beginSession(ctx, &req, capacity, start); !ok {
 		return res
 	}
+	if req.newSession {
+		capacity = q.gated(capacity)
+	}
 	res := q.admit(ctx, req, capacity)
+	if !res.Admitted && req.newSession {
+		q.endSession(req)
+	}
 	if res.Admitted {
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
 		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil {
@@ -197,6 +206,12 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 	}
 	if d.Admitted {
 		return Result{Admitted: true}
+	}
+	if wait := (&stepState{d: d, ready: ready, ra: ra, pace: pace}).timeoutRetry(); req.newSession && pace.Rate > 0 && wait > req.MaxWait {
+		// A new session whose place in the paced order comes after its
+		// wait: refused now, with when its place would come.
+		q.leave(order, &w.t)
+		return q.refuse(req, ReasonSessions, wait, start)
 	}
 	w.tag = d.Tag
 	head, ok := q.enqueue(w)

@@ -36,11 +36,16 @@ import (
 // SessionStore tracks the sessions under way.
 type SessionStore interface {
 	// Begin reports whether session is under way (active), else starts it
-	// when fewer than bound (0: no bound) are (started); otherwise retry is
-	// when the oldest goes idle. It refreshes an active session.
+	// when fewer than bound (0: no bound; negative: none may start now)
+	// are (started); otherwise retry is when the oldest goes idle. It refreshes an active session.
 	Begin(ctx context.Context, session string, bound int, idle time.Duration) (active, started bool, retry time.Duration, err error)
-	// Touch marks an admitted call of session.
+	// Touch marks an admitted call of session, under way from now also
+	// when its wait outlasted SessionIdle (its next calls must go first).
 	Touch(ctx context.Context, session string, idle time.Duration) error
+	// End removes session: its first call was not admitted, so it never
+	// got under way and must not hold a place (nor pass as under way when
+	// its client retries).
+	End(ctx context.Context, session string) error
 }
 
 // ReasonSessions: the sessions under way already use the capacity.
@@ -69,10 +74,12 @@ func (q *Queue) sessionBound(rate float64) int {
 }
 
 // beginSession places req in its session: it sets the ticket class, and
-// waits while the sessions under way are at their bound. ok false: the
-// result is the refusal.
+// decides whether a new session may start. Over the bound (MaxSessions,
+// SessionSpan) a new session waits only when a place opens within
+// newSessionWait, and is refused at once (429 sessions_full, Retry-After
+// when one may open) instead of polling for its whole maximum wait. ok
+// false: the result is the refusal.
 func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacity, start time.Time) (Result, bool) {
-	waited := false
 	for {
 		_, _, pace := capacity()
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
@@ -86,23 +93,79 @@ func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacit
 		}
 		if active || started {
 			req.Class = sessionClass(req.Class, active)
+			req.underWay, req.newSession = active, started
 			req.MaxWait -= time.Since(start)
 			return Result{}, true
 		}
-		left := req.MaxWait - time.Since(start)
+		left := min(req.MaxWait, newSessionWait) - time.Since(start)
 		if left <= 0 || retry > left {
-			// No session ends within the wait: refuse now, truthfully.
+			// No place opens within the wait: refuse now, truthfully.
 			return q.refuse(*req, ReasonSessions, retry, start), false
 		}
-		if !waited && req.OnWait != nil {
+		if req.OnWait != nil {
 			req.OnWait()
 			req.OnWait = nil
 		}
-		waited = true
 		if err := sleepCtx(ctx, min(max(retry, q.opts.Poll), left, sessionPoll)); err != nil {
 			return q.refuse(*req, ReasonCancelled, 0, start), false
 		}
 	}
+}
+
+// gated is the capacity a new session's first call sees: none while the
+// sessions under way are behind (backlog), so the call waits in its place
+// (behind every call under way, ahead of later new sessions) and is
+// admitted when they keep up again. Admitting new tasks at one model's pace
+// while another model's calls of the tasks under way wait only spreads
+// the capacity over more tasks than it can finish: in the storm of issue
+// 27 tasks admitted at the planner's pace died in the workers' queue.
+func (q *Queue) gated(capacity Capacity) Capacity {
+	return func() (bool, time.Duration, Pace) {
+		ready, ra, pace := capacity()
+		if b := q.backlog(time.Now()); ready && b > 0 {
+			return false, max(ra, min(b, q.opts.Poll)), pace
+		}
+		return ready, ra, pace
+	}
+}
+
+// endSession forgets a session whose first call was not admitted.
+func (q *Queue) endSession(req Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.opts.StepTimeout)
+	defer cancel()
+	if err := q.opts.Sessions.End(ctx, req.Session); err != nil {
+		q.opts.Logger.Warn("admission: sessions unavailable", "error", err)
+	}
+}
+
+// newSessionWait is the longest a new session waits for a place under the
+// session bound: a task that cannot start within it is better refused (its
+// client retries after the Retry-After) than left polling the store.
+const newSessionWait = time.Second
+
+// sessionBacklog is how long a call of a session under way may wait on
+// this replica before no new session is admitted (gated): the sessions
+// under way already ask more than the capacity serves. In the storm, 1 s
+// held the planner key to 87 % of its window (14.2 % of tasks completed
+// with 2 s, 13.6 % with 1 s, upstream 429s below 1 % in both).
+const sessionBacklog = 2 * time.Second
+
+// backlog is, when some scope's first waiter here is a call of a session
+// under way that has waited more than sessionBacklog, how long it has
+// waited beyond that (at least a millisecond); else 0.
+func (q *Queue) backlog(now time.Time) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	worst := time.Duration(0)
+	for _, s := range q.scopes {
+		if w := s.h[0]; w.req.underWay {
+			worst = max(worst, now.Sub(w.since)-sessionBacklog)
+		}
+	}
+	if worst <= 0 {
+		return 0
+	}
+	return max(worst, time.Millisecond)
 }
 
 // sessionPoll bounds how long a new session sleeps before asking again.
@@ -147,7 +210,10 @@ func (s *LocalSessions) Begin(_ context.Context, session string, bound int, idle
 		s.last[session] = now
 		return true, false, 0, nil
 	}
-	if bound > 0 && len(s.last) >= bound {
+	if bound < 0 || bound > 0 && len(s.last) >= bound {
+		if oldest.IsZero() {
+			return false, false, 0, nil
+		}
 		return false, false, oldest.Add(idle).Sub(now), nil
 	}
 	s.last[session] = now
@@ -157,9 +223,14 @@ func (s *LocalSessions) Begin(_ context.Context, session string, bound int, idle
 func (s *LocalSessions) Touch(_ context.Context, session string, _ time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.last[session]; ok {
-		s.last[session] = s.now()
-	}
+	s.last[session] = s.now() // under way from its admitted call, also after a long wait
+	return nil
+}
+
+func (s *LocalSessions) End(_ context.Context, session string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.last, session)
 	return nil
 }
 
@@ -176,7 +247,8 @@ func NewRedisSessions(rdb redis.UniversalClient, prefix string) *RedisSessions {
 	return &RedisSessions{rdb: rdb, key: prefix + "admission:sessions"}
 }
 
-// beginScript: KEYS[1] the set; ARGV session, bound, idle (ms). Returns
+// beginScript: KEYS[1] the set; ARGV session, bound (-1: none may start),
+// idle (ms). Returns
 // {1, 0} active, {2, 0} started, {0, retry ms} at the bound.
 var beginScript = redis.NewScript(`
 local tm = redis.call('TIME')
@@ -188,8 +260,9 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return {1, 0}
 end
 local bound = tonumber(ARGV[2])
-if bound > 0 and redis.call('ZCARD', KEYS[1]) >= bound then
+if bound < 0 or (bound > 0 and redis.call('ZCARD', KEYS[1]) >= bound) then
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if not oldest[2] then return {0, 0} end
   return {0, tonumber(oldest[2]) + idle - now}
 end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
@@ -200,7 +273,7 @@ return {2, 0}
 var touchScript = redis.NewScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-redis.call('ZADD', KEYS[1], 'XX', now, ARGV[1])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
 return 1
 `)
@@ -218,6 +291,13 @@ func (s *RedisSessions) Begin(ctx context.Context, session string, bound int, id
 
 func (s *RedisSessions) Touch(ctx context.Context, session string, idle time.Duration) error {
 	if err := touchScript.Run(ctx, s.rdb, []string{s.key}, session, max(idle.Milliseconds(), 1)).Err(); err != nil {
+		return fmt.Errorf("admission: sessions: %w", err)
+	}
+	return nil
+}
+
+func (s *RedisSessions) End(ctx context.Context, session string) error {
+	if err := s.rdb.ZRem(ctx, s.key, session).Err(); err != nil {
 		return fmt.Errorf("admission: sessions: %w", err)
 	}
 	return nil

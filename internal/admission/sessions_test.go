@@ -129,3 +129,57 @@ func TestSessionBound(t *testing.T) {
 		t.Error("classes: sessions under way first within each configured class, classes in their order")
 	}
 }
+
+// TestNewSessionsWaitForBacklog: while a call of a session under way has
+// waited more than sessionBacklog here, a new session's first call waits
+// (it is not admitted) while a session under way is; once the backlog is
+// gone, the new session is admitted.
+func TestNewSessionsWaitForBacklog(t *testing.T) {
+	st := NewLocalSessions()
+	q := New(Options{ReplicaID: "r0", Sessions: st, SessionIdle: 5 * time.Second})
+	ctx := context.Background()
+	open := func() (bool, time.Duration, Pace) { return true, 0, Pace{} }
+	if r := q.Admit(ctx, Request{Scope: "w", Tenant: "t", Weight: 1, MaxWait: time.Second, Session: "old"}, open); !r.Admitted {
+		t.Fatalf("first call: %+v", r)
+	}
+	// A call of "old" waiting since before the backlog bound.
+	w := &waiter{req: Request{Scope: "w", underWay: true}, turn: make(chan struct{}), since: time.Now().Add(-sessionBacklog - 300*time.Millisecond)}
+	if _, ok := q.enqueue(w); !ok {
+		t.Fatal("enqueue")
+	}
+	done := make(chan Result, 1)
+	go func() {
+		done <- q.Admit(ctx, Request{Scope: "p", Tenant: "t", Weight: 1, MaxWait: 20 * time.Second, Session: "new"}, open)
+	}()
+	waitFor(t, func() bool { return q.Waiting() == 2 })
+	if r := q.Admit(ctx, Request{Scope: "p", Tenant: "t", Weight: 1, MaxWait: time.Second, Session: "old"}, open); !r.Admitted {
+		t.Fatalf("session under way behind the backlog: %+v", r)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("new session admitted while the sessions under way are behind: %+v", r)
+	default:
+	}
+	q.dequeue(w)
+	if r := <-done; !r.Admitted {
+		t.Fatalf("new session once the backlog is gone: %+v", r)
+	}
+}
+
+// TestNewSessionRefusedIsForgotten: a new session whose first call is not
+// admitted within its wait does not stay under way.
+func TestNewSessionRefusedIsForgotten(t *testing.T) {
+	st := NewLocalSessions()
+	q := New(Options{ReplicaID: "r0", Sessions: st, SessionIdle: 5 * time.Second})
+	closed := func() (bool, time.Duration, Pace) { return false, 50 * time.Millisecond, Pace{} }
+	r := q.Admit(context.Background(), Request{Scope: "p", Tenant: "t", Weight: 1, MaxWait: 200 * time.Millisecond, Session: "s"}, closed)
+	if r.Admitted {
+		t.Fatalf("admitted without capacity: %+v", r)
+	}
+	st.mu.Lock()
+	_, held := st.last["s"]
+	st.mu.Unlock()
+	if held {
+		t.Fatal("the refused new session is still under way")
+	}
+}

@@ -23,7 +23,13 @@ import "time"
 //     and it grows to the window as the key is used more (until then the
 //     pace is at most twice the key's rate, and the provider's 429s hold
 //     the key as before);
-//   - at most a minute; unknown: a minute, as before.
+//   - at most a minute; no reset stated: a minute, as before;
+//   - while a key's answers state a reset but the window is not known yet
+//     (the limit is the window's own, and no served answer left at most
+//     half of it), the key has no known rate: it is not paced by a guess
+//     (read per minute, a 10 s window's limit paced the key at a sixth,
+//     never using half of it, so the window was never learned), and is
+//     held instead to what its provider says remains (inflight.go).
 //
 // The window travels with the limits to the other replicas (limits.go).
 
@@ -36,6 +42,9 @@ func (k *keyState) learnWindow(o Outcome) bool {
 	changed := false
 	if !k.ownWindow && int64(o.RemainingRequests)*60 > int64(o.LimitRequests) {
 		k.ownWindow, changed = true, k.learnedWindow > 0
+	}
+	if o.class() == classSuccess && o.ResetRequests > 0 {
+		k.resetSeen = true
 	}
 	if o.class() == classSuccess && o.ResetRequests > 0 && 2*o.RemainingRequests <= o.LimitRequests {
 		if w := min(o.ResetRequests, time.Minute); w > k.learnedWindow {
@@ -63,8 +72,32 @@ func (k *keyState) adoptWindow(w time.Duration) {
 
 // learnedPerMinute is the learned request limit as a per-minute rate.
 func (k *keyState) learnedPerMinute() int {
+	if k.learnedRPM > 0 && k.ownWindow && k.learnedWindow <= 0 && k.resetSeen {
+		return 0 // window pending: no rate known yet
+	}
 	if k.learnedRPM <= 0 || !k.ownWindow || k.learnedWindow <= 0 || k.learnedWindow >= time.Minute {
 		return max(k.learnedRPM, 0)
 	}
 	return int(float64(k.learnedRPM) * float64(time.Minute) / float64(k.learnedWindow))
+}
+
+// nextSlot is how long a served answer that left no request in the key's
+// window holds it: its reset, but at most one request's share of a learned
+// window. A sliding window's reset is when its newest request leaves it, a
+// refilling bucket's when it is full again, while the next request fits
+// as soon as the oldest leaves or one request's share refills: held for
+// the whole reset, a key paced at its window (which leaves it with no
+// request to spare now and then) sat out ten seconds each time, and the
+// storm's keys served two thirds of their windows. A request sent too
+// early gets the provider's 429 with the exact Retry-After. Caller holds
+// kp.mu.
+func (k *keyState) nextSlot(o Outcome) time.Duration {
+	if o.RemainingRequests != 0 || o.class() != classSuccess || !k.ownWindow || k.learnedWindow <= 0 || k.learnedRPM <= 0 {
+		return o.ResetRequests
+	}
+	share := k.learnedWindow / time.Duration(k.learnedRPM)
+	if o.ResetRequests <= 0 {
+		return share
+	}
+	return min(o.ResetRequests, share)
 }

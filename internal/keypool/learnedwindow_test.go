@@ -22,8 +22,8 @@ func TestLearnedWindow(t *testing.T) {
 		{name: "no reset: per minute", answers: []Outcome{ok(60, 59, 0)}, wantRPM: 60, wantSent: true},
 		{name: "10 s sliding window, idle then busy", answers: []Outcome{ok(60, 59, 10*time.Second), ok(60, 20, 10*time.Second)},
 			wantRPM: 360, wantWin: 10 * time.Second, wantSent: true},
-		{name: "10 s window, only idle answers: not yet learned", answers: []Outcome{ok(60, 59, 10*time.Second), ok(60, 50, 10*time.Second)},
-			wantRPM: 60},
+		{name: "10 s window, only idle answers: not yet learned, no rate (held to what remains)", answers: []Outcome{ok(60, 59, 10*time.Second), ok(60, 50, 10*time.Second)},
+			wantRPM: 0},
 		{name: "per-minute limit in one-second slices (never more than a slice left)",
 			answers: []Outcome{ok(600, 9, time.Second), ok(600, 0, 400*time.Millisecond), ok(600, 5, 900*time.Millisecond)}, wantRPM: 600},
 		{name: "refilling bucket: the window grows to the minute as the key is used",
@@ -87,5 +87,35 @@ func TestLimitsEncoding(t *testing.T) {
 	k.adoptWindow(10 * time.Second)
 	if k.rpm() != 360 {
 		t.Errorf("adopted 10 s window: rpm %d, want 360", k.rpm())
+	}
+}
+
+// TestNextSlot: a served answer that left no request holds a key with a
+// learned window for one request's share of it, not the whole reset.
+func TestNextSlot(t *testing.T) {
+	ok := func(limit, remaining int, reset time.Duration) Outcome {
+		return Outcome{Status: 200, LimitRequests: limit, RemainingRequests: remaining, RemainingTokens: -1, ResetRequests: reset}
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []Outcome
+		want    time.Duration
+	}{
+		{name: "10 s window learned: one request's share", answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 10*time.Second)}, want: 10 * time.Second / 60},
+		{name: "window not learned: the reset", answers: []Outcome{ok(60, 0, 10*time.Second)}, want: 10 * time.Second},
+		{name: "per minute in one-second slices: the reset", answers: []Outcome{ok(600, 9, time.Second), ok(600, 0, 400*time.Millisecond)}, want: 400 * time.Millisecond},
+		{name: "requests left: the reset", answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 3, 10*time.Second)}, want: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &keyState{}
+			var last Outcome
+			for _, o := range tc.answers {
+				k.learn(o)
+				last = o
+			}
+			if got := k.nextSlot(last); got != tc.want {
+				t.Errorf("held %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -37,6 +37,13 @@ type keyState struct {
 	learnedRPM, learnedTPM int
 	learnedWindow          time.Duration
 	ownWindow              bool // the stated limit is the reset window's own, not a per-minute figure
+	resetSeen              bool // a served answer stated when its request window resets
+	// answered: the key has had an answer; reqLeft is its provider's last
+	// x-ratelimit-remaining-requests (-1: not stated), valid until
+	// reqLeftUntil (inflight.go).
+	answered     bool
+	reqLeft      int
+	reqLeftUntil time.Time
 	// refused is the share of the key's answers that were the provider's
 	// short refusals (refusal.go), a moving average.
 	refused     float64
@@ -151,14 +158,17 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 		// Best effort, nothing strictly usable: any key that is not open
 		// will do, over its caps, windows or exclusions. The provider's 429
 		// on it is retried by Envoy and feeds the breaker; an attempt sent
-		// without a credential gets a 401, which nobody retries.
-		return k.br.allow(now) || k.br.State(now) == HalfOpen
+		// without a credential gets a 401, which nobody retries. With the
+		// pace on, not over what the provider says remains: that attempt
+		// would only be refused.
+		return (k.br.allow(now) || k.br.State(now) == HalfOpen) && !(in.pol.keyPace && k.overRemaining(now))
 	}
 	switch {
 	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
 		in.pacing && now.Before(k.paceUntil),
+		in.pol.keyPace && k.overRemaining(now),
 		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
 		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
@@ -358,8 +368,8 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		if req.EstTokens > k.tokensLeft && now.Before(k.tokensReset) {
 			consider(k.tokensReset.Sub(now))
 		}
-		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight {
-			consider(unknown)
+		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight || in.pol.keyPace && k.overRemaining(now) {
+			consider(inFlightWait)
 		}
 		if in.enforceWindow && k.limited() {
 			consider(k.win.wait(now, k.cfg.RPM, k.cfg.TPM, req.EstTokens))
@@ -559,6 +569,10 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 	ob.keyID = k.cfg.ID // k.cfg may change under SetConfig once unlocked
 	k.lastStatus = o.Status
 	ob.learned = k.learn(o)
+	if pol.keyPace {
+		o.ResetRequests = k.nextSlot(o) // the key's pace spaces what follows
+	}
+	k.noteRemaining(o, now)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
 	ob.paced = k.noteRefusal(o)
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {

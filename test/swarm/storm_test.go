@@ -272,8 +272,21 @@ func (r *stormResult) account(t *testing.T, s *stack, sc stormScale) {
 		if relay == fr && id == fk {
 			note = " (refuses half)"
 		}
-		r.keyRows = append(r.keyRows, fmt.Sprintf("%s%s: %d per %s, served %d of %.0f (%.0f %%), %d requests, %d answered 429",
-			id, note, limit, sc.window, c.OK, allowed, 100*share, c.Requests, c.RateLimited))
+		// When the 429s came: in the first window (before the key's limit
+		// and window are known) or after, per 10 % of the run.
+		early, spread := 0, make([]int, 10)
+		for _, rec := range s.relay(relay).Requests() {
+			if rec.KeyID != id || rec.Status != http.StatusTooManyRequests {
+				continue
+			}
+			at := rec.Time.Sub(r.start)
+			if at < sc.window {
+				early++
+			}
+			spread[min(max(int(10*at/max(d, 1)), 0), 9)]++
+		}
+		r.keyRows = append(r.keyRows, fmt.Sprintf("%s%s: %d per %s, served %d of %.0f (%.0f %%), %d requests, %d answered 429 (%d in the first window; per tenth of the run %v)",
+			id, note, limit, sc.window, c.OK, allowed, 100*share, c.Requests, c.RateLimited, early, spread))
 		return allowed
 	}
 	plannerAllowed := row("planner", 0, sc.planner, r.plannerBusy)

@@ -1,0 +1,59 @@
+package keypool
+
+import "time"
+
+// In flight against what remains.
+//
+// With admission.pace on, a key is paced at its known rate (keypace.go).
+// Until that rate is known (no answer yet, or a window still being
+// learned, learnedwindow.go) nothing spaces its picks, and a swarm's first
+// calls all reached it at once: the storm of issue 27 sent 500 first calls
+// to a planner key of 60 per 10 s, most of them answered 429. So, with the
+// pace on:
+//
+//   - until its first answer, a key has at most coldStartInFlight attempts
+//     in flight on a replica (the first answer states its limit);
+//   - after it, at most half of what its provider last said remains
+//     (x-ratelimit-remaining-requests, rounded up, until its reset): the
+//     attempts in flight are not yet counted in what it states, and half
+//     leaves the other replica its share (with more than two replicas the
+//     sum may pass it, by the replicas' bursts, until the window is known).
+//
+// A key held so is not usable now: the admission queue waits for an answer
+// (inFlightWait) instead of sending what would be refused.
+
+// coldStartInFlight bounds a key's attempts in flight on a replica until
+// its first answer.
+const coldStartInFlight = 2
+
+// inFlightWait is when a key held to what remains is looked at again: an
+// answer comes back within an upstream's first bytes.
+const inFlightWait = 50 * time.Millisecond
+
+// noteRemaining records what answer o says remains of the key's requests.
+// Caller holds kp.mu.
+func (k *keyState) noteRemaining(o Outcome, now time.Time) {
+	k.answered = true
+	if o.RemainingRequests < 0 {
+		return
+	}
+	// A refusal states what remains too (what another replica used since
+	// this one's last answer); it holds until its Retry-After.
+	until := resetOr(o.ResetRequests, time.Second)
+	if o.class() != classSuccess && o.RetryAfter > 0 {
+		until = o.RetryAfter
+	}
+	k.reqLeft, k.reqLeftUntil = o.RemainingRequests, now.Add(until)
+}
+
+// overRemaining reports whether another attempt would pass what the key
+// may have in flight now. Caller holds kp.mu.
+func (k *keyState) overRemaining(now time.Time) bool {
+	switch {
+	case !k.answered:
+		return k.inFlight >= coldStartInFlight
+	case k.reqLeftUntil.IsZero() || !now.Before(k.reqLeftUntil):
+		return false
+	}
+	return k.inFlight >= (k.reqLeft+1)/2
+}
