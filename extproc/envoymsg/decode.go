@@ -114,12 +114,14 @@ func (d *decoder) string(v []byte) (string, bool) {
 	return s, utf8.ValidString(s)
 }
 
-// bytesField is protobuf-go's proto3 bytes: empty decodes to nil.
+// bytesField is protobuf-go's proto3 bytes: empty decodes to nil. Its
+// capacity ends with it, so an append to one field reallocates instead of
+// writing over the next field in the shared copy.
 func bytesField(v []byte) []byte {
 	if len(v) == 0 {
 		return nil
 	}
-	return v
+	return v[:len(v):len(v)]
 }
 
 // decodeRequest decodes buf, which r may keep (strings and bytes share it),

@@ -2,6 +2,7 @@ package envoymsg
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -142,6 +143,28 @@ func TestDecodedRequestOwnsItsBytes(t *testing.T) {
 	}
 	if !proto.Equal(got, want) {
 		t.Fatalf("request changed with the receive buffer:\n%v", got)
+	}
+}
+
+// TestDecodedBytesDoNotOverlap: appending to one bytes field of a decoded
+// request leaves the fields after it in the shared copy as they were.
+func TestDecodedBytesDoNotOverlap(t *testing.T) {
+	want := envoyRequests(t)["request headers"]
+	b, err := proto.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := new(extprocv3.ProcessingRequest)
+	if !decodeRequest(b, got) {
+		t.Fatal("hand decoder refused the message")
+	}
+	for _, h := range got.GetRequestHeaders().GetHeaders().GetHeaders() {
+		if len(h.RawValue) > 0 {
+			_ = append(h.RawValue, strings.Repeat("x", 64)...)
+		}
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("an append to one field changed another:\n%v", got)
 	}
 }
 
