@@ -251,7 +251,7 @@ func TestMinter(t *testing.T) {
 		{"not a minter lists", "GET", "/v1/keys", plainKey, 403},
 		{"revoked minter", "POST", "/v1/keys", rp, 401},
 		{"expired minter", "POST", "/v1/keys", ep, 401},
-		{"config tenant key", "POST", "/v1/keys", testSecrets["T_VIRTUAL_KEY"], 401},
+		{"config tenant key, not a minter", "POST", "/v1/keys", testSecrets["T_VIRTUAL_KEY"], 403},
 		{"unknown key", "POST", "/v1/keys", "sk-sg-nope", 401},
 		{"no credential", "POST", "/v1/keys", "", 401},
 		{"no credential lists", "GET", "/v1/keys", "", 401},
