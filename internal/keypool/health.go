@@ -174,6 +174,7 @@ func (p *Pools) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			p.stopUnanswered()
 			wg.Wait()
 			return nil
 		case <-t.C:

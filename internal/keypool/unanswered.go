@@ -45,6 +45,11 @@ type unanswered struct {
 	timer   *time.Timer      // nil until the first wait
 	armed   bool
 	cancels requestSet
+	// stopped is set when Pools.Run ends: no verdict runs after it (the
+	// Redis client and the metrics it uses may be gone); running is the
+	// verdict pass in progress, which the stop waits for.
+	stopped bool
+	running sync.WaitGroup
 }
 
 type pendingVerdict struct {
@@ -106,7 +111,7 @@ func (p *Pools) Cancelled(requestID string) {
 // armLocked starts the verdict timer unless it runs. u.mu is held.
 func (p *Pools) armLocked(d time.Duration) {
 	u := &p.unanswered
-	if u.armed {
+	if u.armed || u.stopped {
 		return
 	}
 	u.armed = true
@@ -124,6 +129,12 @@ func (p *Pools) settleUnanswered() {
 	u := &p.unanswered
 	now := time.Now()
 	u.mu.Lock()
+	if u.stopped {
+		u.mu.Unlock()
+		return
+	}
+	u.running.Add(1)
+	defer u.running.Done()
 	n := 0
 	for n < len(u.pending) && !u.pending[n].due.After(now) {
 		n++
@@ -163,6 +174,19 @@ func (p *Pools) settleUnanswered() {
 			kp.observe(k, v.req, resetOutcome, false, false)
 		}
 	}
+}
+
+// stopUnanswered ends the verdict timer when Pools.Run ends and waits for a
+// verdict pass already under way; attempts still pending get no verdict.
+func (p *Pools) stopUnanswered() {
+	u := &p.unanswered
+	u.mu.Lock()
+	u.stopped = true
+	if u.timer != nil {
+		u.timer.Stop()
+	}
+	u.mu.Unlock()
+	u.running.Wait()
 }
 
 // requestSet is a set of request ids that forgets each after one to two

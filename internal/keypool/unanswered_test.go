@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -216,5 +217,31 @@ func TestRequestSetForgets(t *testing.T) {
 		if s.has("other", t0.Add(tc.after)) {
 			t.Errorf("after %s: has a request never added", tc.after)
 		}
+	}
+}
+
+// TestNoVerdictAfterRun: once Pools.Run has ended, an attempt whose grace
+// runs out later gets no verdict (the process is stopping: its Redis client
+// and metrics may be gone); before that, the same attempt gets one.
+func TestNoVerdictAfterRun(t *testing.T) {
+	const grace = 50 * time.Millisecond
+	cfg := testConfig(t, "", map[string][]key{"b": {{id: "a"}}})
+	p := newPools(t, cfg, Options{})
+	withGrace(p, grace)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	unansweredAttempt(t, p, "before-stop")
+	waitFor(t, time.Second, "the verdict while running", func() bool { return verdicts(p, "b", verdictReset) == 1 })
+
+	unansweredAttempt(t, p, "at-stop")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * grace) // well past the attempt's grace
+	if n := verdicts(p, "b", verdictReset); n != 1 {
+		t.Errorf("%d reset verdicts, want 1: the pending attempt got a verdict after Run ended", n)
 	}
 }
