@@ -94,14 +94,20 @@ func (c *Config) Tenant(name string) (*Tenant, bool) {
 // LookupKey finds the owner of a presented virtual key (plain text). Only
 // its hash is compared. The caller must still check KeyOwner.Key.Revoked.
 func (c *Config) LookupKey(presented string) (KeyOwner, bool) {
-	o, ok := c.index.keys[keyDigest(presented)]
+	return c.LookupDigest(KeyDigest(presented))
+}
+
+// LookupDigest is LookupKey for a key already hashed with KeyDigest (the
+// data path hashes a presented key once for every key source it asks).
+func (c *Config) LookupDigest(d [sha256.Size]byte) (KeyOwner, bool) {
+	o, ok := c.index.keys[d]
 	return o, ok
 }
 
-// keyDigest is the SHA-256 of a presented key, hashed from a stack copy:
+// KeyDigest is the SHA-256 of a presented key, hashed from a stack copy:
 // converting a string of more than 32 bytes (a generated key, a sub-key)
 // to []byte would cost an allocation on every request.
-func keyDigest(presented string) [sha256.Size]byte {
+func KeyDigest(presented string) [sha256.Size]byte {
 	var buf [256]byte
 	if len(presented) <= len(buf) {
 		return sha256.Sum256(append(buf[:0], presented...))

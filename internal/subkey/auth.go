@@ -66,7 +66,8 @@ type Auth struct {
 // Authenticate never reaches Redis: config keys are an index in cfg, and
 // sub-keys are in the store's cache.
 func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwner, Reason) {
-	if o, ok := cfg.LookupKey(presented); ok {
+	d := config.KeyDigest(presented)
+	if o, ok := cfg.LookupDigest(d); ok {
 		if o.Key.Revoked {
 			return o, Revoked
 		}
@@ -75,7 +76,7 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 	if a.Store == nil {
 		return config.KeyOwner{}, Unknown
 	}
-	k, ok := a.Store.Lookup(presented)
+	k, ok := a.Store.LookupDigest(d)
 	if !ok {
 		return config.KeyOwner{}, Unknown
 	}
@@ -88,8 +89,11 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 		// The tenant left the config: its sub-keys go with it.
 		return config.KeyOwner{}, Unknown
 	}
-	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: &config.VirtualKey{ID: k.ID, Hash: k.Hash, Class: k.Class, Revoked: k.Revoked, Labels: k.Labels,
-		Limits: k.Limits}}
+	vk := k.owned
+	if vk == nil { // a key that never went through the cache
+		vk = virtualKey(k)
+	}
+	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: vk}
 	switch {
 	case k.Revoked:
 		return o, Revoked
@@ -97,6 +101,12 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 		return o, Expired
 	}
 	return o, OK
+}
+
+// virtualKey is the config form of k the data path hands on; the cache
+// builds it once per key, not per request (keys in the cache never change).
+func virtualKey(k *Key) *config.VirtualKey {
+	return &config.VirtualKey{ID: k.ID, Hash: k.Hash, Class: k.Class, Revoked: k.Revoked, Labels: k.Labels, Limits: k.Limits}
 }
 
 // restrict returns t itself when models is empty, else a copy of t allowed

@@ -40,6 +40,7 @@ func (c *cache) put(k *Key) {
 	if !ok {
 		return
 	}
+	k.owned = virtualKey(k)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.byID[k.ID]; old != nil {
@@ -68,6 +69,7 @@ func (c *cache) replace(keys []*Key) {
 	byID := make(map[string]*Key, len(keys))
 	for _, k := range keys {
 		if d, ok := digest(k.Hash); ok {
+			k.owned = virtualKey(k)
 			byHash[d] = k
 			byID[k.ID] = k
 		}
@@ -77,8 +79,7 @@ func (c *cache) replace(keys []*Key) {
 	c.mu.Unlock()
 }
 
-func (c *cache) lookup(presented string) (*Key, bool) {
-	d := sha256.Sum256([]byte(presented))
+func (c *cache) lookup(d [sha256.Size]byte) (*Key, bool) {
 	c.mu.RLock()
 	k, ok := c.byHash[d]
 	c.mu.RUnlock()

@@ -38,6 +38,10 @@ type Key struct {
 	Budget    *Budget   `json:"budget,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// owned is the key as the data path's owner carries it, made when the
+	// key enters the cache.
+	owned *config.VirtualKey
 }
 
 // Budget is money per Period ("run", "day" or "month").

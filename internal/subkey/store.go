@@ -2,6 +2,7 @@ package subkey
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -218,4 +219,9 @@ next:
 }
 
 // Lookup finds the key presented by a client in the cache; no Redis.
-func (s *Store) Lookup(presented string) (*Key, bool) { return s.cache.lookup(presented) }
+func (s *Store) Lookup(presented string) (*Key, bool) {
+	return s.cache.lookup(config.KeyDigest(presented))
+}
+
+// LookupDigest is Lookup for a key already hashed with config.KeyDigest.
+func (s *Store) LookupDigest(d [sha256.Size]byte) (*Key, bool) { return s.cache.lookup(d) }
