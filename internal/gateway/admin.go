@@ -38,7 +38,7 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 	}
 	if ep != nil && ep.subkeys != nil {
 		opts.SubKeys = ep.subkeys
-		opts.Ready = append(opts.Ready, subkeysLoaded(ep.subkeys))
+		opts.Ready = append(opts.Ready, subkeysLoaded(ep.subkeys, admin.RedisCheckLive(p.rdb, g.Config).Policy))
 	}
 	if ep != nil {
 		opts.Refusals = ep.refusals
@@ -56,11 +56,18 @@ func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *ext
 	return nil
 }
 
-// subkeysLoaded keeps the replica unready until its first full load of the
-// sub-keys: before it, every sub-key would be refused as unknown.
-func subkeysLoaded(store *subkey.Store) admin.ReadyCheck {
+// subkeysLoaded reports the replica's first full load of the sub-keys:
+// before it, every sub-key is refused as unknown (config keys are served).
+// It makes the replica unready exactly when Redis's own check does (some
+// use of Redis is fail-closed); with every use fail-open a replica that
+// could not load them stays in rotation, degraded, for the config's keys.
+func subkeysLoaded(store *subkey.Store, redisPolicy func() (bool, string)) admin.ReadyCheck {
 	return admin.ReadyCheck{
-		Name: "subkeys", Required: true, Why: "sub-keys are refused as unknown until the first load",
+		Name: "subkeys",
+		Policy: func() (bool, string) {
+			required, why := redisPolicy()
+			return required, "sub-keys are refused as unknown until the first load; " + why
+		},
 		Check: func(context.Context) error {
 			select {
 			case <-store.Synced():
