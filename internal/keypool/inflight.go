@@ -12,7 +12,11 @@ import "time"
 // pace on:
 //
 //   - until its first answer, a key has at most coldStartInFlight attempts
-//     in flight on a replica (the first answer states its limit);
+//     in flight on a replica (the first answer states its limit), for at
+//     most coldStartMax after its first attempt: a provider that sends no
+//     headers that soon (a long non-streamed completion, a held stream)
+//     would otherwise keep the key at two calls at once for as long, with
+//     nothing learned;
 //   - after it, at most half of what its provider last said remains
 //     (x-ratelimit-remaining-requests, rounded up, until its reset): the
 //     attempts in flight are not yet counted in what it states, and half
@@ -25,6 +29,10 @@ import "time"
 // coldStartInFlight bounds a key's attempts in flight on a replica until
 // its first answer.
 const coldStartInFlight = 2
+
+// coldStartMax bounds the cold start: after it, a key whose first attempt
+// has had no answer is no longer held by it.
+const coldStartMax = time.Second
 
 // inFlightWait is when a key held to what remains is looked at again: an
 // answer comes back within an upstream's first bytes.
@@ -51,7 +59,7 @@ func (k *keyState) noteRemaining(o Outcome, now time.Time) {
 func (k *keyState) overRemaining(now time.Time) bool {
 	switch {
 	case !k.answered:
-		return k.inFlight >= coldStartInFlight
+		return k.inFlight >= coldStartInFlight && (k.firstSent.IsZero() || now.Sub(k.firstSent) < coldStartMax)
 	case k.reqLeftUntil.IsZero() || !now.Before(k.reqLeftUntil):
 		return false
 	}

@@ -1,6 +1,8 @@
 package keypool
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -18,10 +20,13 @@ func TestOverRemaining(t *testing.T) {
 		answers  []Outcome
 		inFlight int
 		at       time.Duration // after the answers
+		sentAgo  time.Duration // the key's first attempt, before now (0: not known)
 		want     bool
 	}{
 		{name: "cold: one in flight", inFlight: 1},
 		{name: "cold: at the bound", inFlight: coldStartInFlight, want: true},
+		{name: "cold: at the bound, first sent just now", sentAgo: coldStartMax - time.Millisecond, inFlight: coldStartInFlight, want: true},
+		{name: "cold: no answer within coldStartMax", sentAgo: coldStartMax, inFlight: coldStartInFlight},
 		{name: "59 left: 29 in flight", answers: []Outcome{ok(59, 10*time.Second)}, inFlight: 29},
 		{name: "59 left: 30 in flight", answers: []Outcome{ok(59, 10*time.Second)}, inFlight: 30, want: true},
 		{name: "1 left: one in flight", answers: []Outcome{ok(1, 10*time.Second)}, inFlight: 1, want: true},
@@ -34,12 +39,55 @@ func TestOverRemaining(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &keyState{inFlight: tc.inFlight}
+			if tc.sentAgo > 0 {
+				k.firstSent = now.Add(-tc.sentAgo)
+			}
 			for _, o := range tc.answers {
 				k.noteRemaining(o, now)
 			}
 			if got := k.overRemaining(now.Add(tc.at)); got != tc.want {
 				t.Errorf("held %v, want %v", got, tc.want)
 			}
+		})
+	}
+}
+
+// TestPickWaitsForHeldKey: with the pace on, an attempt that finds every
+// key held only by its attempts in flight (here: its provider said 2
+// remain, so one in flight) waits for an answer instead of being refused,
+// within the pick's wait bound; with no answer in that bound it is
+// refused, saying when to retry.
+func TestPickWaitsForHeldKey(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		answerIn time.Duration // when the attempt in flight is answered (0: never)
+		wantKey  bool
+	}{
+		{name: "answered within the bound", answerIn: 120 * time.Millisecond, wantKey: true},
+		{name: "no answer within the bound", wantKey: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPools(t, testConfig(t, paceYAML, map[string][]key{"b": {{id: "a"}}}), Options{})
+			pick(t, p, "b", PickRequest{Attempt: 1}).Done(Outcome{Status: 200, LimitRequests: 60, RemainingRequests: 2,
+				RemainingTokens: -1, ResetRequests: 10 * time.Second})
+			held := pick(t, p, "b", PickRequest{Attempt: 1})
+			if tc.answerIn > 0 {
+				time.AfterFunc(tc.answerIn, func() { held.Done(status(200)) })
+			} else {
+				defer held.Done(status(200))
+			}
+			l, err := p.Pick(context.Background(), "b", PickRequest{Attempt: 1})
+			if !tc.wantKey {
+				var ex *ExhaustedError
+				if !errors.As(err, &ex) || ex.RetryAfter <= 0 {
+					t.Fatalf("pick: %v, want an *ExhaustedError with a Retry-After", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("pick: %v, want key a once the attempt in flight is answered", err)
+			}
+			l.Done(status(200))
 		})
 	}
 }

@@ -42,6 +42,7 @@ type keyState struct {
 	// x-ratelimit-remaining-requests (-1: not stated), valid until
 	// reqLeftUntil (inflight.go).
 	answered     bool
+	firstSent    time.Time // the key's first attempt (cold start, inflight.go)
 	reqLeft      int
 	reqLeftUntil time.Time
 	// refused is the share of the key's answers that were the provider's
@@ -262,7 +263,21 @@ func (kp *KeyPool) exhaustedLocked(in *pickInput, req *PickRequest) *ExhaustedEr
 		// Every key is open: the backend comes back through EDS.
 		ra = max(ra, kp.backAtLocked(now).Sub(now))
 	}
-	return &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: kp.failingLocked(now)}
+	return &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: kp.failingLocked(now), held: kp.heldLocked(in)}
+}
+
+// heldLocked reports whether some key would serve but for the attempts it
+// has in flight against what its provider says remains. Caller holds kp.mu.
+func (kp *KeyPool) heldLocked(in *pickInput) bool {
+	if !in.pol.keyPace {
+		return false
+	}
+	for _, k := range kp.keys {
+		if k.cfg.Weight > 0 && k.br.allow(in.now) && k.overRemaining(in.now) {
+			return true
+		}
+	}
+	return false
 }
 
 // reserveLocked charges the pick of k to its breaker (a half-open key's
@@ -279,6 +294,9 @@ func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, b
 		k.syncProbe, k.syncProbeDeadline = true, now.Add(in.pol.br.probeTTL)
 	}
 	k.inFlight++
+	if k.firstSent.IsZero() {
+		k.firstSent = now
+	}
 	if now.Before(k.tokensReset) {
 		k.tokensLeft = max(k.tokensLeft-req.EstTokens, 0)
 	}

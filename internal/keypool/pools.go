@@ -259,6 +259,20 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			noPace = true
 			continue
 		}
+		if ex, ok := err.(*ExhaustedError); ok && ex.held && paced+inFlightWait <= in.pol.paceMaxWait {
+			// A key is held only by its attempts in flight: an answer
+			// frees it within moments. The request was admitted for these
+			// keys (the queue saw them ready), and another admitted at the
+			// same instant took the slot: wait for the answer, within the
+			// pick's wait bound, instead of refusing it.
+			if err := sleepCtx(ctx, inFlightWait); err != nil {
+				return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+			}
+			paced += inFlightWait
+			in.now = p.clock.Now()
+			in.nowSec = in.now.Unix()
+			continue
+		}
 		if err != nil {
 			return Lease{}, err
 		}
