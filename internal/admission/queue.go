@@ -60,7 +60,7 @@ type Result struct {
 // Options configure a Queue.
 type Options struct {
 	Order    Order // shared order; nil: a LocalOrder
-	MaxQueue int   // per replica; 0: 1024
+	MaxQueue int   // per replica; 0: 4096
 	// Poll is how often the first local waiter of a scope asks the order
 	// again while capacity is missing or others are ahead (default 20ms).
 	Poll time.Duration
@@ -107,12 +107,19 @@ type Queue struct {
 	waiting  int
 	scopes   map[string]*scopeWait
 	counts   counters // for Snapshot
+	// sessionsWarn throttles the warning for an unavailable session store
+	// (one per request would flood the log while Redis is slow or down).
+	sessionsWarn warnEvery
+	orderWarn    warnEvery
+	// orderDownUntil (unix ns): until then, failing open, steps go to the
+	// local order without trying the shared one.
+	orderDownUntil atomic.Int64
 }
 
 // New returns a Queue.
 func New(opts Options) *Queue {
 	if opts.MaxQueue <= 0 {
-		opts.MaxQueue = 1024
+		opts.MaxQueue = 4096
 	}
 	if opts.Poll <= 0 {
 		opts.Poll = 20 * time.Millisecond
@@ -177,7 +184,7 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if res.Admitted {
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
 		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil {
-			q.opts.Logger.Warn("admission: sessions unavailable", "error", err)
+			q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
 		}
 		cancel()
 	}
@@ -334,6 +341,13 @@ func (q *Queue) capacity(c Capacity) (bool, time.Duration, Pace) {
 // step runs one order decision, bounded; on failure it falls back to the
 // local order when failing open (and stays there for this request).
 func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, p Pace, ready bool) (Decision, error) {
+	if q.opts.FailOpen && *order != q.fallback && time.Now().UnixNano() < q.orderDownUntil.Load() {
+		// The shared order failed a step within the last orderDownFor:
+		// keep this replica's own order meanwhile rather than have each
+		// request wait out a step timeout of its own first (under load,
+		// a backlog drained one timed-out step at a time).
+		*order = q.fallback
+	}
 	sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
 	d, err := (*order).Step(sctx, t, p, ready)
 	cancel()
@@ -341,12 +355,28 @@ func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, p Pace, ready
 		return d, err
 	}
 	q.opts.Metrics.orderError()
-	q.opts.Logger.Warn("admission order unreachable", "err", err, "fail_open", q.opts.FailOpen)
+	q.orderWarn.warn(q.opts.Logger, "admission order unreachable", err, "fail_open", q.opts.FailOpen)
 	if !q.opts.FailOpen || *order == q.fallback {
 		return d, err
 	}
+	q.orderDownUntil.Store(time.Now().Add(orderDownFor).UnixNano())
+	// The failed step may have put the ticket in the shared order (a
+	// timeout after Redis ran it): take it out, or the other replicas'
+	// requests wait behind it until its deadline.
+	shared, left := *order, *t
+	go q.leaveShared(shared, &left)
 	*order = q.fallback
 	return q.fallback.Step(ctx, t, p, ready)
+}
+
+// leaveShared removes t from an order that just failed a step, given
+// longer than a step to answer (it failed for being slow).
+func (q *Queue) leaveShared(order Order, t *Ticket) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := order.Leave(ctx, t); err != nil {
+		q.opts.Logger.Debug("admission leave after a failed step", "err", err)
+	}
 }
 
 // leave removes a ticket that stops waiting: at once, even when the
@@ -409,6 +439,10 @@ func (q *Queue) dequeue(w *waiter) {
 		close(first.turn)
 	}
 }
+
+// orderDownFor is how long a replica keeps its own order after a step of
+// the shared one failed (failing open), before it asks the shared one again.
+const orderDownFor = time.Second
 
 // backstopPoll is the least interval at which a waiter that is not first
 // on its replica asks the shared order.

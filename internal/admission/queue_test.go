@@ -184,3 +184,44 @@ func TestTimeoutRetry(t *testing.T) {
 		})
 	}
 }
+
+// slowOrder is a shared order whose steps time out.
+type slowOrder struct {
+	steps, leaves atomic.Int64
+}
+
+func (o *slowOrder) Step(ctx context.Context, _ *Ticket, _ Pace, _ bool) (Decision, error) {
+	o.steps.Add(1)
+	<-ctx.Done()
+	return Decision{}, ctx.Err()
+}
+
+func (o *slowOrder) Leave(context.Context, *Ticket) error { o.leaves.Add(1); return nil }
+
+func (o *slowOrder) Depth(context.Context, string) (int64, error) { return 0, nil }
+
+// TestOrderDownKeepsLocalOrder: failing open, a step of the shared order
+// that times out sends the replica to its own order for orderDownFor, so
+// the requests behind it do not each wait out a step timeout first; the
+// timed-out ticket is taken out of the shared order.
+func TestOrderDownKeepsLocalOrder(t *testing.T) {
+	shared := &slowOrder{}
+	q := New(Options{ReplicaID: "r0", Order: shared, FailOpen: true, StepTimeout: 20 * time.Millisecond})
+	ready := func() (bool, time.Duration, Pace) { return true, 0, Pace{} }
+	for i := range 20 {
+		if r := q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Second}, ready); !r.Admitted {
+			t.Fatalf("request %d: %+v, want admitted by the local order", i, r)
+		}
+	}
+	if n := shared.steps.Load(); n != 1 {
+		t.Fatalf("%d steps reached the shared order, want 1 (then the local order for %s)", n, orderDownFor)
+	}
+	waitFor(t, func() bool { return shared.leaves.Load() == 1 })
+
+	// After orderDownFor the shared order is asked again.
+	q.orderDownUntil.Store(time.Now().UnixNano())
+	q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Second}, ready)
+	if n := shared.steps.Load(); n != 2 {
+		t.Fatalf("%d steps reached the shared order after the down period, want 2", n)
+	}
+}

@@ -88,7 +88,7 @@ func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacit
 		if err != nil {
 			// The order's failure mode decides elsewhere; without the
 			// sessions' state the call is treated as under way.
-			q.opts.Logger.Warn("admission: sessions unavailable", "error", err)
+			q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
 			active = true
 		}
 		if active || started {
@@ -134,7 +134,7 @@ func (q *Queue) endSession(req Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.opts.StepTimeout)
 	defer cancel()
 	if err := q.opts.Sessions.End(ctx, req.Session); err != nil {
-		q.opts.Logger.Warn("admission: sessions unavailable", "error", err)
+		q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
 	}
 }
 
