@@ -17,7 +17,8 @@ func Defaults() Config {
 
 // prefill sets the defaults of fields whose zero value is meaningful
 // (retry.num_retries: 0 is no retries, breaker.jitter, breaker.reset_grace, breaker.health_hold, telemetry.sample_ratio,
-// accounting.ledger_buffer, retry.min_retry_concurrency): Parse calls it
+// accounting.ledger_buffer, retry.min_retry_concurrency, admission.max_wait: 0 turns the queue off,
+// admission.pace): Parse calls it
 // before decoding, and applyDefaults never touches these fields again.
 // docs/config.md lists every default.
 func (c *Config) prefill() {
@@ -28,6 +29,12 @@ func (c *Config) prefill() {
 	c.Breaker.HealthHold = Duration{time.Second}
 	c.Telemetry.SampleRatio = 1
 	c.Accounting.LedgerBuffer = 100000
+	// The queue and the keys' pace are on unless the file turns them off:
+	// a swarm over its keys' capacity finishes more of its work when
+	// requests wait for capacity that comes back within seconds than when
+	// each is refused at once and retried blind (docs/admission.md).
+	c.Admission.MaxWait = Duration{10 * time.Second}
+	c.Admission.Pace = true
 	// Booleans whose safe default is true.
 	c.Request.LongWhenTools = true
 	c.Breaker.HonourRemaining = true
@@ -99,7 +106,7 @@ func (c *Config) applyDefaults() {
 	defDur(&c.Breaker.AuthCooldown, 30*time.Minute)
 	defDur(&c.Breaker.HealthFlapWindow, 2*time.Minute)
 
-	defInt(&c.Admission.MaxQueue, 1024)
+	defInt(&c.Admission.MaxQueue, 4096)
 	defDur(&c.Admission.Poll, 20*time.Millisecond)
 	defDur(&c.Admission.RedisTimeout, 50*time.Millisecond)
 	defDur(&c.Admission.SessionIdle, 5*time.Second)

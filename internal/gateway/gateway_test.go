@@ -152,11 +152,10 @@ func TestServeEndToEnd(t *testing.T) {
 	if keys := get(t, admin+"/keys"); !strings.Contains(keys, `"key_id": "k1"`) || strings.Contains(keys, secrets["RELAY_KEY_1"]) {
 		t.Errorf("/keys: want key ids and no secret, got %s", keys)
 	}
-	// The queue is wired (its counters are there), but this config leaves
-	// admission.max_wait at 0.
-	if q := get(t, admin+"/admission"); !strings.Contains(q, `"queueing": false`) || !strings.Contains(q, `"reason": "admission.max_wait is 0"`) ||
+	// The queue is wired and on by default (admission.max_wait 10s).
+	if q := get(t, admin+"/admission"); !strings.Contains(q, `"queueing": true`) || !strings.Contains(q, `"max_wait_seconds": 10`) ||
 		!strings.Contains(q, `"counters"`) || !strings.Contains(q, `"scopes": []`) {
-		t.Errorf("/admission: want the wired queue with queueing off, got %s", q)
+		t.Errorf("/admission: want the wired queue, on by default, got %s", q)
 	}
 
 	// The embedded rate-limit service took its config from our control

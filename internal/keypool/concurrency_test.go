@@ -20,7 +20,7 @@ import (
 func TestConcurrentUse(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := testConfig(t, breakerYAML(50*time.Millisecond, 200*time.Millisecond, 50*time.Millisecond, 0.2, true)+
-		"redis: {read_timeout: 200ms}\n",
+		"redis: {read_timeout: 200ms}\nadmission: {pace: false}\n",
 		map[string][]key{"b": {{id: "a", weight: 3, max: 50}, {id: "b"}, {id: "c"}}, "d": {{id: "x"}}})
 	ps := replicas(t, srv, cfg, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

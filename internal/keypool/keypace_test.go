@@ -59,7 +59,7 @@ func TestKeyPaceLocal(t *testing.T) {
 			}{{0, "a"}, {0, "a"}, {0, "a"}},
 		},
 		{
-			name: "pace off", extra: "redis: {read_timeout: 200ms}\n", keys: []key{{id: "a", rpm: 6, weight: 100}, {id: "b", rpm: 6}},
+			name: "pace off", extra: "admission: {pace: false}\nredis: {read_timeout: 200ms}\n", keys: []key{{id: "a", rpm: 6, weight: 100}, {id: "b", rpm: 6}},
 			steps: []struct {
 				advance time.Duration
 				want    string
