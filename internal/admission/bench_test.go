@@ -39,3 +39,22 @@ func BenchmarkRedisStep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAdmitRedisDefault is what the default config (queue and pace on)
+// adds to a request whose keys are ready: the whole admission against a
+// real redis-server, with the shared order and sessions (a session under
+// way, as an agent's later calls are): the session's look-up, the order's
+// step and the session's touch.
+func BenchmarkAdmitRedisDefault(b *testing.B) {
+	srv := redistest.Start(b)
+	q := New(Options{ReplicaID: "r0", Order: NewRedisOrder(srv.Client(), "bench:"), FailOpen: true,
+		StepTimeout: time.Second, Sessions: NewRedisSessions(srv.Client(), "bench:"), SessionIdle: 5 * time.Second})
+	capacity := func() (bool, time.Duration, Pace) { return true, 0, Pace{} }
+	req := Request{Scope: "relay-a", Tenant: "t", Weight: 1, MaxWait: 10 * time.Second, Session: "t/session/s1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !q.Admit(context.Background(), req, capacity).Admitted {
+			b.Fatal("not admitted")
+		}
+	}
+}

@@ -181,7 +181,10 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if !res.Admitted && req.newSession {
 		q.endSession(req)
 	}
-	if res.Admitted {
+	if res.Admitted && time.Since(start) > q.opts.Poll {
+		// Begin stamped the session when the call arrived; a call that
+		// waited stamps it again when admitted (admitted at once, the
+		// arrival's stamp stands: one Redis round trip less per call).
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
 		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil {
 			q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,5 +182,42 @@ func TestNewSessionRefusedIsForgotten(t *testing.T) {
 	st.mu.Unlock()
 	if held {
 		t.Fatal("the refused new session is still under way")
+	}
+}
+
+// touchCounter is a session store that counts Touch calls.
+type touchCounter struct {
+	*LocalSessions
+	touches atomic.Int64
+}
+
+func (s *touchCounter) Touch(ctx context.Context, session string, idle time.Duration) error {
+	s.touches.Add(1)
+	return s.LocalSessions.Touch(ctx, session, idle)
+}
+
+// TestTouchOnlyAfterAWait: a call admitted at once keeps the stamp its
+// arrival gave its session (no second round trip); a call that waited
+// stamps its session again when admitted.
+func TestTouchOnlyAfterAWait(t *testing.T) {
+	store := &touchCounter{LocalSessions: NewLocalSessions()}
+	q := New(Options{ReplicaID: "r0", Sessions: store, SessionIdle: 5 * time.Second, Poll: 10 * time.Millisecond})
+	req := Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Second, Session: "a/session/1"}
+	ready := func() (bool, time.Duration, Pace) { return true, 0, Pace{} }
+	if r := q.Admit(context.Background(), req, ready); !r.Admitted {
+		t.Fatalf("%+v", r)
+	}
+	if n := store.touches.Load(); n != 0 {
+		t.Fatalf("%d touches for a call admitted at once, want 0", n)
+	}
+	readyAt := time.Now().Add(100 * time.Millisecond)
+	later := func() (bool, time.Duration, Pace) {
+		return !time.Now().Before(readyAt), 10 * time.Millisecond, Pace{}
+	}
+	if r := q.Admit(context.Background(), req, later); !r.Admitted {
+		t.Fatalf("%+v", r)
+	}
+	if n := store.touches.Load(); n != 1 {
+		t.Fatalf("%d touches for a call that waited, want 1", n)
 	}
 }
