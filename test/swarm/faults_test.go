@@ -324,6 +324,7 @@ func TestRelayDownFailsOverThroughEDS(t *testing.T) {
 func TestAllKeysExhaustedAnswersRetryAfter(t *testing.T) {
 	sp := faultSpec(time.Second)
 	sp.relays = []relaySpec{{name: "solo", keys: 2, priority: 0}}
+	sp.admission = "  max_wait: 0" // refused at once, not queued for the keys' return
 	s := startStack(t, sp)
 	ctx := testCtx(t, 30*time.Second)
 	relay := s.relay("solo")

@@ -60,7 +60,8 @@ type stackSpec struct {
 	routerOn, upstreamOn []int
 	breaker              string // YAML body of "breaker:"
 	numRetries           int
-	// admission is the YAML body of "admission:" (empty: no queue).
+	// admission is the YAML body of "admission:" (empty: the defaults,
+	// queue and pace on).
 	admission string
 	// tenants replace the one default tenant ("swarm", agentKey).
 	tenants []tenantSpec
@@ -213,8 +214,10 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 			opts.Reserver = wire.Reserver(reserve.New(s.redis.Client(), cfg, reserve.Options{}), cfgFn)
 			opts.Budgets = wire.Budgets(budget.New(s.redis.Client(), cfg, budget.Options{}))
 		}
-		if sp.admission != "" {
-			// One order for every replica, in the shared redis-server.
+		{
+			// Wired as the gateway wires it (it acts while
+			// admission.max_wait > 0, the default): one order for every
+			// replica, in the shared redis-server.
 			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
 				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
 				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg),

@@ -356,8 +356,9 @@ func (r *stormResult) row() string {
 		r.upRequests, r.up429, 100*r.up429Share, 100*r.minKeyShare, r.waitCell, r.p95().Round(time.Millisecond), r.end.Sub(r.start).Seconds(), r.ledgerCell)
 }
 
-// TestSwarmStorm runs the storm with the default config (no queue) and
-// with the admission queue (max_wait, pace), reports the figures of
+// TestSwarmStorm runs the storm with the default config (queue and pace
+// on), with both off, with the queue's own max_wait and with sessions
+// bounded, reports the figures of
 // docs/admission.md and asserts what must hold on any machine: every task
 // ends by the bound, no client sees a 5xx or anything but a success, a
 // 429 or its deadline, no request reaches a provider without a valid key,
@@ -366,7 +367,8 @@ func (r *stormResult) row() string {
 func TestSwarmStorm(t *testing.T) {
 	sc := stormFor()
 	variants := []struct{ name, breaker, admission string }{
-		{"default config", "  jitter: 0.2", ""},
+		{"default config (queue and pace on)", "  jitter: 0.2", ""},
+		{"off: queue and pace (max_wait 0, pace false)", "  jitter: 0.2", "  max_wait: 0\n  pace: false"},
 		{fmt.Sprintf("queue (max_wait %s, pace)", sc.maxWait), "  jitter: 0.2", fmt.Sprintf("  max_wait: %s\n  pace: true", sc.maxWait)},
 		{fmt.Sprintf("sessions (max_wait %s, pace, session_span %s)", sc.maxWait, sc.span), "  jitter: 0.2",
 			fmt.Sprintf("  max_wait: %s\n  pace: true\n  session_span: %s", sc.maxWait, sc.span)},
