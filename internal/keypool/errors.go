@@ -17,9 +17,8 @@ type ExhaustedError struct {
 	// Failing: every key is open because it failed (5xx, resets, refused
 	// credentials), not because it is rate limited or busy.
 	Failing bool
-	// held: some key is only held to what its provider says remains (or
-	// to its cold start) with attempts in flight, so an answer frees it
-	// within moments (inflight.go).
+	// held: some key is only held by its cold start (attempts in flight
+	// before its first answer), which an answer ends (inflight.go).
 	held bool
 }
 

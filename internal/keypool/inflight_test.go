@@ -53,28 +53,28 @@ func TestOverRemaining(t *testing.T) {
 }
 
 // TestPickWaitsForHeldKey: with the pace on, an attempt that finds every
-// key held only by its attempts in flight (here: its provider said 2
-// remain, so one in flight) waits for an answer instead of being refused,
-// within the pick's wait bound; with no answer in that bound it is
-// refused, saying when to retry.
+// key held by its cold start (two attempts in flight before the first
+// answer) waits for that answer instead of being refused, within the
+// pick's wait bound (here message_timeout / 2 = 200 ms); with no answer
+// in that bound it is refused, saying when to retry.
 func TestPickWaitsForHeldKey(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		answerIn time.Duration // when the attempt in flight is answered (0: never)
+		answerIn time.Duration // when the first attempt is answered (0: never)
 		wantKey  bool
 	}{
-		{name: "answered within the bound", answerIn: 120 * time.Millisecond, wantKey: true},
+		{name: "answered within the bound", answerIn: 80 * time.Millisecond, wantKey: true},
 		{name: "no answer within the bound", wantKey: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPools(t, testConfig(t, paceYAML, map[string][]key{"b": {{id: "a"}}}), Options{})
-			pick(t, p, "b", PickRequest{Attempt: 1}).Done(Outcome{Status: 200, LimitRequests: 60, RemainingRequests: 2,
-				RemainingTokens: -1, ResetRequests: 10 * time.Second})
-			held := pick(t, p, "b", PickRequest{Attempt: 1})
+			p := newPools(t, testConfig(t, paceYAML+"request: {message_timeout: 400ms}\n", map[string][]key{"b": {{id: "a"}}}), Options{})
+			first := pick(t, p, "b", PickRequest{Attempt: 1})
+			second := pick(t, p, "b", PickRequest{Attempt: 1})
+			defer second.Done(status(200))
 			if tc.answerIn > 0 {
-				time.AfterFunc(tc.answerIn, func() { held.Done(status(200)) })
+				time.AfterFunc(tc.answerIn, func() { first.Done(status(200)) })
 			} else {
-				defer held.Done(status(200))
+				defer first.Done(status(200))
 			}
 			l, err := p.Pick(context.Background(), "b", PickRequest{Attempt: 1})
 			if !tc.wantKey {
@@ -85,7 +85,7 @@ func TestPickWaitsForHeldKey(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("pick: %v, want key a once the attempt in flight is answered", err)
+				t.Fatalf("pick: %v, want key a once the first attempt is answered", err)
 			}
 			l.Done(status(200))
 		})

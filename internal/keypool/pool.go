@@ -266,14 +266,17 @@ func (kp *KeyPool) exhaustedLocked(in *pickInput, req *PickRequest) *ExhaustedEr
 	return &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: kp.failingLocked(now), held: kp.heldLocked(in)}
 }
 
-// heldLocked reports whether some key would serve but for the attempts it
-// has in flight against what its provider says remains. Caller holds kp.mu.
+// heldLocked reports whether some key would serve but for its cold start:
+// the attempts it has in flight before its first answer. Caller holds
+// kp.mu. (A key held to what its provider said remains is not waited
+// for: measured in the storm of issue 27, waiting for those sent more
+// attempts past their pace and drew the provider's 429s mid-run.)
 func (kp *KeyPool) heldLocked(in *pickInput) bool {
 	if !in.pol.keyPace {
 		return false
 	}
 	for _, k := range kp.keys {
-		if k.cfg.Weight > 0 && k.br.allow(in.now) && k.overRemaining(in.now) {
+		if k.cfg.Weight > 0 && !k.answered && k.br.allow(in.now) && k.overRemaining(in.now) {
 			return true
 		}
 	}

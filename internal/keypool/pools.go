@@ -260,10 +260,10 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			continue
 		}
 		if ex, ok := err.(*ExhaustedError); ok && ex.held && paced+inFlightWait <= in.pol.paceMaxWait {
-			// A key is held only by its attempts in flight: an answer
-			// frees it within moments. The request was admitted for these
-			// keys (the queue saw them ready), and another admitted at the
-			// same instant took the slot: wait for the answer, within the
+			// A key is held only by its cold start: its first answer
+			// frees it. The request was admitted for these keys (the
+			// queue saw them ready), and another admitted at the same
+			// instant took the slot: wait for the answer, within the
 			// pick's wait bound, instead of refusing it.
 			if err := sleepCtx(ctx, inFlightWait); err != nil {
 				return Lease{}, fmt.Errorf("keypool: pick: %w", err)

@@ -382,6 +382,9 @@ func TestSwarmStorm(t *testing.T) {
 			r.account(t, s, sc)
 			t.Logf("%s: per key\n  %s", v.name, strings.Join(r.keyRows, "\n  "))
 			t.Logf("%s: errors %v; the planner served for %s, the workers for %s", v.name, r.errs, r.plannerBusy.Round(time.Second), r.workerBusy.Round(time.Second))
+			pw, po := paceWaits(t, s.regs)
+			t.Logf("%s: picks that waited for a key's pace or answer %d, went on without a slot %d; admission order errors %.0f",
+				v.name, pw, po, counterSum(t, s, "swarmgate_admission_order_errors_total"))
 			rows = append(rows, r.row())
 			if r.s5xx > 0 || r.other > 0 {
 				t.Errorf("%s: clients saw %d 5xx and %d other errors: %v", v.name, r.s5xx, r.other, r.errs)
