@@ -21,7 +21,8 @@ import "time"
 //     (x-ratelimit-remaining-requests, rounded up, until its reset): the
 //     attempts in flight are not yet counted in what it states, and half
 //     leaves the other replica its share (with more than two replicas the
-//     sum may pass it, by the replicas' bursts, until the window is known).
+//     sum may pass it, by the replicas' bursts, until the window is known);
+//     while the key's window is pending (learnedwindow.go), a quarter.
 //
 // A key held so is not usable now: the admission queue waits for an answer
 // (inFlightWait) instead of sending what would be refused.
@@ -62,6 +63,13 @@ func (k *keyState) overRemaining(now time.Time) bool {
 		return k.inFlight >= coldStartInFlight && (k.firstSent.IsZero() || now.Sub(k.firstSent) < coldStartMax)
 	case k.reqLeftUntil.IsZero() || !now.Before(k.reqLeftUntil):
 		return false
+	}
+	if k.windowPending() {
+		// No pace yet: every replica's burst lands on what this answer
+		// stated, and the 429s of a window overrun are retried on the
+		// other keys in the same burst. A quarter until the window is
+		// known (measured in the storm: the first window's 429s).
+		return k.inFlight >= (k.reqLeft+3)/4
 	}
 	return k.inFlight >= (k.reqLeft+1)/2
 }

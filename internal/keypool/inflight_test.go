@@ -91,3 +91,30 @@ func TestPickWaitsForHeldKey(t *testing.T) {
 		})
 	}
 }
+
+// TestOverRemainingWindowPending: while a key's window is not known yet
+// (its limit is its reset window's own, no pace), a replica holds it to a
+// quarter of what its provider last said remains; once the window is
+// learned, to half.
+func TestOverRemainingWindowPending(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name     string
+		window   time.Duration // learned window (0: pending)
+		inFlight int
+		want     bool
+	}{
+		{name: "pending: 4 of 19", inFlight: 4},
+		{name: "pending: 5 of 19", inFlight: 5, want: true},
+		{name: "learned: 9 of 19", window: 10 * time.Second, inFlight: 9},
+		{name: "learned: 10 of 19", window: 10 * time.Second, inFlight: 10, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &keyState{inFlight: tc.inFlight, learnedRPM: 20, ownWindow: true, resetSeen: true, learnedWindow: tc.window}
+			k.noteRemaining(Outcome{Status: 200, LimitRequests: 20, RemainingRequests: 19, RemainingTokens: -1, ResetRequests: 10 * time.Second}, now)
+			if got := k.overRemaining(now); got != tc.want {
+				t.Errorf("held %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

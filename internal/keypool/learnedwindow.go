@@ -70,10 +70,17 @@ func (k *keyState) adoptWindow(w time.Duration) {
 	}
 }
 
+// windowPending: the key's answers state a limit of their own window and
+// when it resets, but the window is not known yet (no rate). Caller holds
+// kp.mu.
+func (k *keyState) windowPending() bool {
+	return k.learnedRPM > 0 && k.ownWindow && k.learnedWindow <= 0 && k.resetSeen
+}
+
 // learnedPerMinute is the learned request limit as a per-minute rate.
 func (k *keyState) learnedPerMinute() int {
-	if k.learnedRPM > 0 && k.ownWindow && k.learnedWindow <= 0 && k.resetSeen {
-		return 0 // window pending: no rate known yet
+	if k.windowPending() {
+		return 0 // no rate known yet
 	}
 	if k.learnedRPM <= 0 || !k.ownWindow || k.learnedWindow <= 0 || k.learnedWindow >= time.Minute {
 		return max(k.learnedRPM, 0)
