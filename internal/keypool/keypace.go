@@ -30,9 +30,11 @@ import (
 // slot is taken is skipped until the time Redis names (kept on the key,
 // so this replica's next picks skip it without asking); when every usable
 // key is paced, the pick waits for the soonest slot, at most
-// min(request.message_timeout/2, 1 s) in all, and then picks as it did
-// without the pace (the attempt leaves with a credential rather than not
-// at all; the provider's 429 on it is retried). Redis unreachable: the
+// min(request.message_timeout/2, 1 s) in all, and then goes on without a
+// slot, to the key whose next slot is soonest (the attempt leaves with a
+// credential rather than not at all; the provider's 429 on it is retried;
+// in the storm of issue 27, sending these to the soonest key instead of
+// the next in rotation took the upstream 429s from 1.5-1.9 % to 0.8-1.2 %). Redis unreachable: the
 // same pace per replica, in memory, as the breaker sync falls back.
 
 // keyPaceShare is the part of a key's stated request limit its own pace

@@ -52,6 +52,16 @@ func TestKeyPaceLocal(t *testing.T) {
 			}{{0, "a"}, {0, "b"}, {10600 * time.Millisecond, "a"}, {0, "b"}},
 		},
 		{
+			// Both paced past the pick's 1 s bound: the picks go on
+			// without a slot, each to the key whose next slot is
+			// soonest (a: 6.5 s away, b: 9.5 s), not in rotation.
+			name: "past the bound: the soonest slot's key", extra: paceYAML, keys: []key{{id: "a", rpm: 6}, {id: "b", rpm: 6}},
+			steps: []struct {
+				advance time.Duration
+				want    string
+			}{{0, "a"}, {3 * time.Second, "b"}, {time.Second, "a"}, {0, "a"}},
+		},
+		{
 			name: "unknown limit is not paced", extra: paceYAML, keys: []key{{id: "a"}},
 			steps: []struct {
 				advance time.Duration

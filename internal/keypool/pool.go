@@ -125,6 +125,7 @@ type pickInput struct {
 	syncUnknown   bool          // fail-closed and the remote state is unknown
 	unknownSince  time.Time
 	overflow      bool               // BestEffort second pass: any key not open
+	soonest       *keyState          // past the pace bound: the key whose next slot is soonest
 	bypass        bool               // BestEffort: every key refused by the shared limiter; skip it
 	remoteTried   []string           // key ids the request failed on, from Redis
 	skip          [maxSkip]*keyState // refused by the shared limiter in this call
@@ -231,6 +232,7 @@ func (kp *KeyPool) selectLocked(in *pickInput, req *PickRequest) (k *keyState, b
 		// another key's: no herd of waiters racing for one slot.
 		if sk, wait, ok := kp.soonestPacedLocked(in, req); ok {
 			if wait > in.paceBudget {
+				in.soonest = sk
 				return nil, 0, &pacedError{wait: wait}
 			}
 			k, booked, some = sk, wait, true
@@ -242,6 +244,10 @@ func (kp *KeyPool) selectLocked(in *pickInput, req *PickRequest) (k *keyState, b
 	}
 	switch {
 	case k != nil: // a paced key's slot, booked above
+	case some && in.soonest != nil && in.soonest.ok && !in.overflow:
+		// Every key is paced past the pick's bound and the pick goes on
+		// without a slot: to the key whose window is nearest to room.
+		k = in.soonest
 	case some && req.Sticky != "":
 		k = stickyPick(kp.keys, fnv64(req.Sticky))
 	case some:
