@@ -34,7 +34,7 @@ import (
 // slot, to the key whose next slot is soonest (the attempt leaves with a
 // credential rather than not at all; the provider's 429 on it is retried;
 // in the storm of issue 27, sending these to the soonest key instead of
-// the next in rotation took the upstream 429s from 1.5-1.9 % to 0.8-1.2 %). Redis unreachable: the
+// the next in rotation took the upstream 429s from 1.5-1.9 % to 0.8-1.5 %). Redis unreachable: the
 // same pace per replica, in memory, as the breaker sync falls back.
 
 // keyPaceShare is the part of a key's stated request limit its own pace

@@ -83,7 +83,7 @@ func TestSwarmAtCapacity(t *testing.T) {
 			}
 			// The baseline, reported only: the same stack without the
 			// queue, agents giving up on a 429.
-			spec.admission = ""
+			spec.admission = "  max_wait: 0\n  pace: false"
 			s = startStack(t, spec)
 			base := runTasks(t, fmt.Sprintf("%d agents, no queue", sc.agents), s.sim.URL(), sc.plan(maxWait))
 			upReq, up429 = upstreamCounts(s)
