@@ -95,12 +95,32 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 	}
 	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: vk}
 	switch {
-	case k.Revoked:
+	case k.Revoked, a.minterRevoked(t, k):
 		return o, Revoked
 	case k.Expired(now()):
 		return o, Expired
 	}
 	return o, OK
+}
+
+// minterRevoked reports whether the key that minted k is revoked, or gone:
+// revoking a minter takes the keys it minted with it (a planner's run
+// stopped at once, not at its workers' expiry). The minter is a sub-key
+// in the cache, or a config key of k's tenant (keys[].minter). Cache only:
+// a minted key reached the cache after its minter did.
+func (a Auth) minterRevoked(t *config.Tenant, k *Key) bool {
+	if k.Parent == "" {
+		return false
+	}
+	if p, ok := a.Store.Cached(k.Parent); ok {
+		return p.Revoked
+	}
+	for i := range t.Keys {
+		if t.Keys[i].ID == k.Parent {
+			return t.Keys[i].Revoked
+		}
+	}
+	return true
 }
 
 // virtualKey is the config form of k the data path hands on; the cache

@@ -141,21 +141,36 @@ func TestAuthenticate(t *testing.T) {
 	if _, err := s.Revoke(ctx, rk.ID); err != nil {
 		t.Fatal(err)
 	}
+	// Keys minted by a sub-key minter, by a config key (keys[].minter),
+	// and by a minter that is no longer anywhere.
+	minter, _, _ := s.Create(ctx, Key{Tenant: "demo", Minter: true})
+	_, child, _ := s.Create(ctx, Key{Tenant: "demo", Parent: minter.ID})
+	_, ofRevoked, _ := s.Create(ctx, Key{Tenant: "demo", Parent: rk.ID})
+	_, ofConfig, _ := s.Create(ctx, Key{Tenant: "demo", Parent: "demo-1"})
+	_, orphan, _ := s.Create(ctx, Key{Tenant: "demo", Parent: "sk_gone"})
+	revokedCfg := testConfig(t)
+	revokedCfg.Tenants[0].Keys[0].Revoked = true
 	a := Auth{Store: s, Now: func() time.Time { return now.Add(2 * time.Minute) }}
 	for _, tc := range []struct {
 		name, key string
+		cfg       *config.Config
 		want      Reason
 	}{
-		{"config key", "sk-swarmgate-demo", OK},
-		{"sub-key", live, OK},
-		{"expired", expired, Expired},
-		{"revoked", revoked, Revoked},
-		{"tenant gone", gone, Unknown},
-		{"unknown", "sk-nope", Unknown},
-		{"hash is not a key", config.HashKey(live), Unknown},
+		{"config key", "sk-swarmgate-demo", cfg, OK},
+		{"sub-key", live, cfg, OK},
+		{"expired", expired, cfg, Expired},
+		{"revoked", revoked, cfg, Revoked},
+		{"tenant gone", gone, cfg, Unknown},
+		{"unknown", "sk-nope", cfg, Unknown},
+		{"hash is not a key", config.HashKey(live), cfg, Unknown},
+		{"minted by a live minter", child, cfg, OK},
+		{"minted by a revoked minter", ofRevoked, cfg, Revoked},
+		{"minted by a config key", ofConfig, cfg, OK},
+		{"minted by a config key revoked in the config", ofConfig, revokedCfg, Revoked},
+		{"minter gone", orphan, cfg, Revoked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, r := a.Authenticate(cfg, tc.key)
+			o, r := a.Authenticate(tc.cfg, tc.key)
 			if r != tc.want {
 				t.Fatalf("reason %v, want %v", r, tc.want)
 			}

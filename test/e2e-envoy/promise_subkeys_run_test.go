@@ -129,6 +129,13 @@ func TestPromiseSubkeysRun(t *testing.T) {
 		if cost, err := strconv.ParseFloat(report.Cost, 64); err != nil || math.Abs(cost-counted) > 1e-9 {
 			t.Errorf("swarmgate usage: cost %s, the provider's tokens at the config's prices %.9f", report.Cost, counted)
 		}
+
+		// The admin revokes the planner's minter: the keys it minted go
+		// with it, on every replica, though none of them was revoked itself.
+		if status, body := api.call(ctx, http.MethodPost, "/v1/keys/"+planner.Key.ID+"/revoke", adminToken, nil, nil); status != http.StatusOK {
+			t.Fatalf("admin revoking the planner's minter: %d %s", status, body)
+		}
+		refusedEverywhere(t, ctx, workers[len(workers)-1], replicas, time.Now(), new(atomic.Int64))
 	})
 }
 
@@ -263,7 +270,13 @@ func revokeMidRun(t *testing.T, ctx context.Context, api keyAPI, minter string, 
 		t.Errorf("planner revoking %s: %d %s", w.Key.ID, status, body)
 		return
 	}
-	revoked := time.Now()
+	refusedEverywhere(t, ctx, w, replicas, time.Now(), served)
+}
+
+// refusedEverywhere: every replica's Envoy refuses w's key with 401
+// key_revoked within 1 s of revoked; served counts what it still served.
+func refusedEverywhere(t *testing.T, ctx context.Context, w created, replicas []*pstack, revoked time.Time, served *atomic.Int64) {
+	t.Helper()
 	for i, rp := range replicas {
 		for {
 			status, code := rp.chatRefusal(ctx, w.APIKey)
