@@ -1,6 +1,7 @@
 package subkey
 
 import (
+	"strings"
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
@@ -57,6 +58,11 @@ type Authenticator interface {
 	Authenticate(cfg *config.Config, presented string) (config.KeyOwner, Reason)
 }
 
+// mintedWait bounds how long a presented key of the sub-key form that no
+// cache holds waits for the store's change stream (the changes reach every
+// replica within milliseconds; an unknown key is answered after it).
+const mintedWait = 250 * time.Millisecond
+
 // Auth is the Authenticator over a Store (nil: config keys only).
 type Auth struct {
 	Store *Store
@@ -77,6 +83,12 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 		return config.KeyOwner{}, Unknown
 	}
 	k, ok := a.Store.LookupDigest(d)
+	if !ok && strings.HasPrefix(presented, plainPrefix) {
+		// Minted a moment ago on another replica, its change on its way
+		// here: a planner hands a fresh key to a worker whose first call
+		// may reach any replica within milliseconds.
+		k, ok = a.Store.cache.awaitDigest(d, mintedWait)
+	}
 	if !ok {
 		return config.KeyOwner{}, Unknown
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync"
+	"time"
 )
 
 // cache is the in-process copy of every sub-key, indexed by the SHA-256 of
@@ -14,10 +15,40 @@ type cache struct {
 	mu     sync.RWMutex
 	byHash map[[sha256.Size]byte]*Key
 	byID   map[string]*Key
+	// changed is closed (and replaced) on every change: lookups that wait
+	// for a key minted a moment ago on another replica (awaitDigest).
+	changed chan struct{}
 }
 
 func newCache() *cache {
-	return &cache{byHash: map[[sha256.Size]byte]*Key{}, byID: map[string]*Key{}}
+	return &cache{byHash: map[[sha256.Size]byte]*Key{}, byID: map[string]*Key{}, changed: make(chan struct{})}
+}
+
+// notifyLocked wakes the waiters of awaitDigest. Caller holds c.mu.
+func (c *cache) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// awaitDigest looks d up, and while it is not there waits for the cache's
+// changes, at most wait.
+func (c *cache) awaitDigest(d [sha256.Size]byte, wait time.Duration) (*Key, bool) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		c.mu.RLock()
+		k, ok := c.byHash[d]
+		changed := c.changed
+		c.mu.RUnlock()
+		if ok {
+			return k, true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, false
+		}
+	}
 }
 
 func digest(hash string) ([sha256.Size]byte, bool) {
@@ -50,6 +81,7 @@ func (c *cache) put(k *Key) {
 	}
 	c.byID[k.ID] = k
 	c.byHash[d] = k
+	c.notifyLocked()
 }
 
 func (c *cache) remove(id string) {
@@ -76,6 +108,7 @@ func (c *cache) replace(keys []*Key) {
 	}
 	c.mu.Lock()
 	c.byHash, c.byID = byHash, byID
+	c.notifyLocked()
 	c.mu.Unlock()
 }
 

@@ -57,6 +57,9 @@ func (k *Key) Expired(now time.Time) bool {
 	return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt)
 }
 
+// plainPrefix starts every plain sub-key.
+const plainPrefix = "sk-sg-"
+
 // FieldError names the field of a request that is wrong.
 type FieldError struct {
 	Field, Reason string
@@ -230,5 +233,5 @@ func newSecret() (plain, id string, err error) {
 	if _, err := rand.Read(i[:]); err != nil {
 		return "", "", fmt.Errorf("subkey: random: %w", err)
 	}
-	return "sk-sg-" + base64.RawURLEncoding.EncodeToString(b[:]), "sk_" + hex.EncodeToString(i[:]), nil
+	return plainPrefix + base64.RawURLEncoding.EncodeToString(b[:]), "sk_" + hex.EncodeToString(i[:]), nil
 }

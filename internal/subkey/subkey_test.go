@@ -250,3 +250,48 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthenticateWaitsForAMintedKey: a key of the sub-key form that the
+// cache does not hold yet (minted a moment ago on another replica) is
+// accepted once the store's change arrives, within mintedWait; an unknown
+// key of that form is refused after mintedWait, any other at once.
+func TestAuthenticateWaitsForAMintedKey(t *testing.T) {
+	s := startStores(t, 1)[0]
+	cfg := testConfig(t)
+	a := Auth{Store: s}
+	const plain = "sk-sg-minted-a-moment-ago"
+	k := &Key{ID: "sk_0a", Tenant: "demo", Hash: config.HashKey(plain)}
+	time.AfterFunc(50*time.Millisecond, func() { s.cache.put(k) })
+	start := time.Now()
+	if _, r := a.Authenticate(cfg, plain); r != OK {
+		t.Fatalf("a key that reaches the cache 50 ms later: %v, want OK", r)
+	}
+	if d := time.Since(start); d < 40*time.Millisecond || d > mintedWait {
+		t.Fatalf("accepted after %s, want when it reached the cache", d)
+	}
+
+	start = time.Now()
+	if _, r := a.Authenticate(cfg, "sk-sg-never-minted"); r != Unknown || time.Since(start) < mintedWait {
+		t.Fatalf("unknown key of the sub-key form: %v after %s, want Unknown after %s", r, time.Since(start), mintedWait)
+	}
+	start = time.Now()
+	if _, r := a.Authenticate(cfg, "sk-not-a-sub-key"); r != Unknown || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("unknown key of another form: %v after %s, want Unknown at once", r, time.Since(start))
+	}
+}
+
+// TestMintedKeyWorksOnAnotherReplicaAtOnce: a key created through one
+// replica's store authenticates on another's right away.
+func TestMintedKeyWorksOnAnotherReplicaAtOnce(t *testing.T) {
+	stores := startStores(t, 2)
+	cfg := testConfig(t)
+	for i := range 50 {
+		_, plain, err := stores[0].Create(context.Background(), Key{Tenant: "demo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, r := (Auth{Store: stores[1]}).Authenticate(cfg, plain); r != OK {
+			t.Fatalf("key %d on the other replica right after its creation: %v", i, r)
+		}
+	}
+}
