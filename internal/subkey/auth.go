@@ -105,7 +105,7 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 	if vk == nil { // a key that never went through the cache
 		vk = virtualKey(k)
 	}
-	o := config.KeyOwner{Tenant: restrict(t, k.Models), Key: vk}
+	o := config.KeyOwner{Tenant: k.narrowed(cfg, t), Key: vk}
 	switch {
 	case k.Revoked, a.minterRevoked(t, k):
 		return o, Revoked
@@ -143,6 +143,29 @@ func virtualKey(k *Key) *config.VirtualKey {
 
 // restrict returns t itself when models is empty, else a copy of t allowed
 // only the models both t and the key allow.
+// narrowed is k's tenant narrowed to k's models, made once per config
+// (a model-restricted key copied its tenant on every request before).
+func (k *Key) narrowed(cfg *config.Config, t *config.Tenant) *config.Tenant {
+	if len(k.Models) == 0 {
+		return t
+	}
+	if k.tenant == nil { // a key that never went through the cache
+		return restrict(t, k.Models)
+	}
+	if n := k.tenant.p.Load(); n != nil && n.cfg == cfg && n.base == t {
+		return n.t
+	}
+	n := &narrowedTenant{cfg: cfg, base: t, t: restrict(t, k.Models)}
+	k.tenant.p.Store(n)
+	return n.t
+}
+
+// narrowedTenant is a key's tenant narrowed to its models under one config.
+type narrowedTenant struct {
+	cfg     *config.Config
+	base, t *config.Tenant
+}
+
 func restrict(t *config.Tenant, models []string) *config.Tenant {
 	if len(models) == 0 {
 		return t

@@ -71,7 +71,7 @@ func (c *cache) put(k *Key) {
 	if !ok {
 		return
 	}
-	k.owned = virtualKey(k)
+	k.owned, k.tenant = virtualKey(k), &narrowedCache{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.byID[k.ID]; old != nil {
@@ -101,7 +101,7 @@ func (c *cache) replace(keys []*Key) {
 	byID := make(map[string]*Key, len(keys))
 	for _, k := range keys {
 		if d, ok := digest(k.Hash); ok {
-			k.owned = virtualKey(k)
+			k.owned, k.tenant = virtualKey(k), &narrowedCache{}
 			byHash[d] = k
 			byID[k.ID] = k
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -42,6 +43,14 @@ type Key struct {
 	// owned is the key as the data path's owner carries it, made when the
 	// key enters the cache.
 	owned *config.VirtualKey
+	// tenant caches the tenant narrowed to Models for the config in use,
+	// made with owned.
+	tenant *narrowedCache
+}
+
+// narrowedCache holds a cached key's narrowed tenant.
+type narrowedCache struct {
+	p atomic.Pointer[narrowedTenant]
 }
 
 // Budget is money per Period ("run", "day" or "month").

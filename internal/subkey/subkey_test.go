@@ -295,3 +295,27 @@ func TestMintedKeyWorksOnAnotherReplicaAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrowedTenantOncePerConfig: a model-restricted key's narrowed tenant
+// is made once per config, not per request, and made again for a new one.
+func TestNarrowedTenantOncePerConfig(t *testing.T) {
+	s := startStores(t, 1)[0]
+	_, plain, err := s.Create(context.Background(), Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Auth{Store: s}
+	cfg := testConfig(t)
+	first, _ := a.Authenticate(cfg, plain)
+	again, _ := a.Authenticate(cfg, plain)
+	if first.Tenant != again.Tenant || !first.Tenant.Allows("gpt-4o-mini") || first.Tenant.Allows("other") {
+		t.Fatalf("same config: tenants %p and %p, models %v", first.Tenant, again.Tenant, first.Tenant.Models)
+	}
+	if n := testing.AllocsPerRun(100, func() { a.Authenticate(cfg, plain) }); n != 0 {
+		t.Fatalf("%.0f allocations per authentication, want 0", n)
+	}
+	next := testConfig(t)
+	if o, _ := a.Authenticate(next, plain); o.Tenant == first.Tenant || o.Tenant.Name != "demo" {
+		t.Fatal("a new config reused the tenant narrowed under the old one")
+	}
+}
