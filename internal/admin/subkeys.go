@@ -254,6 +254,30 @@ func (k *keyHandlers) carved(ctx context.Context, key *subkey.Key, c caller) *ap
 	return aerr
 }
 
+// raised refuses an update that grows key's budget by more than what
+// remains of the budgets above it: its current budget was carved out at
+// creation, so only the growth needs room (a new period, or a first
+// budget, is carved whole). Lowering or clearing is always allowed.
+func (k *keyHandlers) raised(ctx context.Context, key *subkey.Key, next *subkey.Budget) *apiError {
+	if next == nil {
+		return nil
+	}
+	grow := next.Amount
+	if old := key.Budget; old != nil && old.Period == next.Period {
+		grow -= old.Amount
+	}
+	if grow <= 0 {
+		return nil
+	}
+	carve := *key
+	carve.Budget = &subkey.Budget{Amount: grow, Period: next.Period}
+	if aerr := k.carved(ctx, &carve, caller{admin: true}); aerr != nil {
+		aerr.msg = "may grow by at most what remains of the budgets above it" + strings.TrimPrefix(aerr.msg, "must be at most what remains of the budgets above it")
+		return aerr
+	}
+	return nil
+}
+
 var updateFields = []string{"limits", "labels", "ttl", "expires_at", "budget"}
 
 // update changes limits (the fields given), labels (replaced; null
@@ -298,6 +322,9 @@ func (k *keyHandlers) update(r *http.Request, w http.ResponseWriter, c caller) r
 			key.Labels = labels
 		}
 		if o.has("budget") {
+			if aerr := k.raised(r.Context(), key, budget); aerr != nil {
+				return aerr
+			}
 			key.Budget = budget
 		}
 		if hasExp {

@@ -84,3 +84,46 @@ func TestKeyBudgetCarvedFromWhatRemains(t *testing.T) {
 		t.Fatalf("budget unreadable: %d %s", a.status, a.raw)
 	}
 }
+
+// A key's budget grown by an update is checked like a new one for the
+// growth: its current budget was carved at creation, so only what it
+// grows by needs room above it; lowering always passes, and a budget for
+// another period is carved whole.
+func TestKeyBudgetGrowthCarvedFromWhatRemains(t *testing.T) {
+	left := &fixedLeft{left: 100}
+	e := startKeyAPI(t, func(o *Options) { o.BudgetLeft = left })
+	id, _ := e.create(t, testAdminToken, map[string]any{"tenant": "team-red",
+		"budget": map[string]any{"amount": 10, "period": "month", "hard_cap": true}})
+	left.mu.Lock()
+	left.left = 5 // what the tenant has left
+	left.mu.Unlock()
+	budget := func(amount float64, period string) map[string]any {
+		return map[string]any{"budget": map[string]any{"amount": amount, "period": period, "hard_cap": true}}
+	}
+	for _, tc := range []struct {
+		name   string
+		body   map[string]any
+		status int
+		want   float64 // the stored amount after
+	}{
+		{"grows by 4 of the 5 left", budget(14, "month"), http.StatusOK, 14},
+		{"grows by 6 of the 5 left", budget(20, "month"), http.StatusBadRequest, 14},
+		{"lowered", budget(3, "month"), http.StatusOK, 3},
+		{"another period, carved whole: 6 of 5", budget(6, "day"), http.StatusBadRequest, 3},
+		{"another period within what is left", budget(5, "day"), http.StatusOK, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.do(t, http.MethodPatch, "/v1/keys/"+id, testAdminToken, tc.body)
+			if a.status != tc.status {
+				t.Fatalf("%d %s, want %d", a.status, a.raw, tc.status)
+			}
+			if tc.status != http.StatusOK && a.field() != "budget.amount" {
+				t.Fatalf("field %q: %s", a.field(), a.raw)
+			}
+			k, ok := e.store.Cached(id)
+			if !ok || k.Budget == nil || k.Budget.Amount != tc.want {
+				t.Fatalf("stored budget %+v, want amount %v", k.Budget, tc.want)
+			}
+		})
+	}
+}
