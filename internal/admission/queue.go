@@ -114,6 +114,9 @@ type Queue struct {
 	// orderDownUntil (unix ns): until then, failing open, steps go to the
 	// local order without trying the shared one.
 	orderDownUntil atomic.Int64
+	// sessionsDownUntil (unix ns): until then the session store is not
+	// asked (sessions.go).
+	sessionsDownUntil atomic.Int64
 }
 
 // New returns a Queue.
@@ -181,13 +184,13 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if !res.Admitted && req.newSession {
 		q.endSession(req)
 	}
-	if res.Admitted && time.Since(start) > q.opts.Poll {
+	if res.Admitted && time.Since(start) > q.opts.Poll && !q.sessionsDown() {
 		// Begin stamped the session when the call arrived; a call that
 		// waited stamps it again when admitted (admitted at once, the
 		// arrival's stamp stands: one Redis round trip less per call).
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
-		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil {
-			q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
+		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil && ctx.Err() == nil {
+			q.sessionsFailed(err)
 		}
 		cancel()
 	}

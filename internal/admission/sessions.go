@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -82,14 +83,21 @@ func (q *Queue) sessionBound(rate float64) int {
 func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacity, start time.Time) (Result, bool) {
 	for {
 		_, _, pace := capacity()
-		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
-		active, started, retry, err := q.opts.Sessions.Begin(sctx, req.Session, q.sessionBound(pace.Rate), q.opts.SessionIdle)
-		cancel()
+		var active, started bool
+		var retry time.Duration
+		err := errSessionsDown
+		if !q.sessionsDown() {
+			sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
+			active, started, retry, err = q.opts.Sessions.Begin(sctx, req.Session, q.sessionBound(pace.Rate), q.opts.SessionIdle)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				q.sessionsFailed(err)
+			}
+		}
 		if err != nil {
 			// The order's failure mode decides elsewhere; without the
 			// sessions' state the call is treated as under way.
-			q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
-			active = true
+			active, started = true, false
 		}
 		if active || started {
 			req.Class = sessionClass(req.Class, active)
@@ -127,6 +135,21 @@ func (q *Queue) gated(capacity Capacity) Capacity {
 		}
 		return ready, ra, pace
 	}
+}
+
+// errSessionsDown: the session store failed within the last
+// orderDownFor, and is not asked until then.
+var errSessionsDown = errors.New("admission: sessions: unavailable a moment ago")
+
+// sessionsDown reports whether the session store failed within the last
+// orderDownFor: while it did, calls are treated as under way without
+// asking it (each would otherwise wait out a step timeout of its own).
+func (q *Queue) sessionsDown() bool { return time.Now().UnixNano() < q.sessionsDownUntil.Load() }
+
+// sessionsFailed notes a failure of the session store.
+func (q *Queue) sessionsFailed(err error) {
+	q.sessionsDownUntil.Store(time.Now().Add(orderDownFor).UnixNano())
+	q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
 }
 
 // endSession forgets a session whose first call was not admitted.

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -219,5 +220,40 @@ func TestTouchOnlyAfterAWait(t *testing.T) {
 	}
 	if n := store.touches.Load(); n != 1 {
 		t.Fatalf("%d touches for a call that waited, want 1", n)
+	}
+}
+
+// failingSessions is a session store whose calls time out.
+type failingSessions struct{ calls atomic.Int64 }
+
+func (s *failingSessions) Begin(ctx context.Context, _ string, _ int, _ time.Duration) (bool, bool, time.Duration, error) {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return false, false, 0, ctx.Err()
+}
+
+func (s *failingSessions) Touch(ctx context.Context, _ string, _ time.Duration) error {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *failingSessions) End(ctx context.Context, _ string) error { s.calls.Add(1); return nil }
+
+// TestSessionsDownTreatedAsUnderWay: a session store that times out is
+// not asked again for orderDownFor; meanwhile calls are treated as under
+// way and admitted without waiting out a timeout each.
+func TestSessionsDownTreatedAsUnderWay(t *testing.T) {
+	store := &failingSessions{}
+	q := New(Options{ReplicaID: "r0", Sessions: store, SessionIdle: 5 * time.Second, StepTimeout: 20 * time.Millisecond})
+	ready := func() (bool, time.Duration, Pace) { return true, 0, Pace{} }
+	for i := range 20 {
+		req := Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Second, Session: fmt.Sprintf("a/session/%d", i)}
+		if r := q.Admit(context.Background(), req, ready); !r.Admitted {
+			t.Fatalf("call %d: %+v, want admitted", i, r)
+		}
+	}
+	if n := store.calls.Load(); n != 1 {
+		t.Fatalf("%d calls reached the failing store, want 1 (then none for %s)", n, orderDownFor)
 	}
 }
