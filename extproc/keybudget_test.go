@@ -1,7 +1,6 @@
 package extproc_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
+	"github.com/swarmgate/swarmgate/internal/subkey/subkeytest"
 )
 
 // A sub-key whose budget is spent, or whose minter's is, is refused at
@@ -25,16 +25,7 @@ import (
 func TestKeyBudgetRefusedAtTheRouter(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	store := subkey.NewStore(rdb, "t:subkey:", nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-store.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("sub-key store not synced")
-	}
+	store := subkeytest.Run(t, rdb, "t:subkey:")
 	cfg := testConfig(t)
 	cfg.Accounting.TokenLimits = "reserve"
 	for i := range cfg.Models {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
+	"github.com/swarmgate/swarmgate/internal/subkey/subkeytest"
 )
 
 // BenchmarkRouterExchangeKeys is the 2KB JSON exchange of
@@ -28,15 +28,8 @@ func BenchmarkRouterExchangeKeys(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
 	defer rdb.Close()
-	store := subkey.NewStore(rdb, "b:subkey:", nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = store.Run(ctx) }()
-	select {
-	case <-store.Synced():
-	case <-time.After(5 * time.Second):
-		b.Fatal("store not synced")
-	}
+	store := subkeytest.Run(b, rdb, "b:subkey:")
+	ctx := context.Background()
 	_, plain, err := store.Create(ctx, subkey.Key{Tenant: "alpha", Labels: map[string]string{"run": "bench"}})
 	if err != nil {
 		b.Fatal(err)

@@ -1,7 +1,6 @@
 package extproc_test
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"testing"
@@ -11,24 +10,15 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
+	"github.com/swarmgate/swarmgate/internal/subkey/subkeytest"
 )
 
 // subkeyStore is a sub-key store on its own redis-server, loaded.
 func subkeyStore(t *testing.T) *subkey.Store {
 	t.Helper()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-	s := subkey.NewStore(rdb, "t:subkey:", nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; _ = rdb.Close() })
-	select {
-	case <-s.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("sub-key store not synced")
-	}
-	return s
+	rdb := redistest.Start(t).Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	return subkeytest.Run(t, rdb, "t:subkey:")
 }
 
 // keyError is a 401 body in either shape: OpenAI's error object, or

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
+	"github.com/swarmgate/swarmgate/internal/subkey/subkeytest"
 )
 
 const keysAdminToken = "cli-admin-DISTINCTIVE-token-9f2e"
@@ -31,20 +30,12 @@ func startKeysAdmin(t *testing.T) *subkey.Store {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store := subkey.NewStore(rdb, "sg:", slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { _ = store.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
-	select {
-	case <-store.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("store not synced")
-	}
+	store := subkeytest.Run(t, rdb, "sg:")
 	lis, err := net.Listen("tcp", porttest.Addr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	s := admin.New(admin.Options{Config: func() *config.Config { return cfg }, SubKeys: store,
 		Access: config.Admin{Token: config.SecretFromValue("env:T", keysAdminToken)}})

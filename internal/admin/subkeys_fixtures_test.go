@@ -18,6 +18,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
+	"github.com/swarmgate/swarmgate/internal/subkey/subkeytest"
 )
 
 // keyConfigYAML is the admin test config with a second model, so that a
@@ -54,16 +55,7 @@ func startKeyAPI(t testing.TB, change func(*Options)) *keyEnv {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store := subkey.NewStore(rdb, "sg:", slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { _ = store.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
-	select {
-	case <-store.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("sub-key store not synced")
-	}
+	store := subkeytest.Run(t, rdb, "sg:")
 	logs := &syncBuffer{}
 	opts := Options{
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -78,6 +70,7 @@ func startKeyAPI(t testing.TB, change func(*Options)) *keyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- New(opts).Run(ctx, lis) }()
 	t.Cleanup(func() {

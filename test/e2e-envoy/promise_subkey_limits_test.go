@@ -20,29 +20,6 @@ import (
 	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
-// subkeyLimitsConfig: sub-keys on, a tenant without limits of its own (so
-// only the sub-keys' limits can refuse), tokens charged in the default
-// reserve mode (sub-key tokens go through the rate-limit filter in either).
-const subkeyLimitsConfig = `
-subkeys:
-  enabled: true
-backends:
-  - name: relay-a
-    base_url: http://{relay-a}/v1
-    auth: bearer
-    keys:
-      - {id: pa-1, secret: env:P_A1}
-models:
-  - name: gpt-4o-mini
-    targets:
-      - {backend: relay-a, price: {input_per_mtok: 1, output_per_mtok: 2}}
-tenants:
-  - name: team
-    models: ["*"]
-    keys:
-      - {id: team-1, hash: {keyTeam}}
-`
-
 // TestPromiseSubkeyLimits: a sub-key's own rpm, rpd and tpm are enforced
 // by the real rate-limit service through Envoy's rate-limit filter, with
 // no sub-key in the service's config: the fourth request of a 3 rpm key in
@@ -51,7 +28,7 @@ tenants:
 // and the tokens a key's answers used refuse its next request.
 func TestPromiseSubkeyLimits(t *testing.T) {
 	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
-		s := startPStack(t, r, pstackOptions{body: subkeyLimitsConfig,
+		s := startPStack(t, r, pstackOptions{body: subkeysConfig,
 			relays: []relaySpec{{name: "relay-a", auth: config.AuthBearer, keys: map[string]string{"pa-1": "P_A1"}}}})
 		ctx := testCtx(t)
 		rdb := redis.NewClient(&redis.Options{Addr: s.redis})

@@ -31,8 +31,9 @@ import (
 	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
-// subkeysConfig turns sub-keys on; the tenant's config key is the parent
-// the test mints under.
+// subkeysConfig turns sub-keys on under a tenant without limits of its own
+// (only a sub-key's limits can refuse), tokens in the default reserve mode;
+// the tenant's config key is the parent the tests mint under.
 const subkeysConfig = `
 subkeys:
   enabled: true
