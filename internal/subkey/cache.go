@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +19,13 @@ type cache struct {
 	// changed is closed (and replaced) on every change: lookups that wait
 	// for a key minted a moment ago on another replica (awaitDigest).
 	changed chan struct{}
+	waiters atomic.Int64 // lookups waiting in awaitDigest
 }
+
+// maxWaiters bounds the lookups waiting for a key at once: a client
+// presenting made-up keys of the sub-key form holds no more than that many
+// streams for the wait; beyond it a key not in the cache is refused at once.
+const maxWaiters = 1024
 
 func newCache() *cache {
 	return &cache{byHash: map[[sha256.Size]byte]*Key{}, byID: map[string]*Key{}, changed: make(chan struct{})}
@@ -33,6 +40,11 @@ func (c *cache) notifyLocked() {
 // awaitDigest looks d up, and while it is not there waits for the cache's
 // changes, at most wait.
 func (c *cache) awaitDigest(d [sha256.Size]byte, wait time.Duration) (*Key, bool) {
+	if c.waiters.Add(1) > maxWaiters {
+		c.waiters.Add(-1)
+		return c.lookup(d)
+	}
+	defer c.waiters.Add(-1)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {

@@ -319,3 +319,18 @@ func TestNarrowedTenantOncePerConfig(t *testing.T) {
 		t.Fatal("a new config reused the tenant narrowed under the old one")
 	}
 }
+
+// TestAwaitDigestBounded: beyond maxWaiters lookups waiting at once, a key
+// the cache does not hold is refused without waiting.
+func TestAwaitDigestBounded(t *testing.T) {
+	c := newCache()
+	c.waiters.Store(maxWaiters)
+	d := config.KeyDigest("sk-sg-made-up")
+	start := time.Now()
+	if _, ok := c.awaitDigest(d, 2*time.Second); ok || time.Since(start) > time.Second {
+		t.Fatalf("over the bound: found %v after %s, want refused at once", ok, time.Since(start))
+	}
+	if n := c.waiters.Load(); n != maxWaiters {
+		t.Fatalf("waiters %d after, want %d", n, maxWaiters)
+	}
+}
