@@ -77,18 +77,28 @@ func WriteTable(w io.Writer, r Report) error {
 	return nil
 }
 
-// PrintKeyUsage implements `swarmgate usage --key ID`: a virtual key's days
-// of the month, the month and all time. tenant narrows the search for the
-// key's tenant (empty: every configured tenant).
-func PrintKeyUsage(ctx context.Context, w io.Writer, f Format, rdb redis.UniversalClient, cfg *config.Config, tenant, keyID, month string) error {
+// scopeLedger is the ledger a key or label report reads, and its month
+// (empty: the current one); tenant, when given, must be configured.
+func scopeLedger(rdb redis.UniversalClient, cfg *config.Config, tenant, month string) (*Ledger, string, error) {
 	if tenant != "" {
 		if _, ok := cfg.Tenant(tenant); !ok {
-			return fmt.Errorf("%w %q", errNoTenant, tenant)
+			return nil, "", fmt.Errorf("%w %q", errNoTenant, tenant)
 		}
 	}
 	l := New(rdb, OptionsFrom(cfg))
 	if month == "" {
 		month = MonthOf(l.opts.Now())
+	}
+	return l, month, nil
+}
+
+// PrintKeyUsage implements `swarmgate usage --key ID`: a virtual key's days
+// of the month, the month and all time. tenant narrows the search for the
+// key's tenant (empty: every configured tenant).
+func PrintKeyUsage(ctx context.Context, w io.Writer, f Format, rdb redis.UniversalClient, cfg *config.Config, tenant, keyID, month string) error {
+	l, month, err := scopeLedger(rdb, cfg, tenant, month)
+	if err != nil {
+		return err
 	}
 	owner, found, err := l.keyTenant(ctx, cfg, tenant, keyID)
 	if err != nil {
@@ -113,14 +123,9 @@ func PrintKeyUsage(ctx context.Context, w io.Writer, f Format, rdb redis.Univers
 // label's days, month and all time over every configured tenant (or
 // tenant), then each tenant's share.
 func PrintLabelUsage(ctx context.Context, w io.Writer, f Format, rdb redis.UniversalClient, cfg *config.Config, tenant string, lb Label, month string) error {
-	if tenant != "" {
-		if _, ok := cfg.Tenant(tenant); !ok {
-			return fmt.Errorf("%w %q", errNoTenant, tenant)
-		}
-	}
-	l := New(rdb, OptionsFrom(cfg))
-	if month == "" {
-		month = MonthOf(l.opts.Now())
+	l, month, err := scopeLedger(rdb, cfg, tenant, month)
+	if err != nil {
+		return err
 	}
 	rep, err := l.QueryLabel(ctx, tenantsOf(cfg, tenant), lb, month)
 	if err != nil {
