@@ -34,7 +34,7 @@ func BenchmarkRedisStep(b *testing.B) {
 	for b.Loop() {
 		i++
 		t := &Ticket{ID: strconv.Itoa(i), Scope: "relay-a", Tenant: "t", Weight: 1, Deadline: time.Now().Add(time.Second)}
-		if d, err := o.Step(context.Background(), t, p, true); err != nil || !d.Admitted {
+		if d, err := o.Step(context.Background(), t, nil, p, true); err != nil || !d.Admitted {
 			b.Fatalf("%+v %v", d, err)
 		}
 	}

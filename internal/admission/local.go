@@ -43,7 +43,7 @@ func (o *LocalOrder) scope(name string) *localScope {
 }
 
 // Step implements Order.
-func (o *LocalOrder) Step(_ context.Context, t *Ticket, p Pace, ready bool) (Decision, error) {
+func (o *LocalOrder) Step(_ context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := o.now()
@@ -67,25 +67,48 @@ func (o *LocalOrder) Step(_ context.Context, t *Ticket, p Pace, ready bool) (Dec
 		me = localEntry{tag: float64(t.Class)*classSpan + finish, class: t.Class, deadline: t.Deadline}
 		s.tickets[t.ID] = me
 	}
-	var ahead int64
-	for id, e := range s.tickets {
-		if e.tag < me.tag || (e.tag == me.tag && id < t.ID) {
-			ahead++
-		}
-	}
+	ahead := s.ahead(t.ID, me)
 	d := Decision{Joined: true, Ahead: ahead, Tag: me.tag}
 	if ahead > 0 || !ready {
 		return d, nil
 	}
+	if d.Wait = s.admit(t, me, p, nowMs); d.Wait > 0 {
+		return d, nil
+	}
+	d = Decision{Admitted: true, Tag: me.tag}
+	// The tickets after it, while each is first and the pace allows.
+	for _, n := range next {
+		e, ok := s.tickets[n.ID]
+		if !ok || s.ahead(n.ID, e) > 0 || s.admit(n, e, p, nowMs) > 0 {
+			break
+		}
+		d.Next++
+	}
+	return d, nil
+}
+
+// ahead is how many tickets are before ticket id (entry e).
+func (s *localScope) ahead(id string, e localEntry) int64 {
+	var n int64
+	for oid, o := range s.tickets {
+		if o.tag < e.tag || (o.tag == e.tag && oid < id) {
+			n++
+		}
+	}
+	return n
+}
+
+// admit takes joined ticket t out of the order when the pace allows;
+// otherwise it returns the pace's wait.
+func (s *localScope) admit(t *Ticket, e localEntry, p Pace, nowMs float64) time.Duration {
 	wait, next, nextT := gcraWait(s.tat, s.ttat, nowMs, p, t.Tokens)
 	if wait > 0 {
-		d.Wait = wait
-		return d, nil
+		return wait
 	}
 	s.tat, s.ttat = next, nextT
 	delete(s.tickets, t.ID)
-	s.v = max(s.v, me.tag-float64(me.class)*classSpan)
-	return Decision{Admitted: true, Tag: me.tag}, nil
+	s.v = max(s.v, e.tag-float64(e.class)*classSpan)
+	return 0
 }
 
 // Leave implements Order.

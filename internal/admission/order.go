@@ -50,6 +50,9 @@ type Decision struct {
 	Ahead int64
 	// Tag is the ticket's place in the order (lower first).
 	Tag float64
+	// Next is how many of the tickets passed to Step after an admitted
+	// one were admitted too (a prefix of them).
+	Next int
 }
 
 // Order is the admission order of every replica. Each call is one bounded
@@ -58,7 +61,12 @@ type Order interface {
 	// Step puts t in the order if it is not there yet and, when ready
 	// (the keys have capacity now), admits it if it is first and the pace
 	// allows. A ticket admitted at once, with nobody waiting, never joins.
-	Step(ctx context.Context, t *Ticket, p Pace, ready bool) (Decision, error)
+	// When t is admitted, next (joined tickets of the same scope, in the
+	// caller's order) are admitted after it in the same decision, each
+	// while it is within t's lead of the first place and the pace allows;
+	// the first that is not ends the run. One step then drains a burst a
+	// replica holds instead of one round trip per request.
+	Step(ctx context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error)
 	// Leave removes t without admitting it (timed out or cancelled).
 	Leave(ctx context.Context, t *Ticket) error
 	// Depth is the number of tickets waiting in scope.

@@ -32,7 +32,7 @@ func drain(t *testing.T, o Order, ts []*Ticket) []string {
 	for len(left) > 0 {
 		progressed := false
 		for i, tk := range left {
-			d, err := o.Step(context.Background(), tk, Pace{}, true)
+			d, err := o.Step(context.Background(), tk, nil, Pace{}, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestOrderClassesFIFOAndShares(t *testing.T) {
 			var ts []*Ticket
 			// Join everything while capacity is missing.
 			add := func(tk *Ticket) {
-				if _, err := o.Step(context.Background(), tk, Pace{}, false); err != nil {
+				if _, err := o.Step(context.Background(), tk, nil, Pace{}, false); err != nil {
 					t.Fatal(err)
 				}
 				ts = append(ts, tk)
@@ -98,17 +98,17 @@ func TestOrderPaceAndLeave(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := mk()
 			p := Pace{Rate: 10, Burst: 1} // one per 100 ms
-			d, err := o.Step(context.Background(), ticket("first", "a", 1, 0), p, true)
+			d, err := o.Step(context.Background(), ticket("first", "a", 1, 0), nil, p, true)
 			if err != nil || !d.Admitted {
 				t.Fatalf("empty scope admits at once: %+v %v", d, err)
 			}
 			second := ticket("second", "a", 1, 0)
-			d, _ = o.Step(context.Background(), second, p, true)
+			d, _ = o.Step(context.Background(), second, nil, p, true)
 			if d.Admitted || d.Wait <= 0 || d.Wait > 100*time.Millisecond {
 				t.Fatalf("paced: want a wait in (0, 100ms], got %+v", d)
 			}
 			third := ticket("third", "a", 1, 0)
-			d, _ = o.Step(context.Background(), third, p, true)
+			d, _ = o.Step(context.Background(), third, nil, p, true)
 			if d.Admitted || d.Ahead != 1 {
 				t.Fatalf("third waits behind second: %+v", d)
 			}
@@ -116,7 +116,7 @@ func TestOrderPaceAndLeave(t *testing.T) {
 			if err := o.Leave(context.Background(), second); err != nil {
 				t.Fatal(err)
 			}
-			d, _ = o.Step(context.Background(), third, p, true)
+			d, _ = o.Step(context.Background(), third, nil, p, true)
 			if d.Ahead != 0 {
 				t.Fatalf("a leaver frees its place at once: %+v", d)
 			}
@@ -137,16 +137,16 @@ func TestTokenPace(t *testing.T) {
 			p := Pace{Rate: 1000, Burst: 1, TokenRate: 1000}
 			first := ticket("a", "x", 1, 0)
 			first.Tokens = 1000
-			if d, err := o.Step(context.Background(), first, p, true); err != nil || !d.Admitted {
+			if d, err := o.Step(context.Background(), first, nil, p, true); err != nil || !d.Admitted {
 				t.Fatalf("first: %+v %v", d, err)
 			}
 			second := ticket("b", "x", 1, 0)
 			second.Tokens = 10
-			d, err := o.Step(context.Background(), second, p, true)
+			d, err := o.Step(context.Background(), second, nil, p, true)
 			if err != nil || d.Admitted || d.Wait < 900*time.Millisecond || d.Wait > time.Second {
 				t.Fatalf("second: %+v %v, want a wait of about 1 s", d, err)
 			}
-			if d, _ := o.Step(context.Background(), second, Pace{}, true); !d.Admitted {
+			if d, _ := o.Step(context.Background(), second, nil, Pace{}, true); !d.Admitted {
 				t.Fatalf("without the token rate: %+v", d)
 			}
 		})
@@ -175,18 +175,18 @@ func TestRedisOrderLead(t *testing.T) {
 			ctx := context.Background()
 			if tc.pace.Rate > 0 {
 				// Take the scope's one slot.
-				if d, err := o.Step(ctx, ticket("before", "a", 1, 0), tc.pace, true); err != nil || !d.Admitted {
+				if d, err := o.Step(ctx, ticket("before", "a", 1, 0), nil, tc.pace, true); err != nil || !d.Admitted {
 					t.Fatalf("before: %+v %v", d, err)
 				}
 			}
 			first, second := ticket("first", "a", 1, 0), ticket("second", "b", 1, 0)
 			for _, tk := range []*Ticket{first, second} {
-				if _, err := o.Step(ctx, tk, tc.pace, false); err != nil {
+				if _, err := o.Step(ctx, tk, nil, tc.pace, false); err != nil {
 					t.Fatal(err)
 				}
 			}
 			second.Lead = tc.lead
-			d, err := o.Step(ctx, second, tc.pace, true)
+			d, err := o.Step(ctx, second, nil, tc.pace, true)
 			if err != nil || d.Admitted != tc.admit {
 				t.Fatalf("second: %+v %v, want admitted %v", d, err, tc.admit)
 			}

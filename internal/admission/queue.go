@@ -159,8 +159,13 @@ type waiter struct {
 	index int
 	turn  chan struct{}
 	since time.Time // when it asked to be admitted
-	// signalled is guarded by Queue.mu: turn is closed.
-	signalled bool
+	// granted is closed when the first waiter's step admitted it too
+	// (Order.Step's next).
+	granted chan struct{}
+	// Guarded by Queue.mu: signalled: turn is closed; claimed: its ticket
+	// is in a step of the first waiter's, so it does not step itself;
+	// removed: out of the scope's heap (granted, or dequeued).
+	signalled, claimed, removed bool
 }
 
 type scopeWait struct {
@@ -209,11 +214,11 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 		q.refused(req, ReasonTooLong)
 		return Result{Reason: ReasonTooLong, RetryAfter: ra}
 	}
-	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{}), since: start}
+	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{}), granted: make(chan struct{}), since: start}
 	w.t = Ticket{ID: q.opts.ReplicaID + "-" + strconv.FormatUint(w.seq, 36), Scope: req.Scope, Tenant: req.Tenant,
 		Weight: req.Weight, Class: req.Class, Tokens: req.Tokens, Deadline: start.Add(req.MaxWait)}
 	order := q.opts.Order
-	d, err := q.step(ctx, &order, &w.t, pace, ready)
+	d, err := q.step(ctx, &order, &w.t, nil, pace, ready)
 	if err != nil {
 		return q.refuse(req, ReasonOrderDown, ra, start)
 	}
@@ -271,12 +276,20 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 		}
 		select {
 		case <-ctx.Done():
+			if q.stopWaiting(w) {
+				return q.admitted(w, paced)
+			}
 			q.leave(order, &w.t)
 			q.refused(req, ReasonCancelled)
 			return Result{Reason: ReasonCancelled, Waited: time.Since(start)}
 		case <-deadline.C:
+			if q.stopWaiting(w) {
+				return q.admitted(w, paced)
+			}
 			q.leave(order, &w.t)
 			return q.refuse(req, ReasonTimeout, last.timeoutRetry(), start)
+		case <-w.granted:
+			return q.admitted(w, paced)
 		case <-turn:
 			// First here now: ask the order at once (the waiter before it
 			// was just admitted or left).
@@ -286,21 +299,31 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 		if head {
 			w.t.Lead = max(q.opts.Lead, 0)
 		}
+		batch, ok := q.beginStep(w, head)
+		if !ok {
+			continue // in another waiter's step now
+		}
 		var err error
 		last.ready, last.ra, last.pace = q.capacity(capacity)
-		last.d, err = q.step(ctx, &order, &w.t, last.pace, last.ready)
+		last.d, err = q.step(ctx, &order, &w.t, tickets(batch), last.pace, last.ready)
+		q.endStep(w, batch, last.d)
 		if err != nil {
 			q.leave(order, &w.t)
 			return q.refuse(req, ReasonOrderDown, last.ra, start)
 		}
 		paced = paced || last.d.Wait > 0
 		if last.d.Admitted {
-			waited := time.Since(start)
-			q.opts.Metrics.admitted(req, waited, paced)
-			q.counts.afterWait.Add(1)
-			return Result{Admitted: true, Waited: waited, Paced: paced}
+			return q.admitted(w, paced)
 		}
 	}
+}
+
+// admitted records and answers the admission of waiter w.
+func (q *Queue) admitted(w *waiter, paced bool) Result {
+	waited := time.Since(w.since)
+	q.opts.Metrics.admitted(w.req, waited, paced)
+	q.counts.afterWait.Add(1)
+	return Result{Admitted: true, Waited: waited, Paced: paced}
 }
 
 // pollInterval is how long a waiter sleeps before it asks the order
@@ -346,7 +369,7 @@ func (q *Queue) capacity(c Capacity) (bool, time.Duration, Pace) {
 
 // step runs one order decision, bounded; on failure it falls back to the
 // local order when failing open (and stays there for this request).
-func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, p Pace, ready bool) (Decision, error) {
+func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error) {
 	if q.opts.FailOpen && *order != q.fallback && time.Now().UnixNano() < q.orderDownUntil.Load() {
 		// The shared order failed a step within the last orderDownFor:
 		// keep this replica's own order meanwhile rather than have each
@@ -355,7 +378,7 @@ func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, p Pace, ready
 		*order = q.fallback
 	}
 	sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
-	d, err := (*order).Step(sctx, t, p, ready)
+	d, err := (*order).Step(sctx, t, next, p, ready)
 	cancel()
 	if err == nil || ctx.Err() != nil {
 		return d, err
@@ -372,7 +395,9 @@ func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, p Pace, ready
 	shared, left := *order, *t
 	go q.leaveShared(shared, &left)
 	*order = q.fallback
-	return q.fallback.Step(ctx, t, p, ready)
+	// Those in next joined the shared order, not this one: each steps
+	// on its own when its turn comes.
+	return q.fallback.Step(ctx, t, nil, p, ready)
 }
 
 // leaveShared removes t from an order that just failed a step, given
@@ -433,6 +458,16 @@ func (q *Queue) enqueue(w *waiter) (head, ok bool) {
 func (q *Queue) dequeue(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.removeLocked(w)
+}
+
+// removeLocked takes w out of its scope's heap (once) and gives the turn to
+// the new first waiter.
+func (q *Queue) removeLocked(w *waiter) {
+	if w.removed {
+		return
+	}
+	w.removed = true
 	q.waiting--
 	s := q.scopes[w.req.Scope]
 	heap.Remove(&s.h, w.index)
@@ -444,6 +479,101 @@ func (q *Queue) dequeue(w *waiter) {
 		first.signalled = true
 		close(first.turn)
 	}
+}
+
+// maxNext bounds how many waiters one step admits after the first: a
+// burst of thousands queued on one replica drains in steps of this many
+// (one Redis round trip each) instead of one step per request. The pace
+// still spaces them (at most its burst back to back), and each must be
+// within the lead of the shared order's first place.
+const maxNext = 31
+
+// beginStep marks w as in a step of its own, so no other waiter's step
+// carries its ticket at the same time (a ticket admitted by one step would
+// join again by the other); ok is false when one already does. The first
+// waiter of a scope also claims up to maxNext waiters after it, in order,
+// for the step to admit after it.
+func (q *Queue) beginStep(w *waiter, head bool) (batch []*waiter, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.claimed || w.removed {
+		return nil, false
+	}
+	w.claimed = true
+	s := q.scopes[w.req.Scope]
+	if !head || s == nil || len(s.h) < 2 {
+		return nil, true
+	}
+	// Best-first walk of the heap from its root: yields waiters in order
+	// and touches about twice as many nodes as it returns.
+	frontier := []int{0}
+	for len(frontier) > 0 && len(batch) < maxNext {
+		b := 0
+		for i := range frontier {
+			if s.h.Less(frontier[i], frontier[b]) {
+				b = i
+			}
+		}
+		i := frontier[b]
+		frontier[b] = frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
+		if c := s.h[i]; !c.claimed && s.h.less(w, c) {
+			c.claimed = true
+			batch = append(batch, c)
+		}
+		for _, c := range [2]int{2*i + 1, 2*i + 2} {
+			if c < len(s.h) {
+				frontier = append(frontier, c)
+			}
+		}
+	}
+	return batch, true
+}
+
+// endStep settles w's step: the first d.Next waiters of batch were
+// admitted with it (they leave the heap now and are told), the others may
+// step again.
+func (q *Queue) endStep(w *waiter, batch []*waiter, d Decision) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.claimed = false
+	for i, c := range batch {
+		c.claimed = false
+		if !d.Admitted || i >= d.Next || c.removed {
+			// (removed: it stopped waiting during the step; when the
+			// step admitted it anyway, its slot is spent.)
+			continue
+		}
+		q.removeLocked(c)
+		close(c.granted)
+	}
+}
+
+// stopWaiting is for a waiter whose wait ended (deadline or client gone):
+// it reports whether a step admitted it meanwhile, and otherwise takes it
+// out of the heap so no later step grants it.
+func (q *Queue) stopWaiting(w *waiter) (granted bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-w.granted:
+		return true
+	default:
+	}
+	q.removeLocked(w)
+	return false
+}
+
+// tickets are the waiters' tickets, for Order.Step.
+func tickets(ws []*waiter) []*Ticket {
+	if len(ws) == 0 {
+		return nil
+	}
+	ts := make([]*Ticket, len(ws))
+	for i, w := range ws {
+		ts[i] = &w.t
+	}
+	return ts
 }
 
 // orderDownFor is how long a replica keeps its own order after a step of
@@ -471,13 +601,15 @@ func (q *Queue) Waiting() int {
 // waitHeap orders local waiters by their tag in the shared order.
 type waitHeap []*waiter
 
-func (h waitHeap) Len() int { return len(h) }
-func (h waitHeap) Less(i, j int) bool {
-	if h[i].tag != h[j].tag {
-		return h[i].tag < h[j].tag
+func (h waitHeap) Len() int           { return len(h) }
+func (h waitHeap) Less(i, j int) bool { return h.less(h[i], h[j]) }
+
+func (waitHeap) less(a, b *waiter) bool {
+	if a.tag != b.tag {
+		return a.tag < b.tag
 	}
 	// Ties as Redis orders a sorted set's equal scores: by member.
-	return h[i].t.ID < h[j].t.ID
+	return a.t.ID < b.t.ID
 }
 func (h waitHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
 func (h *waitHeap) Push(x any)   { w := x.(*waiter); w.index = len(*h); *h = append(*h, w) }

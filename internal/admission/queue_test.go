@@ -190,7 +190,7 @@ type slowOrder struct {
 	steps, leaves atomic.Int64
 }
 
-func (o *slowOrder) Step(ctx context.Context, _ *Ticket, _ Pace, _ bool) (Decision, error) {
+func (o *slowOrder) Step(ctx context.Context, _ *Ticket, _ []*Ticket, _ Pace, _ bool) (Decision, error) {
 	o.steps.Add(1)
 	<-ctx.Done()
 	return Decision{}, ctx.Err()

@@ -33,8 +33,9 @@ func (o *RedisOrder) keys(scope string) []string {
 
 // stepScript: ARGV id, tenant, weight, class, deadline (ms from now), rate
 // (per s), burst, ready (0/1), ttl (ms), token rate (per s), tokens, lead
-// (the last rank that may be admitted).
-// Returns {admitted, wait ms, ahead, tag as string}. The pace is two GCRAs
+// (the last rank that may be admitted), then (id, tokens) of each ticket to
+// admit after it (Order.Step's next).
+// Returns {admitted, wait ms, ahead, tag as string, next admitted}. The pace is two GCRAs
 // (admission/order.go gcraWait): requests on tat, tokens on ttat.
 var stepScript = redis.NewScript(`
 local q, dl, st = KEYS[1], KEYS[2], KEYS[3]
@@ -53,7 +54,7 @@ for _, x in ipairs(old) do redis.call('ZREM', q, x); redis.call('ZREM', dl, x) e
 local v = tonumber(redis.call('HGET', st, 'v') or '0')
 local tat = tonumber(redis.call('HGET', st, 'tat') or '0')
 local ttat = tonumber(redis.call('HGET', st, 'ttat') or '0')
-local function pace()
+local function pace(tokens)
   local d, nt, ntt = 0, tat, ttat
   if rate > 0 then
     local iv = 1000 / rate
@@ -75,10 +76,10 @@ if not tag then
   local fin = math.max(v, tonumber(redis.call('HGET', st, 'f:' .. tenant) or '0')) + 1 / w
   redis.call('HSET', st, 'f:' .. tenant, num(fin))
   if ready and redis.call('ZCARD', q) == 0 then
-    local wait, nt, ntt = pace()
+    local wait, nt, ntt = pace(tokens)
     if wait == 0 then
       redis.call('HSET', st, 'tat', num(nt), 'ttat', num(ntt), 'v', num(fin))
-      return {1, 0, 0, ''}
+      return {1, 0, 0, '', 0}
     end
   end
   tag = class * span + fin
@@ -90,35 +91,56 @@ else
   tag = tonumber(tag)
 end
 local rank = redis.call('ZRANK', q, id)
-if rank > lead or not ready then return {0, 0, rank, string.format('%.17g', tag)} end
-local wait, nt, ntt = pace()
-if wait > 0 then return {0, math.ceil(wait), 0, string.format('%.17g', tag)} end
-redis.call('ZREM', q, id)
-redis.call('ZREM', dl, id)
-redis.call('HSET', st, 'tat', num(nt), 'ttat', num(ntt), 'v', num(math.max(v, tag - class * span)))
-return {1, 0, 0, string.format('%.17g', tag)}
+if rank > lead or not ready then return {0, 0, rank, num(tag), 0} end
+local wait, nt, ntt = pace(tokens)
+if wait > 0 then return {0, math.ceil(wait), 0, num(tag), 0} end
+local function admit(x, xtag, xnt, xntt)
+  redis.call('ZREM', q, x)
+  redis.call('ZREM', dl, x)
+  tat, ttat = xnt, xntt
+  v = math.max(v, xtag - math.floor(xtag / span) * span)
+end
+admit(id, tag, nt, ntt)
+local n = 0
+for i = 13, #ARGV - 1, 2 do
+  local x = ARGV[i]
+  local xtag = redis.call('ZSCORE', q, x)
+  if not xtag or redis.call('ZRANK', q, x) > lead then break end
+  local xw, xnt, xntt = pace(math.max(tonumber(ARGV[i + 1]), 1))
+  if xw > 0 then break end
+  admit(x, tonumber(xtag), xnt, xntt)
+  n = n + 1
+end
+redis.call('HSET', st, 'tat', num(tat), 'ttat', num(ttat), 'v', num(v))
+return {1, 0, 0, num(tag), n}
 `)
 
 // Step implements Order.
-func (o *RedisOrder) Step(ctx context.Context, t *Ticket, p Pace, ready bool) (Decision, error) {
+func (o *RedisOrder) Step(ctx context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error) {
 	left := max(time.Until(t.Deadline), time.Millisecond)
 	r := "0"
 	if ready {
 		r = "1"
 	}
-	res, err := stepScript.Run(ctx, o.rdb, o.keys(t.Scope), t.ID, t.Tenant, t.Weight, t.Class,
-		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds(), p.TokenRate, t.Tokens, max(t.Lead, 0)).Slice()
+	args := make([]any, 0, 12+2*len(next))
+	args = append(args, t.ID, t.Tenant, t.Weight, t.Class,
+		left.Milliseconds(), p.Rate, max(p.Burst, 1), r, o.ttl.Milliseconds(), p.TokenRate, t.Tokens, max(t.Lead, 0))
+	for _, n := range next {
+		args = append(args, n.ID, n.Tokens) // same scope: the caller's promise
+	}
+	res, err := stepScript.Run(ctx, o.rdb, o.keys(t.Scope), args...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("admission: order step: %w", err)
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return Decision{}, fmt.Errorf("admission: order step: %d values", len(res))
 	}
 	admitted, _ := res[0].(int64)
 	wait, _ := res[1].(int64)
 	ahead, _ := res[2].(int64)
 	tagS, _ := res[3].(string)
-	d := Decision{Admitted: admitted == 1, Joined: admitted != 1, Wait: time.Duration(wait) * time.Millisecond, Ahead: ahead}
+	more, _ := res[4].(int64)
+	d := Decision{Admitted: admitted == 1, Joined: admitted != 1, Wait: time.Duration(wait) * time.Millisecond, Ahead: ahead, Next: int(more)}
 	if tagS != "" {
 		d.Tag, _ = strconv.ParseFloat(tagS, 64)
 	}

@@ -103,7 +103,7 @@ type failingOrder struct{}
 
 var errOrderDown = errors.New("order down")
 
-func (failingOrder) Step(context.Context, *Ticket, Pace, bool) (Decision, error) {
+func (failingOrder) Step(context.Context, *Ticket, []*Ticket, Pace, bool) (Decision, error) {
 	return Decision{}, errOrderDown
 }
 func (failingOrder) Leave(context.Context, *Ticket) error         { return errOrderDown }

@@ -1,0 +1,122 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// TestOrderStepAdmitsNext: an admitted ticket's step admits the tickets
+// passed after it, in turn, while each is first (within the lead) and the
+// pace allows; the first that is not ends the run.
+func TestOrderStepAdmitsNext(t *testing.T) {
+	for name, mk := range orders(t) {
+		for _, tc := range []struct {
+			name     string
+			pace     Pace
+			other    bool // another replica's ticket joins between a and b
+			leaveC   bool
+			wantNext int
+			left     int64
+		}{
+			{"unpaced: all", Pace{}, false, false, 3, 0},
+			{"pace burst 2: a and b", Pace{Rate: 0.001, Burst: 2}, false, false, 1, 2},
+			{"c left: stops at c", Pace{}, false, true, 1, 1},
+			{"another replica's ticket first: none", Pace{}, true, false, 0, 4},
+		} {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				o, ctx := mk(), context.Background()
+				a, b, c, d := ticket("a", "x", 1, 0), ticket("b", "x", 1, 0), ticket("c", "x", 1, 0), ticket("d", "x", 1, 0)
+				joined := []*Ticket{a}
+				if tc.other {
+					joined = append(joined, ticket("o", "y", 1, 0))
+				}
+				joined = append(joined, b, c, d)
+				for _, tk := range joined {
+					if _, err := o.Step(ctx, tk, nil, tc.pace, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if tc.leaveC {
+					if err := o.Leave(ctx, c); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := o.Step(ctx, a, []*Ticket{b, c, d}, tc.pace, true)
+				if err != nil || !got.Admitted || got.Next != tc.wantNext {
+					t.Fatalf("step: %+v %v, want admitted with %d next", got, err, tc.wantNext)
+				}
+				if n, _ := o.Depth(ctx, "pool"); n != tc.left {
+					t.Fatalf("depth %d, want %d", n, tc.left)
+				}
+			})
+		}
+	}
+}
+
+// countingOrder counts the steps that reach the order.
+type countingOrder struct {
+	Order
+	steps atomic.Int64
+}
+
+func (o *countingOrder) Step(ctx context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error) {
+	o.steps.Add(1)
+	return o.Order.Step(ctx, t, next, p, ready)
+}
+
+// TestQueueDrainsBurstInBatches: a burst queued on one replica while its
+// keys are out is admitted, once they are back, in steps of up to
+// maxNext+1 requests, not one shared-order round trip per request (2,000
+// requests held on a cold key drained slower than their maximum wait on a
+// loaded box that way). Every request is admitted once and no ticket is
+// left in the order.
+func TestQueueDrainsBurstInBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 300
+	o := &countingOrder{Order: NewRedisOrder(srv.Client(), "drain:")}
+	q := New(Options{ReplicaID: "r", Order: o, StepTimeout: 5 * time.Second})
+	var ready atomic.Bool
+	capacity := func() (bool, time.Duration, Pace) {
+		if ready.Load() {
+			return true, 0, Pace{}
+		}
+		return false, 20 * time.Millisecond, Pace{}
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, capacity)
+			if !res.Admitted {
+				t.Errorf("not admitted: %+v", res)
+				return
+			}
+			admitted.Add(1)
+		}()
+	}
+	waitFor(t, func() bool { return q.Waiting() == n })
+	before := o.steps.Load()
+	ready.Store(true)
+	wg.Wait()
+	steps := o.steps.Load() - before
+	t.Logf("%d queued requests admitted in %d order steps", admitted.Load(), steps)
+	if admitted.Load() != n {
+		t.Fatalf("admitted %d of %d", admitted.Load(), n)
+	}
+	if limit := int64(n / 10); steps > limit {
+		t.Fatalf("%d steps to admit %d queued requests, want at most %d", steps, n, limit)
+	}
+	if d, _ := o.Depth(context.Background(), "s"); d != 0 {
+		t.Fatalf("%d tickets left in the order", d)
+	}
+	if q.Waiting() != 0 {
+		t.Fatalf("%d still waiting", q.Waiting())
+	}
+}
