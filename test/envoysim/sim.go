@@ -282,6 +282,20 @@ func (s *Sim) SetHealthy(cluster, address string, healthy bool) {
 	}
 }
 
+// SetWeight sets an endpoint's weight (its locality's weight times its
+// own), as an EDS update would.
+func (s *Sim) SetWeight(cluster, address string, weight int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clusters[cluster]; c != nil {
+		for i := range c.Endpoints {
+			if c.Endpoints[i].Address == address {
+				c.Endpoints[i].Weight = weight
+			}
+		}
+	}
+}
+
 func (s *Sim) conn(target string) (*grpc.ClientConn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,7 +2,9 @@ package swarm
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -20,8 +22,8 @@ import (
 
 // edsFeed subscribes to the control plane's EDS over a real SotW ADS stream
 // (go-control-plane's client) as an Envoy node of the gateway group, and
-// applies every pushed ClusterLoadAssignment's endpoint health to the sim,
-// as Envoy's EDS would. envoysim has no xDS client of its own.
+// applies every pushed ClusterLoadAssignment's endpoint health and weights
+// to the sim, as Envoy's EDS would. envoysim has no xDS client of its own.
 type edsFeed struct {
 	mu      sync.Mutex
 	updates []edsUpdate
@@ -31,6 +33,7 @@ type edsFeed struct {
 type edsUpdate struct {
 	At        time.Time
 	Unhealthy map[string]bool // endpoint address -> unhealthy (any cluster)
+	Weights   []string        // cluster/zone=weight of each endpoint pushed
 }
 
 func startEDSFeed(t *testing.T, ctx context.Context, xdsAddr, nodeCluster string, sim *envoysim.Sim) *edsFeed {
@@ -74,10 +77,20 @@ func startEDSFeed(t *testing.T, ctx context.Context, xdsAddr, nodeCluster string
 						continue
 					}
 					seen[loc] = seen[loc][:0]
+					lw := uint32(1)
+					if w := le.GetLoadBalancingWeight(); w != nil {
+						lw = w.GetValue()
+					}
 					for _, e := range le.GetLbEndpoints() {
 						sa := e.GetEndpoint().GetAddress().GetSocketAddress()
 						addr := net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
 						seen[loc] = append(seen[loc], addr)
+						ew := uint32(1)
+						if w := e.GetLoadBalancingWeight(); w != nil {
+							ew = w.GetValue()
+						}
+						sim.SetWeight(cla.GetClusterName(), addr, int(lw*ew))
+						up.Weights = append(up.Weights, fmt.Sprintf("%s/%s=%d", cla.GetClusterName(), le.GetLocality().GetZone(), lw*ew))
 						// Envoy routes to HEALTHY and UNKNOWN hosts only
 						// (api-v3/config/core/v3/health_check.proto#enum-config-core-v3-healthstatus).
 						h := e.GetHealthStatus()
@@ -88,6 +101,7 @@ func startEDSFeed(t *testing.T, ctx context.Context, xdsAddr, nodeCluster string
 				}
 			}
 			_ = c.Ack()
+			slices.Sort(up.Weights)
 			f.mu.Lock()
 			f.updates = append(f.updates, up)
 			f.mu.Unlock()
@@ -121,6 +135,22 @@ func (f *edsFeed) waitHealth(since int, addr string, unhealthy bool, within time
 			return time.Time{}, false
 		}
 	}
+}
+
+// weights lists the endpoint weights of every update so far that changed
+// one, in order (cluster/zone=weight).
+func (f *edsFeed) weights() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out [][]string
+	var last []string
+	for _, u := range f.updates {
+		if !slices.Equal(u.Weights, last) {
+			out = append(out, u.Weights)
+			last = u.Weights
+		}
+	}
+	return out
 }
 
 // pushes is how many EDS responses arrived so far.
