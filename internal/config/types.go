@@ -190,6 +190,9 @@ type Admission struct {
 	// Pace admits to a backend set at its keys' request rate (rpm, or the
 	// x-ratelimit-limit-requests providers report).
 	Pace bool `yaml:"pace" json:"pace"`
+	// CapacityWeights, with Pace, weights a pool's targets by what their
+	// keys can take as learned from the providers (docs/xds.md).
+	CapacityWeights bool `yaml:"capacity_weights" json:"capacity_weights"`
 	// ClassHeader names the request header that may choose a class, for
 	// virtual keys that list it in header_classes.
 	ClassHeader string           `yaml:"class_header" json:"class_header"`

@@ -246,3 +246,13 @@ const (
 	NodeRateLimit = "swarmgate-ratelimit" // envoyproxy/ratelimit: RateLimitConfig
 	NodeExtProc   = "swarmgate-extproc"   // ext_proc replicas: swarmgate.v1.GatewayConfig
 )
+
+// Capacity is what a backend's keys can take, as the key pools report it to
+// the control plane, which weights the pools' localities by it (both per
+// minute): Attempts is what the keys accept plus what they refuse while
+// their windows have room (a key refusing half its requests takes twice its
+// window's rate in attempts), Refused the part of those refused, which
+// Envoy retries on another host.
+type Capacity struct {
+	Attempts, Refused float64
+}

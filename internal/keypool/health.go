@@ -23,7 +23,8 @@ func (p *Pools) wake() {
 }
 
 // Changes fires (coalesced, never blocking the sender) when BackendHealth
-// may have changed. It has one consumer: the control plane.
+// or BackendCapacity may have changed. It has one consumer: the control
+// plane.
 func (p *Pools) Changes() <-chan struct{} { return p.changes }
 
 // BackendHealth reports, per backend, whether some key is not open. A

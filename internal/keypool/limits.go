@@ -86,6 +86,12 @@ func decodeLimits(field, v string) (backend, key string, rpm, tpm int, window ti
 
 // adoptLimits applies limits another replica learned.
 func (p *Pools) adoptLimits(all map[string]string) {
+	changed := false
+	defer func() {
+		if changed {
+			p.signal() // BackendCapacity may have changed
+		}
+	}()
 	for field, v := range all {
 		backend, key, rpm, tpm, window, ok := decodeLimits(field, v)
 		if !ok {
@@ -99,6 +105,7 @@ func (p *Pools) adoptLimits(all map[string]string) {
 		if k := kp.byID[key]; k != nil {
 			k.learnedRPM, k.learnedTPM = rpm, tpm
 			k.adoptWindow(window)
+			changed = k.capacityMovedLocked() || changed
 		}
 		kp.mu.Unlock()
 	}

@@ -47,10 +47,13 @@ type keyState struct {
 	reqLeftUntil time.Time
 	// refused is the share of the key's answers that were the provider's
 	// short refusals (refusal.go), a moving average.
-	refused     float64
-	lastStatus  int
-	picks       uint64
-	lastSuccess time.Time
+	refused float64
+	// signalledAttempts/Refused: the key's capacity when it last
+	// signalled a change (capacity.go).
+	signalledAttempts, signalledRefused float64
+	lastStatus                          int
+	picks                               uint64
+	lastSuccess                         time.Time
 	// syncProbe marks the one attempt allowed while the remote state is
 	// unknown and failure_modes.breaker_sync is closed.
 	syncProbe         bool
@@ -562,6 +565,7 @@ type observation struct {
 	keyID    string
 
 	learned                bool // the provider stated new limits
+	capacity               bool // the key's capacity moved (capacity.go)
 	learnedRPM, learnedTPM int
 	learnedWindow          time.Duration
 	paced                  bool // a short refusal: the provider's pace, not a failure
@@ -602,6 +606,7 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 	k.noteRemaining(o, now)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
 	ob.paced = k.noteRefusal(o)
+	ob.capacity = pol.capacity && k.capacityMovedLocked()
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
 	}
@@ -641,6 +646,9 @@ func (kp *KeyPool) reportObserved(k *keyState, req string, now time.Time, ob *ob
 	}
 	if ob.learned && p.sync != nil {
 		p.sync.publishLimits(kp.name, ob.keyID, ob.learnedRPM, ob.learnedTPM, ob.learnedWindow)
+	}
+	if ob.capacity {
+		p.signal() // BackendCapacity moved
 	}
 	if ob.failed && req != "" && p.sync != nil {
 		p.sync.addTried(req, ob.keyID)

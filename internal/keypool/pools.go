@@ -67,6 +67,8 @@ type policy struct {
 	// paceMaxWait bounds the waits for it in one pick (keypace.go).
 	keyPace     bool
 	paceMaxWait time.Duration
+	// capacity: BackendCapacity reports (admission.capacity_weights).
+	capacity bool
 }
 
 // Pools holds one KeyPool per backend. All methods are safe for concurrent
@@ -176,6 +178,7 @@ func (p *Pools) policyFor(cfg *config.Config) *policy {
 		health: healthPolicy{hold: min(cfg.Breaker.HealthHold.D(), cfg.Breaker.MaxCooldown.D()),
 			maxHold: cfg.Breaker.MaxCooldown.D(), window: cfg.Breaker.HealthFlapWindow.D()},
 		keyPace:     cfg.Admission.Pace,
+		capacity:    cfg.Admission.Pace && cfg.Admission.CapacityWeights,
 		paceMaxWait: min(cfg.Request.MessageTimeout.D()/2, time.Second),
 	}
 }

@@ -371,7 +371,10 @@ func tapHealth(ctx context.Context, p *keypool.Pools) *tappedHealth {
 }
 
 func (h *tappedHealth) BackendHealth() map[string]bool { return h.p.BackendHealth() }
-func (h *tappedHealth) Changes() <-chan struct{}       { return h.out }
+func (h *tappedHealth) BackendCapacity() map[string]contract.Capacity {
+	return h.p.BackendCapacity()
+}
+func (h *tappedHealth) Changes() <-chan struct{} { return h.out }
 
 // waitUntil polls cond every millisecond until it holds or within passes.
 func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) time.Time {

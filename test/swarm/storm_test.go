@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -372,6 +373,7 @@ func TestSwarmStorm(t *testing.T) {
 		{fmt.Sprintf("queue (max_wait %s, pace)", sc.maxWait), "  jitter: 0.2", fmt.Sprintf("  max_wait: %s\n  pace: true", sc.maxWait)},
 		{fmt.Sprintf("sessions (max_wait %s, pace, session_span %s)", sc.maxWait, sc.span), "  jitter: 0.2",
 			fmt.Sprintf("  max_wait: %s\n  pace: true\n  session_span: %s", sc.maxWait, sc.span)},
+		{"capacity: the default plus capacity_weights", "  jitter: 0.2", "  capacity_weights: true"},
 	}
 	var rows []string
 	for _, v := range variants {
@@ -385,6 +387,27 @@ func TestSwarmStorm(t *testing.T) {
 			pw, po := paceWaits(t, s.regs)
 			t.Logf("%s: picks that waited for a key's pace or answer %d, went on without a slot %d; admission order errors %.0f",
 				v.name, pw, po, counterSum(t, s, "swarmgate_admission_order_errors_total"))
+			var ws []string
+			cur := map[string]string{} // relay -> weight, as updates arrive
+			for _, u := range s.eds.weights() {
+				for _, x := range u {
+					if zw, ok := strings.CutPrefix(x, "pool_"+workerModel+"/"); ok {
+						z, w, _ := strings.Cut(zw, "=")
+						cur[z] = w
+					}
+				}
+				var w []string
+				for _, z := range slices.Sorted(maps.Keys(cur)) {
+					w = append(w, z+"="+cur[z])
+				}
+				if len(w) > 0 && (len(ws) == 0 || ws[len(ws)-1] != strings.Join(w, " ")) {
+					ws = append(ws, strings.Join(w, " "))
+				}
+			}
+			t.Logf("%s: the worker relays' EDS weights, in turn: %s", v.name, strings.Join(ws, " → "))
+			if strings.Contains(v.admission, "capacity_weights: true") && len(ws) < 2 {
+				t.Errorf("%s: the worker relays' weights never followed the keys' capacity: %v", v.name, ws)
+			}
 			rows = append(rows, r.row())
 			if r.s5xx > 0 || r.other > 0 {
 				t.Errorf("%s: clients saw %d 5xx and %d other errors: %v", v.name, r.s5xx, r.other, r.errs)

@@ -244,8 +244,19 @@ func TestIncrementalEndpointsMatchFull(t *testing.T) {
 	if err := cp.SetConfig(parseConfig(t, scaleYAML(8, ""))); err != nil {
 		t.Fatal(err)
 	}
-	for _, unhealthy := range []map[string]bool{{"b3-0": true}, {"b3-0": true, "b7-1": true}, {"b7-1": true}, {}} {
-		cp.setHealth(unhealthy)
+	for _, st := range []struct {
+		unhealthy map[string]bool
+		capacity  map[string]contract.Capacity
+	}{
+		{map[string]bool{"b3-0": true}, nil},
+		{map[string]bool{"b3-0": true, "b7-1": true}, nil},
+		{map[string]bool{"b7-1": true}, map[string]contract.Capacity{"b3-0": {Attempts: 600}, "b3-1": {Attempts: 300}}},
+		{map[string]bool{}, map[string]contract.Capacity{"b3-0": {Attempts: 620}, "b3-1": {Attempts: 300}}}, // within capacityStep: kept
+		{map[string]bool{}, map[string]contract.Capacity{"b3-0": {Attempts: 600, Refused: 300}, "b3-1": {Attempts: 300}}},
+		{map[string]bool{}, nil},
+	} {
+		unhealthy := st.unhealthy
+		cp.setHealth(unhealthy, st.capacity, true)
 		cp.mu.Lock()
 		got := cp.snaps[cp.envoyGroup].types[resource.EndpointType]
 		full, err := newTypeResources(asResources(translator.Endpoints(cp.res.IR, cp.state)))
@@ -256,5 +267,72 @@ func TestIncrementalEndpointsMatchFull(t *testing.T) {
 		if got.version != full.version || !maps.Equal(got.versions, full.versions) {
 			t.Fatalf("unhealthy %v: incremental EDS version %s, full %s", unhealthy, got.version, full.version)
 		}
+	}
+}
+
+// TestDeltaEDSCapacityWeights: when the key pools learn the backends'
+// capacity, the pools' locality weights follow it in an EDS-only delta; a
+// move within capacityStep pushes nothing.
+func TestDeltaEDSCapacityWeights(t *testing.T) {
+	health := newTestHealth()
+	cfg := parseConfig(t, gatewayYAML(map[string][]string{
+		"m1": {"a@127.0.0.1:9001,1,0", "b@127.0.0.1:9002,1,0"},
+	}))
+	cp := New(Options{Health: health, CapacityEvery: 10 * time.Millisecond})
+	if err := cp.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d := newDeltaClient(t, ctx, dial(t, startControlPlane(t, cp)), envoyNode("envoy-1"))
+	d.recvType(resource.ClusterType)
+	d.subscribe(resource.EndpointType, []string{"pool_m1"})
+	weights := func(r *discoveryv3.DeltaDiscoveryResponse) map[string]uint32 {
+		t.Helper()
+		out := map[string]uint32{}
+		for _, res := range r.GetResources() {
+			var cla endpointv3.ClusterLoadAssignment
+			if err := res.GetResource().UnmarshalTo(&cla); err != nil {
+				t.Fatal(err)
+			}
+			for _, loc := range cla.GetEndpoints() {
+				out[loc.GetLocality().GetZone()] = loc.GetLoadBalancingWeight().GetValue()
+			}
+		}
+		return out
+	}
+	if w := weights(d.recvType(resource.EndpointType)); w["a"] != 1 || w["b"] != 1 {
+		t.Fatalf("initial weights %v, want the configured 1 and 1", w)
+	}
+	health.setCapacity("a", contract.Capacity{Attempts: 330})
+	health.setCapacity("b", contract.Capacity{Attempts: 210})
+	var w map[string]uint32
+	for w["a"] != 611 {
+		r, err := d.recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetTypeUrl() != resource.EndpointType {
+			t.Fatalf("capacity change pushed %s, want only EDS", r.GetTypeUrl())
+		}
+		w = weights(r)
+		if len(w) == 2 && w["a"]+w["b"] != 2 && w["a"]+w["b"] != 1000 {
+			t.Fatalf("weights %v, want them to follow 330:210", w)
+		}
+	}
+	if w["b"] != 389 {
+		t.Fatalf("weights %v, want a 611, b 389", w)
+	}
+	health.setCapacity("a", contract.Capacity{Attempts: 340}) // within capacityStep
+	got := make(chan *discoveryv3.DeltaDiscoveryResponse, 1)
+	go func() {
+		if r, err := d.recv(); err == nil {
+			got <- r
+		}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("a 3 %% move pushed %v", weights(r))
+	case <-time.After(300 * time.Millisecond):
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
@@ -80,10 +81,11 @@ func deadAddr(t testing.TB) string {
 
 // testHealth is a HealthSource whose answers the test sets.
 type testHealth struct {
-	mu      sync.Mutex
-	health  map[string]bool
-	changes chan struct{}
-	sent    chan time.Time // when each change was signalled
+	mu       sync.Mutex
+	health   map[string]bool
+	capacity map[string]contract.Capacity
+	changes  chan struct{}
+	sent     chan time.Time // when each change was signalled
 }
 
 func newTestHealth() *testHealth {
@@ -97,6 +99,26 @@ func (h *testHealth) BackendHealth() map[string]bool {
 }
 
 func (h *testHealth) Changes() <-chan struct{} { return h.changes }
+
+func (h *testHealth) BackendCapacity() map[string]contract.Capacity {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.capacity)
+}
+
+// setCapacity sets a backend's capacity and signals.
+func (h *testHealth) setCapacity(backend string, c contract.Capacity) {
+	h.mu.Lock()
+	if h.capacity == nil {
+		h.capacity = map[string]contract.Capacity{}
+	}
+	h.capacity[backend] = c
+	h.mu.Unlock()
+	select {
+	case h.changes <- struct{}{}:
+	default:
+	}
+}
 
 func (h *testHealth) set(backend string, ok bool) time.Time {
 	h.mu.Lock()

@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"maps"
+	"math"
 	"net"
 	"slices"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
 // HealthSource reports which backends still have a usable upstream key. The
@@ -18,6 +21,14 @@ type HealthSource interface {
 	BackendHealth() map[string]bool
 	// Changes signals (coalesced) that BackendHealth may have changed.
 	Changes() <-chan struct{}
+}
+
+// CapacitySource is a HealthSource that also reports each backend's
+// learned capacity (absent: unknown), which weights
+// the pools' localities (translator.EndpointState.Capacity). Changes
+// signals its changes too.
+type CapacitySource interface {
+	BackendCapacity() map[string]contract.Capacity
 }
 
 // Resolver looks up backend host names: EDS endpoints must be IP addresses.
@@ -38,27 +49,57 @@ func unhealthySet(h map[string]bool) map[string]bool {
 	return out
 }
 
-// healthLoop pushes EDS-only updates when the health source changes.
+// healthLoop pushes EDS-only updates when the health source changes:
+// health at once, new capacity weights at most every capacityEvery (a
+// refusing key's capacity moves with its refused share; every push goes to
+// the whole fleet).
 func (cp *ControlPlane) healthLoop(ctx context.Context) {
 	if cp.health == nil {
 		return
 	}
 	ch := cp.health.Changes()
+	var capacityAt time.Time // the last push of new weights
+	var later <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
-			start := time.Now()
-			if cp.setHealth(unhealthySet(cp.health.BackendHealth())) {
-				cp.metrics.healthToPush.Observe(time.Since(start).Seconds())
-			}
+		case <-later:
+			later = nil
+		}
+		start := time.Now()
+		unhealthy := unhealthySet(cp.health.BackendHealth())
+		var capacity map[string]contract.Capacity
+		check := start.Sub(capacityAt) >= cp.capacityEvery
+		if check {
+			capacity = cp.capacity()
+		} else if later == nil {
+			later = time.After(cp.capacityEvery - start.Sub(capacityAt))
+		}
+		pushed, moved := cp.setHealth(unhealthy, capacity, check)
+		if moved {
+			capacityAt = start
+		}
+		if pushed {
+			cp.metrics.healthToPush.Observe(time.Since(start).Seconds())
 		}
 	}
 }
 
-// setHealth records the unhealthy set and pushes EDS if it changed.
-func (cp *ControlPlane) setHealth(unhealthy map[string]bool) bool {
+// capacity is the health source's capacity report (nil without one).
+func (cp *ControlPlane) capacity() map[string]contract.Capacity {
+	if c, ok := cp.health.(CapacitySource); ok {
+		return c.BackendCapacity()
+	}
+	return nil
+}
+
+// setHealth records the unhealthy set and, when checkCapacity, the
+// backends' capacity, and pushes EDS for the pools of backends whose
+// health changed or whose capacity moved by more than capacityStep.
+// moved: some capacity did.
+func (cp *ControlPlane) setHealth(unhealthy map[string]bool, capacity map[string]contract.Capacity, checkCapacity bool) (pushed, capacityChanged bool) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	changed := map[string]bool{}
@@ -72,13 +113,65 @@ func (cp *ControlPlane) setHealth(unhealthy map[string]bool) bool {
 			changed[b] = true
 		}
 	}
+	healthChanged := len(changed) > 0
+	var moved []string
+	if checkCapacity {
+		moved = capacityMoved(cp.state.Capacity, capacity)
+	}
+	for _, b := range moved {
+		changed[b] = true
+	}
 	if len(changed) == 0 {
-		return false
+		return false, false
 	}
 	cp.state.Unhealthy = unhealthy
-	cp.log.Info("backend health changed, pushing endpoints",
-		"changed", slices.Sorted(maps.Keys(changed)), "unhealthy", slices.Sorted(maps.Keys(unhealthy)))
-	return cp.pushEndpointsLocked(changed) == nil
+	if len(moved) > 0 {
+		// Only the moved backends take their new figure: the state stays
+		// what the pushed assignments were built from.
+		next := maps.Clone(cp.state.Capacity)
+		if next == nil {
+			next = map[string]contract.Capacity{}
+		}
+		for _, b := range moved {
+			if c, ok := capacity[b]; ok {
+				next[b] = c
+			} else {
+				delete(next, b)
+			}
+		}
+		cp.state.Capacity = next
+		cp.log.Info("backend capacity changed, pushing endpoint weights", "changed", moved, "capacity_rpm", next)
+	}
+	if healthChanged {
+		cp.log.Info("backend health changed, pushing endpoints",
+			"changed", slices.Sorted(maps.Keys(changed)), "unhealthy", slices.Sorted(maps.Keys(unhealthy)))
+	}
+	return cp.pushEndpointsLocked(changed) == nil, len(moved) > 0
+}
+
+// capacityStep is the least relative change of a backend's capacity that
+// pushes new weights: a learned window's figure may move a little from
+// answer to answer, and each push goes to the whole fleet.
+const capacityStep = 0.1
+
+// capacityMoved lists (sorted) the backends whose capacity appeared,
+// disappeared or moved by more than capacityStep from was to now.
+func capacityMoved(was, now map[string]contract.Capacity) []string {
+	var out []string
+	for b, c := range now {
+		old, ok := was[b]
+		if !ok || math.Abs(c.Attempts-old.Attempts) > capacityStep*old.Attempts ||
+			math.Abs(c.Refused-old.Refused) > capacityStep*old.Attempts {
+			out = append(out, b)
+		}
+	}
+	for b := range was {
+		if _, ok := now[b]; !ok {
+			out = append(out, b)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // resolveLoop re-resolves backend names and pushes EDS when answers change.

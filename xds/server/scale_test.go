@@ -94,7 +94,7 @@ func BenchmarkHealthPush1000(b *testing.B) {
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {
-		cp.setHealth(map[string]bool{fmt.Sprintf("b%d-0", i%1000): true})
+		cp.setHealth(map[string]bool{fmt.Sprintf("b%d-0", i%1000): true}, nil, false)
 		i++
 	}
 }

@@ -41,8 +41,13 @@ import (
 type Options struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics created, not registered
-	// Health, when set, drives EDS health (issue: all keys of a backend open).
+	// Health, when set, drives EDS health (issue: all keys of a backend open),
+	// and, when it is a CapacitySource, the pools' locality weights.
 	Health HealthSource
+	// CapacityEvery is the least interval between two pushes of new weights
+	// for the backends' capacity (default 5s); health changes are pushed
+	// at once.
+	CapacityEvery time.Duration
 	// Resolver resolves backend host names; net.DefaultResolver when nil.
 	Resolver        Resolver
 	ResolveInterval time.Duration // default 30s
@@ -66,6 +71,7 @@ type ControlPlane struct {
 	groups  *nodeGroup
 
 	health          HealthSource
+	capacityEvery   time.Duration
 	resolver        Resolver
 	resolveInterval time.Duration
 	resolveTimeout  time.Duration
@@ -87,6 +93,7 @@ func New(opts Options) *ControlPlane {
 		log:             opts.Logger,
 		metrics:         newMetrics(opts.Registerer),
 		health:          opts.Health,
+		capacityEvery:   opts.CapacityEvery,
 		resolver:        opts.Resolver,
 		resolveInterval: opts.ResolveInterval,
 		resolveTimeout:  opts.ResolveTimeout,
@@ -101,6 +108,9 @@ func New(opts Options) *ControlPlane {
 	if cp.resolver == nil {
 		cp.resolver = net.DefaultResolver
 	}
+	if cp.capacityEvery <= 0 {
+		cp.capacityEvery = 5 * time.Second
+	}
 	if cp.resolveInterval <= 0 {
 		cp.resolveInterval = 30 * time.Second
 	}
@@ -114,6 +124,7 @@ func New(opts Options) *ControlPlane {
 	cp.cache = cachev3.NewSnapshotCache(false, cp.groups, cacheLogger{cp.log})
 	if cp.health != nil {
 		cp.state.Unhealthy = unhealthySet(cp.health.BackendHealth())
+		cp.state.Capacity = cp.capacity()
 	}
 	return cp
 }
@@ -202,7 +213,7 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 			addrs[n] = a
 		}
 	}
-	state := translator.EndpointState{Unhealthy: cp.state.Unhealthy, Addrs: addrs}
+	state := translator.EndpointState{Unhealthy: cp.state.Unhealthy, Addrs: addrs, Capacity: cp.state.Capacity}
 	eps := translator.Endpoints(res.IR, state)
 	if err := translator.ValidateEndpoints(eps); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package translator
 
 import (
+	"math"
 	"net"
 	"slices"
 
@@ -22,6 +23,10 @@ type EndpointState struct {
 	// plane resolves them; a name without an answer yields an empty
 	// locality, and traffic fails over to the next priority.
 	Addrs map[string][]string
+	// Capacity maps a backend to what its keys can take as learned from
+	// the provider (keypool.Pools.BackendCapacity); absent: unknown. See
+	// capacityWeights.
+	Capacity map[string]contract.Capacity
 }
 
 // Endpoints is the EDS ClusterLoadAssignment of every pool.
@@ -44,14 +49,15 @@ func Endpoints(g *ir.Gateway, st EndpointState) []*endpointv3.ClusterLoadAssignm
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/priority
 func PoolEndpoints(p *ir.Pool, st EndpointState) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: p.Cluster}
-	for _, t := range p.Targets {
+	weights := capacityWeights(p.Targets, st.Capacity)
+	for i, t := range p.Targets {
 		health := corev3.HealthStatus_HEALTHY
 		if st.Unhealthy[t.Backend] {
 			health = corev3.HealthStatus_UNHEALTHY
 		}
 		loc := &endpointv3.LocalityLbEndpoints{
 			Locality:            &corev3.Locality{Region: contract.MetadataNamespace, Zone: t.Backend},
-			LoadBalancingWeight: u32(t.Weight),
+			LoadBalancingWeight: u32(weights[i]),
 			Priority:            t.Priority,
 		}
 		if health == corev3.HealthStatus_HEALTHY {
@@ -62,6 +68,86 @@ func PoolEndpoints(p *ir.Pool, st EndpointState) *endpointv3.ClusterLoadAssignme
 		cla.Endpoints = append(cla.Endpoints, loc)
 	}
 	return cla
+}
+
+// capacityScale is what a priority's locality weights sum to (about) when
+// they follow the backends' capacity.
+const capacityScale = 1000
+
+// capacityWeights are the targets' locality weights: the configured
+// weights, or, in a priority with more than one target whose backends'
+// capacities are all known, each target's weight times the first attempts
+// its backend can take, scaled to sum to about capacityScale (each at
+// least 1). Envoy splits a priority's requests by locality weight, and
+// admission paces to the sum of the keys' capacity, so a split by
+// configured weights alone sends a relay with less capacity than its share
+// more than it can serve (429s from its keys) while another's keys idle.
+//
+// A backend's first attempts are the attempts its keys take (Attempts:
+// what they accept plus the short refusals, which take none of a window)
+// less the retries it takes for the others: Envoy retries a refused attempt
+// on another host of the priority (retry_host_predicate previous_hosts),
+// which takes that host's capacity too. Those are spread over the other
+// hosts by their attempts. With equal configured weights the split is the
+// capacities'; unequal ones still tilt it.
+func capacityWeights(targets []ir.Target, capacity map[string]contract.Capacity) []uint32 {
+	w := make([]uint32, len(targets))
+	for i, t := range targets {
+		w[i] = t.Weight
+	}
+	if len(capacity) == 0 {
+		return w
+	}
+	for _, prio := range priorities(targets) {
+		var idx []int
+		var attempts float64
+		known := true
+		for i, t := range targets {
+			if t.Priority != prio {
+				continue
+			}
+			c, ok := capacity[t.Backend]
+			if !ok || c.Attempts <= 0 {
+				known = false
+				break
+			}
+			idx = append(idx, i)
+			attempts += c.Attempts
+		}
+		if !known || len(idx) < 2 {
+			continue
+		}
+		first := make([]float64, len(idx))
+		var sum float64
+		for n, i := range idx {
+			a := capacity[targets[i].Backend].Attempts
+			var in float64 // retries of the others' refusals it takes
+			for _, j := range idx {
+				if j == i {
+					continue
+				}
+				cj := capacity[targets[j].Backend]
+				in += min(cj.Refused, cj.Attempts) * a / (attempts - cj.Attempts)
+			}
+			// At least a tenth of its attempts: a host that would only
+			// take retries still gets some first attempts.
+			first[n] = float64(targets[i].Weight) * max(a-in, a/10)
+			sum += first[n]
+		}
+		for n, i := range idx {
+			w[i] = uint32(max(1, math.Round(capacityScale*first[n]/sum)))
+		}
+	}
+	return w
+}
+
+func priorities(targets []ir.Target) []uint32 {
+	var ps []uint32
+	for _, t := range targets {
+		ps = append(ps, t.Priority)
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps)
 }
 
 func hostAddrs(host string, addrs map[string][]string) []string {
