@@ -87,7 +87,7 @@ func (m *modelNamer) Write(chunk []byte) (out []byte, changed bool) {
 				m.state, m.wantKey = namerScan, false
 			}
 		case namerValue:
-			k := bytes.IndexAny(chunk[i:], `"\`)
+			k := indexEither(chunk[i:], '"', '\\')
 			if k < 0 {
 				i = len(chunk)
 				continue
@@ -126,7 +126,7 @@ func (m *modelNamer) scan(chunk []byte, i int) int {
 				i++
 				continue
 			}
-			k := bytes.IndexAny(chunk[i:], `"\`)
+			k := indexEither(chunk[i:], '"', '\\')
 			if k < 0 {
 				m.keepKey(chunk[i:])
 				return len(chunk)
@@ -147,7 +147,7 @@ func (m *modelNamer) scan(chunk []byte, i int) int {
 		if m.depth == 0 {
 			// Between documents (SSE framing): only a document's start
 			// matters.
-			k := bytes.IndexAny(chunk[i:], "{[")
+			k := indexEither(chunk[i:], '{', '[')
 			if k < 0 {
 				return len(chunk)
 			}
@@ -204,4 +204,20 @@ func (m *modelNamer) closeKey() bool {
 		m.underAns = string(key) == "response" || string(key) == "message"
 	}
 	return string(key) == "model" && m.answer[m.depth]
+}
+
+// indexEither is bytes.IndexAny(b, string([]byte{x, y})) on the vectorised
+// IndexByte: IndexAny tests a set byte by byte, and the strings of an
+// answer's content were most of what renaming a model cost (about 1 µs per
+// 2 KB answer).
+func indexEither(b []byte, x, y byte) int {
+	i := bytes.IndexByte(b, x)
+	end := i
+	if i < 0 {
+		end = len(b)
+	}
+	if j := bytes.IndexByte(b[:end], y); j >= 0 {
+		return j
+	}
+	return i
 }

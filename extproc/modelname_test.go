@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -91,4 +92,17 @@ func TestModelNamerAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { m.Write(chunk) }); n != 0 {
 		t.Fatalf("%v allocations per chunk", n)
 	}
+}
+
+func FuzzIndexEither(f *testing.F) {
+	for _, s := range []string{"", `"`, `\`, `abc"def\`, `abc\def"`, "no stop here", `{"a":[1]}`, "data: {"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, set := range [][2]byte{{'"', '\\'}, {'{', '['}} {
+			if got, want := indexEither(b, set[0], set[1]), bytes.IndexAny(b, string(set[:])); got != want {
+				t.Fatalf("indexEither(%q, %q) = %d, IndexAny %d", b, set[:], got, want)
+			}
+		}
+	})
 }
