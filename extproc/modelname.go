@@ -206,18 +206,33 @@ func (m *modelNamer) closeKey() bool {
 	return string(key) == "model" && m.answer[m.depth]
 }
 
-// indexEither is bytes.IndexAny(b, string([]byte{x, y})) on the vectorised
-// IndexByte: IndexAny tests a set byte by byte, and the strings of an
+// indexEither is bytes.IndexAny(b, string([]byte{x, y})): a plain loop over
+// the first bytes (an answer's keys and most of an SSE chunk's strings are
+// short, and a call to IndexByte costs more than looking at them), then the
+// vectorised IndexByte. IndexAny tests a set byte by byte: the strings of an
 // answer's content were most of what renaming a model cost (about 1 µs per
 // 2 KB answer).
 func indexEither(b []byte, x, y byte) int {
-	i := bytes.IndexByte(b, x)
+	const short = 16
+	for i := range min(len(b), short) {
+		if c := b[i]; c == x || c == y {
+			return i
+		}
+	}
+	if len(b) <= short {
+		return -1
+	}
+	rest := b[short:]
+	i := bytes.IndexByte(rest, x)
 	end := i
 	if i < 0 {
-		end = len(b)
+		end = len(rest)
 	}
-	if j := bytes.IndexByte(b[:end], y); j >= 0 {
-		return j
+	if j := bytes.IndexByte(rest[:end], y); j >= 0 {
+		return short + j
 	}
-	return i
+	if i < 0 {
+		return -1
+	}
+	return short + i
 }
