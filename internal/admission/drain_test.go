@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,5 +119,112 @@ func TestQueueDrainsBurstInBatches(t *testing.T) {
 	}
 	if q.Waiting() != 0 {
 		t.Fatalf("%d still waiting", q.Waiting())
+	}
+}
+
+// TestQueueBatchesUnderChurn: three replicas share one order while their
+// keys come and go; requests time out, are cancelled, or are admitted, some
+// in another waiter's step. Each gets exactly one answer, the replicas end
+// with nobody waiting and the order with no ticket.
+func TestQueueBatchesUnderChurn(t *testing.T) {
+	srv := redistest.Start(t)
+	var ready atomic.Bool
+	capacity := func() (bool, time.Duration, Pace) {
+		if ready.Load() {
+			return true, 0, Pace{Rate: 2000, Burst: 8}
+		}
+		return false, 5 * time.Millisecond, Pace{Rate: 2000, Burst: 8}
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+				ready.Store(!ready.Load())
+			}
+		}
+	}()
+	defer close(stop)
+	var qs []*Queue
+	for r := range 3 {
+		qs = append(qs, New(Options{ReplicaID: fmt.Sprintf("r%d", r), Order: NewRedisOrder(srv.Client(), "churn:"),
+			Poll: 2 * time.Millisecond, StepTimeout: 5 * time.Second}))
+	}
+	const perReplica = 200
+	var admitted, refused, answers atomic.Int64
+	var wg sync.WaitGroup
+	for r, q := range qs {
+		for i := range perReplica {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if i%7 == 0 {
+					time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
+				}
+				wait := 2 * time.Second
+				if i%5 == 0 {
+					wait = 10 * time.Millisecond
+				}
+				res := q.Admit(ctx, Request{Scope: "s", Tenant: fmt.Sprintf("t%d", (r+i)%2), Weight: 1, MaxWait: wait}, capacity)
+				answers.Add(1)
+				if res.Admitted {
+					admitted.Add(1)
+				} else {
+					refused.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	t.Logf("%d admitted, %d refused (timed out or cancelled)", admitted.Load(), refused.Load())
+	if answers.Load() != 3*perReplica || admitted.Load() == 0 {
+		t.Fatalf("%d answers for %d requests, %d admitted", answers.Load(), 3*perReplica, admitted.Load())
+	}
+	for r, q := range qs {
+		if n := q.Waiting(); n != 0 {
+			t.Errorf("replica %d: %d still waiting", r, n)
+		}
+	}
+	waitFor(t, func() bool {
+		n, _ := NewRedisOrder(srv.Client(), "churn:").Depth(context.Background(), "s")
+		return n == 0
+	})
+}
+
+// TestBatchSkipsNewSessions: the first waiter's step carries the waiters
+// after it in order, but not a session's first call (the session bound
+// gates it in its own step) nor one already in a step.
+func TestBatchSkipsNewSessions(t *testing.T) {
+	q := New(Options{})
+	var ws []*waiter
+	for i := range 4 {
+		w := &waiter{req: Request{Scope: "s"}, tag: float64(i + 1), turn: make(chan struct{}), granted: make(chan struct{})}
+		w.t.ID = fmt.Sprintf("w%d", i)
+		if _, ok := q.enqueue(w); !ok {
+			t.Fatal("enqueue refused")
+		}
+		ws = append(ws, w)
+	}
+	ws[1].req.newSession = true
+	ws[3].claimed = true
+	batch, ok := q.beginStep(ws[0], true)
+	if !ok || len(batch) != 1 || batch[0] != ws[2] {
+		t.Fatalf("batch %v (ok %v), want only w2", batch, ok)
+	}
+	if _, ok := q.beginStep(ws[2], true); ok {
+		t.Fatal("a waiter in another's step stepped itself")
+	}
+	q.endStep(ws[0], batch, Decision{Admitted: true, Next: 1})
+	select {
+	case <-ws[2].granted:
+	default:
+		t.Fatal("w2 admitted with the first was not told")
+	}
+	if q.Waiting() != 3 {
+		t.Fatalf("%d waiting, want 3 (w2 left the heap)", q.Waiting())
 	}
 }

@@ -491,8 +491,8 @@ const maxNext = 31
 // beginStep marks w as in a step of its own, so no other waiter's step
 // carries its ticket at the same time (a ticket admitted by one step would
 // join again by the other); ok is false when one already does. The first
-// waiter of a scope also claims up to maxNext waiters after it, in order,
-// for the step to admit after it.
+// waiter of a scope also claims up to maxNext waiters after it, in order
+// (not the first calls of sessions), for the step to admit after it.
 func (q *Queue) beginStep(w *waiter, head bool) (batch []*waiter, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -517,7 +517,9 @@ func (q *Queue) beginStep(w *waiter, head bool) (batch []*waiter, ok bool) {
 		i := frontier[b]
 		frontier[b] = frontier[len(frontier)-1]
 		frontier = frontier[:len(frontier)-1]
-		if c := s.h[i]; !c.claimed && s.h.less(w, c) {
+		// A session's first call waits for its own step: the session
+		// bound gates it (sessions.go), not the first waiter's.
+		if c := s.h[i]; !c.claimed && !c.req.newSession && s.h.less(w, c) {
 			c.claimed = true
 			batch = append(batch, c)
 		}
