@@ -23,8 +23,12 @@ import (
 
 // Targets the load generator can drive.
 const (
-	TargetBaseline  = "baseline"
-	TargetSwarmgate = "swarmgate"
+	TargetBaseline = "baseline"
+	// TargetBaselinePlain is the do-nothing server on grpc-go's own codec
+	// (protobuf-go), as a do-nothing ext_proc written from scratch would
+	// be; TargetBaseline shares swarmgate's codec (extproc/envoymsg).
+	TargetBaselinePlain = "baseline-plain"
+	TargetSwarmgate     = "swarmgate"
 )
 
 // BenchConfig is the gateway config the swarmgate target serves: one
@@ -94,7 +98,12 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("loadgen: bench config: %w", err)
 	}
-	gopts := append(extproc.GRPCServerOptions(cfg),
+	gopts := extproc.GRPCServerOptions(cfg)
+	if kind == TargetBaselinePlain {
+		n := int(cfg.Request.MaxBodyBytes) + 1<<20
+		gopts = []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n)}
+	}
+	gopts = append(gopts,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	if o.StreamWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(o.StreamWorkers))
@@ -104,12 +113,12 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 	}
 	gs := grpc.NewServer(gopts...)
 	switch kind {
-	case TargetBaseline:
+	case TargetBaseline, TargetBaselinePlain:
 		(&baseline.Server{}).Register(gs)
 		return gs, func() {}, nil
 	case TargetSwarmgate:
 	default:
-		return nil, nil, fmt.Errorf("loadgen: unknown target %q (want %s or %s)", kind, TargetBaseline, TargetSwarmgate)
+		return nil, nil, fmt.Errorf("loadgen: unknown target %q (want %s, %s or %s)", kind, TargetBaseline, TargetBaselinePlain, TargetSwarmgate)
 	}
 	reg := telemetry.NewRegistry("bench")
 	pools, err := keypool.New(cfg, keypool.Options{Registerer: reg})

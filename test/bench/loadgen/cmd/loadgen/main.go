@@ -2,8 +2,8 @@
 // swarmgate (package test/bench/loadgen).
 //
 //	loadgen run   --target swarmgate|baseline [--addr host:port] [flags] -o result.json
-//	loadgen serve --target swarmgate|baseline [--listen 127.0.0.1:0] [--cpuprofile f]
-//	loadgen compare [flags] [--pairs n] -o comparison.json
+//	loadgen serve --target swarmgate|baseline|baseline-plain [--listen 127.0.0.1:0] [--cpuprofile f]
+//	loadgen compare [flags] [--pairs n] [--floor baseline|baseline-plain] -o comparison.json
 //	loadgen table comparison.json...
 //	loadgen chart -o chart.svg [--title t] result.json|comparison.json...
 //
@@ -165,11 +165,12 @@ func compare(args []string) error {
 	maxP99 := fs.Float64("max-p99-ratio", 1.5, "message p99 target: pairs at or below it are counted")
 	out := fs.String("o", "", "write the JSON comparison here (default stdout)")
 	tlsCost := fs.Bool("tls-cost", false, "compare swarmgate over plaintext (baseline) with swarmgate over mutual TLS with a client allow-list (target)")
+	floor := fs.String("floor", loadgen.TargetBaseline, "the do-nothing server: "+loadgen.TargetBaseline+" (swarmgate's codec) or "+loadgen.TargetBaselinePlain+" (grpc-go's)")
 	_ = fs.Parse(args)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	targets := []string{loadgen.TargetBaseline, loadgen.TargetSwarmgate}
+	targets := []string{*floor, loadgen.TargetSwarmgate}
 	tlsDirs := []string{"", ""}
 	var clientCreds credentials.TransportCredentials
 	if *tlsCost {
