@@ -271,26 +271,23 @@ func (s *Sim) RecordFor(id string) (Record, bool) {
 
 // SetHealthy flips an endpoint's health, as an EDS update would.
 func (s *Sim) SetHealthy(cluster, address string, healthy bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c := s.clusters[cluster]; c != nil {
-		for i := range c.Endpoints {
-			if c.Endpoints[i].Address == address {
-				c.Endpoints[i].Unhealthy = !healthy
-			}
-		}
-	}
+	s.setEndpoint(cluster, address, func(e *Endpoint) { e.Unhealthy = !healthy })
 }
 
 // SetWeight sets an endpoint's weight (its locality's weight times its
 // own), as an EDS update would.
 func (s *Sim) SetWeight(cluster, address string, weight int) {
+	s.setEndpoint(cluster, address, func(e *Endpoint) { e.Weight = weight })
+}
+
+// setEndpoint applies set to the cluster's endpoints at address.
+func (s *Sim) setEndpoint(cluster, address string, set func(*Endpoint)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.clusters[cluster]; c != nil {
 		for i := range c.Endpoints {
 			if c.Endpoints[i].Address == address {
-				c.Endpoints[i].Weight = weight
+				set(&c.Endpoints[i])
 			}
 		}
 	}
