@@ -5,7 +5,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/internal/chatreq"
 	"github.com/swarmgate/swarmgate/internal/config"
-	"github.com/swarmgate/swarmgate/internal/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry/semconv"
 )
 
 const messagesPath = "/v1/messages"
@@ -19,7 +19,7 @@ const messagesPath = "/v1/messages"
 // attempt sends anthropic-version (and anthropic-beta) to Anthropic-style
 // backends only.
 var Messages = &Spec{Name: config.FamilyAnthropicMessages, Path: messagesPath, Method: http.MethodPost, Errors: Anthropic,
-	Billed: true, Validate: validateMessages, Provider: "anthropic", Operation: telemetry.OperationChat}
+	Billed: true, Validate: validateMessages, Provider: "anthropic", Operation: semconv.OperationChat}
 
 // CountTokens is POST /v1/messages/count_tokens: admitted and routed like
 // Messages (same backends, keys and breakers), never billed as a

@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/swarmgate/swarmgate/internal/config"
-	"github.com/swarmgate/swarmgate/internal/telemetry"
+	"github.com/swarmgate/swarmgate/internal/telemetry/semconv"
 )
 
 // Responses is OpenAI's Responses API (POST /v1/responses): "input",
@@ -16,6 +16,6 @@ import (
 // A previous_response_id is routed to the backend and key that created it
 // by extproc (affinity.go), not refused here.
 var Responses = &Spec{Name: config.FamilyResponses, Path: "/v1/responses", Method: http.MethodPost, Errors: OpenAI,
-	Billed: true, EchoesRequest: true, Provider: "openai", Operation: telemetry.OperationChat}
+	Billed: true, EchoesRequest: true, Provider: "openai", Operation: semconv.OperationChat}
 
 func init() { register(Responses) }

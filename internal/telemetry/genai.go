@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/swarmgate/swarmgate/internal/telemetry/semconv"
 )
 
 // OpenTelemetry GenAI semantic-convention attribute names
@@ -43,9 +45,9 @@ const (
 
 // GenAI operation names (gen_ai.operation.name well-known values).
 const (
-	OperationChat           = "chat"
-	OperationTextCompletion = "text_completion"
-	OperationEmbeddings     = "embeddings"
+	OperationChat           = semconv.OperationChat
+	OperationTextCompletion = semconv.OperationTextCompletion
+	OperationEmbeddings     = semconv.OperationEmbeddings
 )
 
 // GenAIRequest is what is known about a request before it goes upstream.

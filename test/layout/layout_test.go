@@ -104,6 +104,37 @@ func TestPolicyPackagesImportNoTransport(t *testing.T) {
 	}
 }
 
+// decision lists the packages that decide a request's fate (admission,
+// routing, keys, accounting): not even what they import may reach gRPC or
+// Envoy's types, so each builds and tests without a transport. (An
+// operation name once pulled the telemetry exporters, and with them gRPC,
+// into the admission steps.)
+var decision = []string{
+	"./extproc/admit", "./extproc/family", "./internal/admission", "./internal/keypool", "./internal/routing",
+	"./internal/chatreq", "./internal/accounting/...", "./internal/subkey",
+}
+
+func TestDecisionPackagesDependOnNoTransport(t *testing.T) {
+	for _, p := range decision {
+		cmd := exec.Command("go", "list", "-deps", p)
+		cmd.Dir = "../.."
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", p, err)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) < 2 {
+			t.Fatalf("go list -deps %s: %d packages", p, len(deps))
+		}
+		for _, d := range deps {
+			if d == "google.golang.org/grpc" || strings.HasPrefix(d, "github.com/envoyproxy/") {
+				t.Errorf("%s depends on %s", p, d)
+			}
+		}
+	}
+}
+
 // dataPath lists the folders whose code runs for every request or
 // attempt: no function there may grow past maxFuncLines, so each step
 // reads on one screen.
