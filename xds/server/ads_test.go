@@ -15,6 +15,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -322,6 +323,10 @@ func TestDeltaEDSCapacityWeights(t *testing.T) {
 	}
 	if w["b"] != 389 {
 		t.Fatalf("weights %v, want a 611, b 389", w)
+	}
+	var m dto.Metric
+	if err := cp.metrics.capacity.WithLabelValues("b", "attempts").Write(&m); err != nil || m.GetGauge().GetValue() != 210 {
+		t.Errorf("capacity gauge for b: %v (%v), want 210", m.GetGauge().GetValue(), err)
 	}
 	health.setCapacity("a", contract.Capacity{Attempts: 340}) // within capacityStep
 	got := make(chan *discoveryv3.DeltaDiscoveryResponse, 1)

@@ -139,8 +139,11 @@ func (cp *ControlPlane) setHealth(unhealthy map[string]bool, capacity map[string
 				delete(next, b)
 			}
 		}
+		cp.metrics.setCapacity(cp.state.Capacity, next)
 		cp.state.Capacity = next
-		cp.log.Info("backend capacity changed, pushing endpoint weights", "changed", moved, "capacity_rpm", next)
+		// Debug: it may change every CapacityEvery; the gauge
+		// swarmgate_xds_backend_capacity_per_minute shows it.
+		cp.log.Debug("backend capacity changed, pushing endpoint weights", "changed", moved)
 	}
 	if healthChanged {
 		cp.log.Info("backend health changed, pushing endpoints",

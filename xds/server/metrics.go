@@ -1,6 +1,10 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/swarmgate/swarmgate/internal/contract"
+)
 
 // metrics of the control plane. Labels come from config and code only.
 type metrics struct {
@@ -12,6 +16,7 @@ type metrics struct {
 	pushSeconds     *prometheus.HistogramVec // kind
 	healthToPush    prometheus.Histogram     // Changes() signal to snapshot set
 	resolveFailures prometheus.Counter
+	capacity        *prometheus.GaugeVec // backend, measure: attempts | refused (per minute)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,9 +47,28 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		resolveFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "swarmgate_xds_dns_failures_total", Help: "Backend host name lookups that failed.",
 		}),
+		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmgate_xds_backend_capacity_per_minute",
+			Help: "What a backend's keys can take as the locality weights were last built from it (admission.capacity_weights): attempts, and the refused part of them.",
+		}, []string{"backend", "measure"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.pushes, m.rejected, m.snapshotInfo, m.streams, m.nacks, m.pushSeconds, m.healthToPush, m.resolveFailures)
+		reg.MustRegister(m.pushes, m.rejected, m.snapshotInfo, m.streams, m.nacks, m.pushSeconds, m.healthToPush, m.resolveFailures, m.capacity)
 	}
 	return m
+}
+
+// setCapacity records the capacity the weights are built from; backends
+// no longer reported lose their series.
+func (m *metrics) setCapacity(was, now map[string]contract.Capacity) {
+	for b := range was {
+		if _, ok := now[b]; !ok {
+			m.capacity.DeleteLabelValues(b, "attempts")
+			m.capacity.DeleteLabelValues(b, "refused")
+		}
+	}
+	for b, c := range now {
+		m.capacity.WithLabelValues(b, "attempts").Set(c.Attempts)
+		m.capacity.WithLabelValues(b, "refused").Set(c.Refused)
+	}
 }

@@ -125,6 +125,7 @@ func New(opts Options) *ControlPlane {
 	if cp.health != nil {
 		cp.state.Unhealthy = unhealthySet(cp.health.BackendHealth())
 		cp.state.Capacity = cp.capacity()
+		cp.metrics.setCapacity(nil, cp.state.Capacity)
 	}
 	return cp
 }
