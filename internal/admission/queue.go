@@ -214,7 +214,7 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 		q.refused(req, ReasonTooLong)
 		return Result{Reason: ReasonTooLong, RetryAfter: ra}
 	}
-	w := &waiter{req: req, seq: q.seq.Add(1), turn: make(chan struct{}), granted: make(chan struct{}), since: start}
+	w := &waiter{req: req, seq: q.seq.Add(1), since: start}
 	w.t = Ticket{ID: q.opts.ReplicaID + "-" + strconv.FormatUint(w.seq, 36), Scope: req.Scope, Tenant: req.Tenant,
 		Weight: req.Weight, Class: req.Class, Tokens: req.Tokens, Deadline: start.Add(req.MaxWait)}
 	order := q.opts.Order
@@ -232,6 +232,8 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 		return q.refuse(req, ReasonSessions, wait, start)
 	}
 	w.tag = d.Tag
+	// Its channels only now: most requests are admitted at once.
+	w.turn, w.granted = make(chan struct{}), make(chan struct{})
 	head, ok := q.enqueue(w)
 	if !ok {
 		q.leave(order, &w.t)
