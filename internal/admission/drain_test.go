@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -227,4 +228,58 @@ func TestBatchSkipsNewSessions(t *testing.T) {
 	if q.Waiting() != 3 {
 		t.Fatalf("%d waiting, want 3 (w2 left the heap)", q.Waiting())
 	}
+}
+
+// flakyOrder is a shared order whose steps fail while down is set.
+type flakyOrder struct {
+	Order
+	down atomic.Bool
+}
+
+func (o *flakyOrder) Step(ctx context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error) {
+	if o.down.Load() {
+		return Decision{}, errors.New("down")
+	}
+	return o.Order.Step(ctx, t, next, p, ready)
+}
+
+// TestFailOpenLeavesSharedOrder: requests that joined the shared order and
+// are then admitted through the replica's own order (the shared one failed
+// meanwhile, failing open) take their tickets out of the shared order;
+// left there, they held the first places until their deadlines and, with
+// the lead, nobody behind them was admitted.
+func TestFailOpenLeavesSharedOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	redisOrder := NewRedisOrder(srv.Client(), "failopen:")
+	o := &flakyOrder{Order: redisOrder}
+	q := New(Options{ReplicaID: "r", Order: o, FailOpen: true, StepTimeout: 5 * time.Second, Poll: 5 * time.Millisecond})
+	var ready atomic.Bool
+	capacity := func() (bool, time.Duration, Pace) { return ready.Load(), 10 * time.Millisecond, Pace{} }
+	const n = 40
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, capacity).Admitted {
+				admitted.Add(1)
+			}
+		}()
+	}
+	waitFor(t, func() bool { return q.Waiting() == n })
+	if d, _ := redisOrder.Depth(context.Background(), "s"); d != n {
+		t.Fatalf("%d tickets in the shared order, want %d", d, n)
+	}
+	o.down.Store(true)
+	ready.Store(true)
+	wg.Wait()
+	o.down.Store(false)
+	if admitted.Load() != n {
+		t.Fatalf("admitted %d of %d through the local order", admitted.Load(), n)
+	}
+	waitFor(t, func() bool {
+		d, _ := redisOrder.Depth(context.Background(), "s")
+		return d == 0
+	})
 }
