@@ -13,7 +13,7 @@ import (
 )
 
 // TestOrderStepAdmitsNext: an admitted ticket's step admits the tickets
-// passed after it, in turn, while each is first (within the lead) and the
+// passed after it, in turn, while each is first in the order and the
 // pace allows; the first that is not ends the run.
 func TestOrderStepAdmitsNext(t *testing.T) {
 	for name, mk := range orders(t) {

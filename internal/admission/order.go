@@ -63,8 +63,8 @@ type Order interface {
 	// allows. A ticket admitted at once, with nobody waiting, never joins.
 	// When t is admitted, next (joined tickets of the same scope, in the
 	// caller's order) are admitted after it in the same decision, each
-	// while it is within t's lead of the first place and the pace allows;
-	// the first that is not ends the run. One step then drains a burst a
+	// while it is first in the order and the pace allows; the first that
+	// is not ends the run. One step then drains a burst a
 	// replica holds instead of one round trip per request.
 	Step(ctx context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error)
 	// Leave removes t without admitting it (timed out or cancelled).

@@ -501,7 +501,9 @@ func (q *Queue) removeLocked(w *waiter) {
 // burst of thousands queued on one replica drains in steps of this many
 // (one Redis round trip each) instead of one step per request. The pace
 // still spaces them (at most its burst back to back), and each must be
-// within the lead of the shared order's first place.
+// first in the shared order: a batch only drains what this replica holds
+// at the front (within the lead, batches let admissions overtake more
+// than the lead's places across replicas).
 const maxNext = 31
 
 // beginStep marks w as in a step of its own, so no other waiter's step
