@@ -89,24 +89,10 @@ func TestQueueDrainsBurstInBatches(t *testing.T) {
 		}
 		return false, 20 * time.Millisecond, Pace{}
 	}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, capacity)
-			if !res.Admitted {
-				t.Errorf("not admitted: %+v", res)
-				return
-			}
-			admitted.Add(1)
-		}()
-	}
-	waitFor(t, func() bool { return q.Waiting() == n })
+	admitted, wait := queueAll(t, q, n, capacity)
 	before := o.steps.Load()
 	ready.Store(true)
-	wg.Wait()
+	wait()
 	steps := o.steps.Load() - before
 	t.Logf("%d queued requests admitted in %d order steps", admitted.Load(), steps)
 	if admitted.Load() != n {
@@ -256,24 +242,13 @@ func TestFailOpenLeavesSharedOrder(t *testing.T) {
 	var ready atomic.Bool
 	capacity := func() (bool, time.Duration, Pace) { return ready.Load(), 10 * time.Millisecond, Pace{} }
 	const n = 40
-	var wg sync.WaitGroup
-	var admitted atomic.Int64
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, capacity).Admitted {
-				admitted.Add(1)
-			}
-		}()
-	}
-	waitFor(t, func() bool { return q.Waiting() == n })
+	admitted, wait := queueAll(t, q, n, capacity)
 	if d, _ := redisOrder.Depth(context.Background(), "s"); d != n {
 		t.Fatalf("%d tickets in the shared order, want %d", d, n)
 	}
 	o.down.Store(true)
 	ready.Store(true)
-	wg.Wait()
+	wait()
 	o.down.Store(false)
 	if admitted.Load() != n {
 		t.Fatalf("admitted %d of %d through the local order", admitted.Load(), n)
@@ -282,4 +257,22 @@ func TestFailOpenLeavesSharedOrder(t *testing.T) {
 		d, _ := redisOrder.Depth(context.Background(), "s")
 		return d == 0
 	})
+}
+
+// queueAll sends n requests of one tenant to q (a minute's wait each) and
+// returns once all of them wait; wait blocks until every one is answered,
+// and admitted counts those admitted.
+func queueAll(t *testing.T, q *Queue, n int, capacity Capacity) (admitted *atomic.Int64, wait func()) {
+	t.Helper()
+	admitted = new(atomic.Int64)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if res := q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, capacity); res.Admitted {
+				admitted.Add(1)
+			}
+		})
+	}
+	waitFor(t, func() bool { return q.Waiting() == n })
+	return admitted, wg.Wait
 }
