@@ -259,6 +259,58 @@ func TestFailOpenLeavesSharedOrder(t *testing.T) {
 	})
 }
 
+// TestFailOpenWaitersDrainBesideShared: requests that went on in the
+// replica's own order while the shared one failed keep draining at their
+// pace after it returns, even when a later request waits in the shared
+// order and cannot be admitted there. In one heap, that request's tag
+// (from the shared order's clock) put it first, the replica's own waiters
+// were never given the turn and asked only at the 1 s backstop.
+func TestFailOpenWaitersDrainBesideShared(t *testing.T) {
+	o := &flakyOrder{Order: NewLocalOrder()}
+	// Another replica's request holds the shared order's first place.
+	other := Ticket{ID: "other-1", Scope: "s", Tenant: "t", Weight: 1, Deadline: time.Now().Add(time.Minute)}
+	if d, err := o.Step(context.Background(), &other, nil, Pace{}, false); err != nil || !d.Joined {
+		t.Fatalf("other replica's ticket: %+v, %v", d, err)
+	}
+	q := New(Options{ReplicaID: "r", Order: o, FailOpen: true, Poll: 5 * time.Millisecond, Lead: -1})
+	capacity := func() (bool, time.Duration, Pace) { return true, 0, Pace{Rate: 10, Burst: 1} }
+
+	// The shared order fails while 30 requests arrive: they wait in the
+	// replica's own order, paced at 10/s (3 s for all).
+	o.down.Store(true)
+	const n = 30
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res := q.Admit(context.Background(), Request{Scope: "s", Tenant: "u", Weight: 0.01, MaxWait: 6 * time.Second}, capacity)
+			if res.Admitted {
+				admitted.Add(1)
+			} else {
+				refused.Add(1)
+			}
+		})
+	}
+	waitFor(t, func() bool { return q.Waiting()+int(admitted.Load()) == n })
+	o.down.Store(false)
+	// Past orderDownFor the replica asks the shared order again: a new
+	// request joins it behind the other replica's and waits there.
+	time.Sleep(orderDownFor + 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	blocked := make(chan Result, 1)
+	go func() {
+		blocked <- q.Admit(ctx, Request{Scope: "s", Tenant: "t", Weight: 1, MaxWait: time.Minute}, capacity)
+	}()
+	wg.Wait()
+	cancel()
+	if res := <-blocked; res.Admitted {
+		t.Errorf("the request behind the other replica's was admitted: %+v", res)
+	}
+	if admitted.Load() != n {
+		t.Fatalf("%d of %d admitted through the replica's own order (%d refused)", admitted.Load(), n, refused.Load())
+	}
+}
+
 // queueAll sends n requests of one tenant to q (a minute's wait each) and
 // returns once all of them wait; wait blocks until every one is answered,
 // and admitted counts those admitted.

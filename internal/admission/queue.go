@@ -162,15 +162,34 @@ type waiter struct {
 	// granted is closed when the first waiter's step admitted it too
 	// (Order.Step's next).
 	granted chan struct{}
+	// own: its ticket is in this replica's own order (failing open), not
+	// the shared one.
+	own bool
 	// Guarded by Queue.mu: signalled: turn is closed; claimed: its ticket
 	// is in a step of the first waiter's, so it does not step itself;
 	// removed: out of the scope's heap (granted, or dequeued).
 	signalled, claimed, removed bool
 }
 
+// scopeWait holds a scope's waiters, one heap per order: tags from the
+// shared order and from this replica's own (failing open) come from
+// different clocks and cannot be ranked together. Mixed in one heap, a
+// first waiter the shared order could not admit yet held back the
+// replica's own waiters behind it until the backstop (2,000 queued
+// streams on one key: one loaded run in four timed out).
 type scopeWait struct {
-	h waitHeap
+	shared, own waitHeap
 }
+
+// heap is the heap w waits in.
+func (s *scopeWait) heap(w *waiter) *waitHeap {
+	if w.own {
+		return &s.own
+	}
+	return &s.shared
+}
+
+func (s *scopeWait) empty() bool { return len(s.shared) == 0 && len(s.own) == 0 }
 
 // Admit decides for one request: at once when it can, else after waiting
 // its turn (at most req.MaxWait, less when ctx ends first).
@@ -231,7 +250,7 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 		q.leave(order, &w.t)
 		return q.refuse(req, ReasonSessions, wait, start)
 	}
-	w.tag = d.Tag
+	w.tag, w.own = d.Tag, order == q.fallback
 	// Its channels only now: most requests are admitted at once.
 	w.turn, w.granted = make(chan struct{}), make(chan struct{})
 	head, ok := q.enqueue(w)
@@ -263,20 +282,6 @@ type stepState struct {
 // dequeues w.
 func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capacity, last stepState, head bool) Result {
 	req, start := w.req, w.since
-	if shared := order; shared != q.fallback {
-		defer func() {
-			if order == q.fallback {
-				// It joined the shared order and ends through this
-				// replica's own (the shared one failed meanwhile): its
-				// shared ticket would hold its place there until its
-				// deadline, ahead of every replica's waiters, and with
-				// the lead nobody behind a few such tickets is admitted
-				// (2,000 queued requests on one key: 880 timed out).
-				t := w.t
-				go q.leaveShared(shared, &t)
-			}
-		}()
-	}
 	paced := last.d.Wait > 0
 	turn := w.turn
 	deadline := time.NewTimer(req.MaxWait - time.Since(start))
@@ -320,6 +325,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 			continue // in another waiter's step now
 		}
 		var err error
+		shared := order
 		last.ready, last.ra, last.pace = q.capacity(capacity)
 		last.d, err = q.step(ctx, &order, &w.t, tickets(batch), last.pace, last.ready)
 		q.endStep(w, batch, last.d)
@@ -328,9 +334,58 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 			return q.refuse(req, ReasonOrderDown, last.ra, start)
 		}
 		paced = paced || last.d.Wait > 0
+		if order != shared {
+			// The shared order failed: this request goes on in the
+			// replica's own. Its shared ticket would hold its place
+			// there until its deadline, ahead of every replica's
+			// waiters (with the lead, nobody behind a few such tickets
+			// is admitted: 2,000 queued requests on one key, 880 timed
+			// out), so it leaves.
+			t := w.t
+			go q.leaveShared(shared, &t)
+		}
 		if last.d.Admitted {
 			return q.admitted(w, paced)
 		}
+		if order != shared {
+			if head, turn = q.moveOwn(w, last.d.Tag); head {
+				turn = nil
+			}
+		}
+	}
+}
+
+// moveOwn moves waiter w, whose ticket now waits in this replica's own
+// order with tag, to the scope's heap of that order. head reports that it
+// is first there; otherwise turn is closed when it becomes so. The shared
+// heap's next waiter gets its turn.
+func (q *Queue) moveOwn(w *waiter, tag float64) (head bool, turn chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.removed || w.own {
+		return w.signalled, w.turn
+	}
+	s := q.scopes[w.req.Scope]
+	heap.Remove(&s.shared, w.index)
+	q.signalFirst(&s.shared)
+	w.own, w.tag, w.signalled = true, tag, false
+	w.turn = make(chan struct{})
+	heap.Push(&s.own, w)
+	if s.own[0] == w {
+		w.signalled = true
+		return true, w.turn
+	}
+	return false, w.turn
+}
+
+// signalFirst gives the turn to the first waiter of h, once.
+func (q *Queue) signalFirst(h *waitHeap) {
+	if len(*h) == 0 {
+		return
+	}
+	if first := (*h)[0]; !first.signalled {
+		first.signalled = true
+		close(first.turn)
 	}
 }
 
@@ -392,6 +447,7 @@ func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, next []*Ticke
 		// request wait out a step timeout of its own first (under load,
 		// a backlog drained one timed-out step at a time).
 		*order = q.fallback
+		next = nil // they joined the shared order, not this one
 	}
 	sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
 	d, err := (*order).Step(sctx, t, next, p, ready)
@@ -463,8 +519,9 @@ func (q *Queue) enqueue(w *waiter) (head, ok bool) {
 		s = &scopeWait{}
 		q.scopes[w.req.Scope] = s
 	}
-	heap.Push(&s.h, w)
-	if s.h[0] == w {
+	h := s.heap(w)
+	heap.Push(h, w)
+	if (*h)[0] == w {
 		w.signalled = true
 		return true, true
 	}
@@ -486,15 +543,13 @@ func (q *Queue) removeLocked(w *waiter) {
 	w.removed = true
 	q.waiting--
 	s := q.scopes[w.req.Scope]
-	heap.Remove(&s.h, w.index)
-	if len(s.h) == 0 {
+	h := s.heap(w)
+	heap.Remove(h, w.index)
+	if s.empty() {
 		delete(q.scopes, w.req.Scope)
 		return
 	}
-	if first := s.h[0]; !first.signalled {
-		first.signalled = true
-		close(first.turn)
-	}
+	q.signalFirst(h)
 }
 
 // maxNext bounds how many waiters one step admits after the first: a
@@ -519,7 +574,11 @@ func (q *Queue) beginStep(w *waiter, head bool) (batch []*waiter, ok bool) {
 	}
 	w.claimed = true
 	s := q.scopes[w.req.Scope]
-	if !head || s == nil || len(s.h) < 2 {
+	if !head || s == nil {
+		return nil, true
+	}
+	h := *s.heap(w)
+	if len(h) < 2 {
 		return nil, true
 	}
 	// Best-first walk of the heap from its root: yields waiters in order
@@ -528,7 +587,7 @@ func (q *Queue) beginStep(w *waiter, head bool) (batch []*waiter, ok bool) {
 	for len(frontier) > 0 && len(batch) < maxNext {
 		b := 0
 		for i := range frontier {
-			if s.h.Less(frontier[i], frontier[b]) {
+			if h.Less(frontier[i], frontier[b]) {
 				b = i
 			}
 		}
@@ -537,12 +596,12 @@ func (q *Queue) beginStep(w *waiter, head bool) (batch []*waiter, ok bool) {
 		frontier = frontier[:len(frontier)-1]
 		// A session's first call waits for its own step: the session
 		// bound gates it (sessions.go), not the first waiter's.
-		if c := s.h[i]; !c.claimed && !c.req.newSession && s.h.less(w, c) {
+		if c := h[i]; !c.claimed && !c.req.newSession && h.less(w, c) {
 			c.claimed = true
 			batch = append(batch, c)
 		}
 		for _, c := range [2]int{2*i + 1, 2*i + 2} {
-			if c < len(s.h) {
+			if c < len(h) {
 				frontier = append(frontier, c)
 			}
 		}

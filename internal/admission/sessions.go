@@ -181,8 +181,10 @@ func (q *Queue) backlog(now time.Time) time.Duration {
 	defer q.mu.Unlock()
 	worst := time.Duration(0)
 	for _, s := range q.scopes {
-		if w := s.h[0]; w.req.underWay {
-			worst = max(worst, now.Sub(w.since)-sessionBacklog)
+		for _, h := range [2]waitHeap{s.shared, s.own} {
+			if len(h) > 0 && h[0].req.underWay {
+				worst = max(worst, now.Sub(h[0].since)-sessionBacklog)
+			}
 		}
 	}
 	if worst <= 0 {

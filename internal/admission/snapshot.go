@@ -90,13 +90,13 @@ func (q *Queue) snapshot(now time.Time) Snapshot {
 		}
 		counts := map[key]int{}
 		var oldest time.Time
-		for _, w := range s.h {
+		for _, w := range slices.Concat(s.shared, s.own) {
 			counts[key{w.req.Tenant, w.req.Class, w.req.ClassName}]++
 			if oldest.IsZero() || w.since.Before(oldest) {
 				oldest = w.since
 			}
 		}
-		ss := ScopeSnapshot{Scope: name, Depth: len(s.h), OldestWait: max(now.Sub(oldest), 0),
+		ss := ScopeSnapshot{Scope: name, Depth: len(s.shared) + len(s.own), OldestWait: max(now.Sub(oldest), 0),
 			Waiters: make([]Waiters, 0, len(counts))}
 		for k, n := range counts {
 			ss.Waiters = append(ss.Waiters, Waiters{Tenant: k.tenant, Class: k.class, ClassName: k.name, Count: n})

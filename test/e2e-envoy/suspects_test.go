@@ -652,8 +652,11 @@ func envoyStat(ctx context.Context, admin, name string) (int64, error) {
 // attempt), so the ext_proc cluster needs more than Envoy's default
 // circuit breaker of 1,024 requests (circuit_breaker.proto; enforced per
 // stream in conn_pool_base.cc). The relay sends each answer's first chunk
-// and the rest only once every request has reached it. The keys' pace is
-// off: the burst is to reach ext_proc and the relay at once.
+// and the rest only once every request has reached it. The admission
+// defaults stay on: the burst arrives while the one key is in its cold
+// start and queues, and under -race on 2 cores the shared order's steps
+// time out now and then, so part of it drains through the replica's own
+// order.
 func TestTwoThousandConcurrentStreams(t *testing.T) {
 	const n = 2000
 	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
@@ -661,14 +664,6 @@ func TestTwoThousandConcurrentStreams(t *testing.T) {
 		s := startStackWith(t, r, func(s *stack, p Ports) string {
 			return suspectsYAML(p, relays{a: s.relayA.Addr().String(), b: s.relayB.Addr().String(),
 				slow: closedAddr(t), refused: closedAddr(t), request: "{message_timeout: 30s}",
-				// Stream capacity, not admission: with the keys' pace on,
-				// the burst arrives while the one key is in its cold start
-				// and queues; under -race on 2 cores the shared order's
-				// steps time out, the replica falls back to its own order
-				// and, with waiters of both orders in one local queue, the
-				// drain can still outlast max_wait (docs/admission.md,
-				// "Not done yet").
-				more:          "admission: {pace: false}",
 				extraBackends: fmt.Sprintf(`  - {name: probe, base_url: "http://%s/v1", auth: bearer, max_connections: 4096, max_pending_requests: 4096, max_requests: 4096, keys: [{id: p-1, secret: env:E2E_A1}]}`, probe.addr),
 				extraModels:   `  - {name: m-probe, targets: [{backend: probe}]}`})
 		})
