@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +20,9 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/gatewaytest"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 
 // attempt is one HTTP attempt the SDK made, as its middleware saw it.
@@ -320,49 +318,20 @@ models:
 	}
 	s.cfg = cfg
 	logs := &accessLines{}
-	ready := make(chan struct{})
-	gw, err := gateway.New(gateway.Options{
-		Roles: gateway.All, Initial: cfg, NodeID: "e2e-envoy", Version: "e2e",
-		Logger:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
-		Ready:     ready,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- gw.Run(ctx) }()
+	// Registered before the gateway's own cleanup, so it runs after the
+	// gateway stopped (cleanups run last first).
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-runErr:
-		case <-time.After(15 * time.Second):
-			t.Error("gateway did not stop within 15s")
-		}
 		if t.Failed() {
 			t.Logf("gateway log:\n%s", logs.String())
 		}
 	})
-	select {
-	case <-ready:
-	case err := <-runErr:
-		t.Fatalf("gateway stopped before it was ready: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("gateway not ready within 20s")
-	}
+	gatewaytest.Start(t, gateway.Options{
+		Roles: gateway.All, Initial: cfg, NodeID: "e2e-envoy", Version: "e2e",
+		Logger:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
+	})
 	s.adminURL = "http://" + lisAdmin.Addr().String()
-	b, err := bootstrap.Build(cfg, "e2e-envoy-1", bootstrap.Options{AdminAddress: envoyAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	yb, err := bootstrap.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.bootstrapPath = filepath.Join(t.TempDir(), "envoy.yaml")
-	if err := os.WriteFile(s.bootstrapPath, yb, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.bootstrapPath = gatewaytest.WriteBootstrap(t, cfg, "e2e-envoy-1", envoyAdmin)
 	s.envoyAdmin = "http://" + envoyAdmin
 	s.envoyURL = fmt.Sprintf("http://127.0.0.1:%d", envoyPort)
 	startEnvoy(t, r.Path, s.bootstrapPath)

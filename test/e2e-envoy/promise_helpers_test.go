@@ -27,9 +27,9 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/gatewaytest"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 
 // The promise tests run the whole path on a real Envoy: each builds a
@@ -172,12 +172,6 @@ type pstackOptions struct {
 	replicaOf *pstack
 }
 
-// gwRun is one running in-process gateway.
-type gwRun struct {
-	cancel context.CancelFunc
-	done   chan error
-}
-
 // pstack is a whole gateway behind a real Envoy, on a watched config file.
 type pstack struct {
 	*stack
@@ -188,8 +182,8 @@ type pstack struct {
 	relays  map[string]*relay
 	cfgPath string
 	redis   string
-	cp, dp  *gwRun             // dp is the only gateway unless splitControlPlane
-	envoy   *envoyproc.Process // Stop and a new Start restart it
+	cp, dp  *gatewaytest.Gateway // dp is the only gateway unless splitControlPlane
+	envoy   *envoyproc.Process   // Stop and a new Start restart it
 }
 
 func startPStack(t *testing.T, r envoytest.Release, o pstackOptions) *pstack {
@@ -218,18 +212,7 @@ func startPStack(t *testing.T, r envoytest.Release, o pstackOptions) *pstack {
 	s.envoyURL = fmt.Sprintf("http://127.0.0.1:%d", envoyPort)
 	envoyAdmin, _ := freeAddr(t)
 	s.envoyAdmin = "http://" + envoyAdmin
-	b, err := bootstrap.Build(cfg, "e2e-promise-1", bootstrap.Options{AdminAddress: envoyAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	yb, err := bootstrap.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.bootstrapPath = filepath.Join(t.TempDir(), "envoy.yaml")
-	if err := os.WriteFile(s.bootstrapPath, yb, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	s.bootstrapPath = gatewaytest.WriteBootstrap(t, cfg, "e2e-promise-1", envoyAdmin)
 
 	if o.splitControlPlane {
 		s.cp = s.runGateway(gateway.Roles{ControlPlane: true}, "e2e-cp")
@@ -238,9 +221,9 @@ func startPStack(t *testing.T, r envoytest.Release, o pstackOptions) *pstack {
 		s.dp = s.runGateway(gateway.All, "e2e-promise")
 	}
 	t.Cleanup(func() {
-		for _, g := range []*gwRun{s.cp, s.dp} {
+		for _, g := range []*gatewaytest.Gateway{s.cp, s.dp} {
 			if g != nil {
-				g.stop(t)
+				g.Stop(t)
 			}
 		}
 	})
@@ -284,31 +267,13 @@ redis:
 
 // runGateway starts one in-process gateway with the roles on the watched
 // config file and waits until it serves.
-func (s *pstack) runGateway(roles gateway.Roles, node string) *gwRun {
+func (s *pstack) runGateway(roles gateway.Roles, node string) *gatewaytest.Gateway {
 	t := s.t
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	gw, err := gateway.New(gateway.Options{
+	g := gatewaytest.Start(t, gateway.Options{
 		Roles: roles, ConfigPath: s.cfgPath, Load: config.Options{LookupEnv: lookupSecret}, NodeID: node, Version: "e2e",
 		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Ready:  ready,
 	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	g := &gwRun{cancel: cancel, done: make(chan error, 1)}
-	go func() { g.done <- gw.Run(ctx) }()
-	select {
-	case <-ready:
-	case err := <-g.done:
-		cancel()
-		t.Fatalf("gateway %s stopped before it was ready: %v", node, err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatalf("gateway %s not ready within 20s", node)
-	}
 	// The listeners bind in Run; Ready waits only for the rate-limit
 	// service. Wait for the gRPC ports the roles serve.
 	var addrs []string
@@ -322,23 +287,6 @@ func (s *pstack) runGateway(roles gateway.Roles, node string) *gwRun {
 		waitDial(t, a)
 	}
 	return g
-}
-
-func (g *gwRun) stop(t *testing.T) {
-	t.Helper()
-	if g.cancel == nil {
-		return
-	}
-	g.cancel()
-	g.cancel = nil
-	select {
-	case err := <-g.done:
-		if err != nil {
-			t.Errorf("gateway.Run: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Error("gateway did not stop within 15s")
-	}
 }
 
 func waitDial(t *testing.T, addr string) {

@@ -52,7 +52,7 @@ func TestPromiseRestarts(t *testing.T) {
 		t.Run("control plane restart", func(t *testing.T) {
 			stop := traffic(t, s, 2)
 			served := s.relays["relay-a"].Total().OK
-			s.cp.stop(t)
+			s.cp.Stop(t)
 			eventually(ctx, t, "Envoy to see the control plane gone", connected(0))
 			eventually(ctx, t, "traffic while the control plane is down", func() (bool, string) {
 				n := s.relays["relay-a"].Total().OK

@@ -28,6 +28,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/gatewaytest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
 )
 
@@ -181,25 +182,9 @@ func (s *pstack) extprocReplica(name string) *extprocReplica {
 	if err := os.WriteFile(path, []byte(own), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	gw, err := gateway.New(gateway.Options{Roles: gateway.Roles{ExtProc: true}, ConfigPath: path, NodeID: name, Version: "e2e",
+	gatewaytest.Start(t, gateway.Options{Roles: gateway.Roles{ExtProc: true}, ConfigPath: path, NodeID: name, Version: "e2e",
 		Load:   config.Options{LookupEnv: lookupSecret},
-		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})), Ready: ready})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	g := &gwRun{cancel: cancel, done: make(chan error, 1)}
-	go func() { g.done <- gw.Run(ctx) }()
-	t.Cleanup(func() { g.stop(t) })
-	select {
-	case <-ready:
-	case err := <-g.done:
-		t.Fatalf("%s stopped before it was ready: %v", name, err)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s not ready within 20s", name)
-	}
+		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	waitDial(t, addr)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,10 +23,10 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/gatewaytest"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 
 // Virtual keys of the test tenants; the config stores only their hashes.
@@ -200,53 +198,16 @@ func startSwarmgateWith(t *testing.T, mk func(s *stack, p Ports) string) *stack 
 	}
 	s.cfg = cfg
 
-	ready := make(chan struct{})
-	gw, err := gateway.New(gateway.Options{
+	gatewaytest.Start(t, gateway.Options{
 		Roles: gateway.All, Initial: cfg, NodeID: "e2e-envoy", Version: "e2e",
 		Logger:    slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
-		Ready:     ready,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-runErr:
-			if err != nil {
-				t.Errorf("gateway.Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("gateway did not stop within 15s")
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-runErr:
-		t.Fatalf("gateway stopped before it was ready: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("gateway not ready within 20s")
-	}
 	s.adminURL = "http://" + addrs["admin"]
 
 	// Envoy, bootstrapped from our control plane. Admin on a free loopback
 	// port so parallel runs on one machine do not collide on 9901.
-	b, err := bootstrap.Build(cfg, "e2e-envoy-1", bootstrap.Options{AdminAddress: envoyAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	yb, err := bootstrap.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "envoy.yaml")
-	if err := os.WriteFile(path, yb, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.bootstrapPath = path
+	s.bootstrapPath = gatewaytest.WriteBootstrap(t, cfg, "e2e-envoy-1", envoyAdmin)
 	s.envoyAdmin = "http://" + envoyAdmin
 	s.envoyURL = fmt.Sprintf("http://127.0.0.1:%d", envoyPort)
 	return s

@@ -30,8 +30,9 @@ var topLevel = []string{
 // process: they may import gRPC or Envoy's types; every other internal
 // package is policy and may not.
 var transport = []string{
-	"internal/gateway", // starts every role's server
-	"internal/trust",   // TLS and peer identity for the gRPC listeners
+	"internal/gateway",     // starts every role's server
+	"internal/gatewaytest", // runs internal/gateway and writes Envoy's bootstrap for the end-to-end suites
+	"internal/trust",       // TLS and peer identity for the gRPC listeners
 }
 
 // forbidden are the import prefixes policy packages may not use.

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +17,10 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
+	"github.com/swarmgate/swarmgate/internal/gatewaytest"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
-	"github.com/swarmgate/swarmgate/xds/bootstrap"
 )
 
 // envoyStack is a swarm stack on the real Envoy: the whole swarmgate in
@@ -59,52 +57,14 @@ func startEnvoyStack(t *testing.T, sp stackSpec, rel envoytest.Release) *envoySt
 	s.cfg = cfg
 	s.ledger = ledger.New(rs.Client(), ledger.OptionsFrom(cfg))
 
-	ready := make(chan struct{})
-	gw, err := gateway.New(gateway.Options{
+	gatewaytest.Start(t, gateway.Options{
 		Roles: gateway.All, Initial: cfg, NodeID: "swarm-envoy", Version: "swarm",
 		// Errors only: a swarm run makes thousands of expected warnings
 		// (keys tripping, quota ends).
 		Logger:    slog.New(slog.NewTextHandler(newTestLog(t), &slog.HandlerOptions{Level: slog.LevelError})),
 		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
-		Ready:     ready,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-runErr:
-			if err != nil {
-				t.Errorf("gateway.Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("gateway did not stop within 30s")
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-runErr:
-		t.Fatalf("gateway stopped before it was ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("gateway not ready within 60s")
-	}
-
-	b, err := bootstrap.Build(cfg, "swarm-envoy-1", bootstrap.Options{AdminAddress: envoyAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	yb, err := bootstrap.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "envoy.yaml")
-	if err := os.WriteFile(path, yb, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.envoy = envoyproc.Start(t, rel.Path, path)
+	s.envoy = envoyproc.Start(t, rel.Path, gatewaytest.WriteBootstrap(t, cfg, "swarm-envoy-1", envoyAdmin))
 	s.url = "http://" + envoyAddr
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
