@@ -6,8 +6,11 @@ package gatewaytest
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +97,33 @@ func WriteBootstrap(t testing.TB, cfg *config.Config, node, adminAddr string) st
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Logger is a text logger at level whose lines go to the test's log until
+// the test's cleanups run; a line logged later (a timer of a component that
+// outlives the test) is dropped, as testing forbids logging after a test
+// ends.
+func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.closed = true
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+type testLog struct {
+	t      testing.TB
+	mu     sync.Mutex
+	closed bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
 }

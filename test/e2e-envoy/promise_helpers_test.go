@@ -272,7 +272,7 @@ func (s *pstack) runGateway(roles gateway.Roles, node string) *gatewaytest.Gatew
 	t.Helper()
 	g := gatewaytest.Start(t, gateway.Options{
 		Roles: roles, ConfigPath: s.cfgPath, Load: config.Options{LookupEnv: lookupSecret}, NodeID: node, Version: "e2e",
-		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: gatewaytest.Logger(t, slog.LevelWarn),
 	})
 	// The listeners bind in Run; Ready waits only for the rate-limit
 	// service. Wait for the gRPC ports the roles serve.

@@ -184,7 +184,7 @@ func (s *pstack) extprocReplica(name string) *extprocReplica {
 	}
 	gatewaytest.Start(t, gateway.Options{Roles: gateway.Roles{ExtProc: true}, ConfigPath: path, NodeID: name, Version: "e2e",
 		Load:   config.Options{LookupEnv: lookupSecret},
-		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger: gatewaytest.Logger(t, slog.LevelWarn)})
 	waitDial(t, addr)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

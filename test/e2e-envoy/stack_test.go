@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,7 +199,7 @@ func startSwarmgateWith(t *testing.T, mk func(s *stack, p Ports) string) *stack 
 
 	gatewaytest.Start(t, gateway.Options{
 		Roles: gateway.All, Initial: cfg, NodeID: "e2e-envoy", Version: "e2e",
-		Logger:    slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:    gatewaytest.Logger(t, slog.LevelWarn),
 		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
 	})
 	s.adminURL = "http://" + addrs["admin"]
@@ -324,34 +323,6 @@ func eventually(ctx context.Context, t *testing.T, what string, cond func() (boo
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// testWriter sends log lines to the test's log until the test's cleanups
-// run; a line logged later (a timer of a component that outlives the test)
-// is dropped, as testing forbids logging after a test ends.
-type testWriter struct {
-	t      *testing.T
-	mu     sync.Mutex
-	closed bool
-}
-
-func newTestWriter(t *testing.T) *testWriter {
-	w := &testWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.closed = true
-	})
-	return w
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
 }
 
 type syncBuffer struct {

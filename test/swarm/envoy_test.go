@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +59,7 @@ func startEnvoyStack(t *testing.T, sp stackSpec, rel envoytest.Release) *envoySt
 		Roles: gateway.All, Initial: cfg, NodeID: "swarm-envoy", Version: "swarm",
 		// Errors only: a swarm run makes thousands of expected warnings
 		// (keys tripping, quota ends).
-		Logger:    slog.New(slog.NewTextHandler(newTestLog(t), &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger:    gatewaytest.Logger(t, slog.LevelError),
 		Listeners: gateway.Listeners{XDS: lisXDS, ExtProc: lisExtProc, Admin: lisAdmin},
 	})
 	s.envoy = envoyproc.Start(t, rel.Path, gatewaytest.WriteBootstrap(t, cfg, "swarm-envoy-1", envoyAdmin))
@@ -98,32 +96,4 @@ func listenLocal(t *testing.T) net.Listener {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
-}
-
-// testLog writes a logger's lines to the test's log until the test's
-// cleanups run; later lines (a component's timer outliving the test) are
-// dropped, as testing forbids logging after a test ends.
-type testLog struct {
-	t      *testing.T
-	mu     sync.Mutex
-	closed bool
-}
-
-func newTestLog(t *testing.T) *testLog {
-	w := &testLog{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.closed = true
-	})
-	return w
-}
-
-func (w *testLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
 }
