@@ -85,3 +85,55 @@ func TestQueueTimeoutIs429WithRetryAfter(t *testing.T) {
 		t.Fatalf("got %d retry-after %q: %s", r.status, r.header.Get("retry-after"), r.body)
 	}
 }
+
+// TestQueueDrainsThroughRedisOutage: requests queued in the shared order of
+// two router replicas while the only key is closed are all served when
+// Redis dies and the key reopens: each replica goes on in its own order
+// (failure_modes.admission_order: open, the default) and drains its
+// waiters, none waits out max_wait; after Redis returns, new requests are
+// served again.
+func TestQueueDrainsThroughRedisOutage(t *testing.T) {
+	sp := queueSpec("8s")
+	sp.routerOn = []int{0, 1}
+	s := startStack(t, sp)
+	base := s.sim.URL()
+	key := relayKeyID("relay-a", 0)
+	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 3 * time.Second})
+	_ = post(context.Background(), s.http, base, agentKey, "")
+	waitUntil(t, "key open", 2*time.Second, func() bool {
+		return keyState(s.pools[0], "relay-a", key) == "open" && keyState(s.pools[1], "relay-a", key) == "open"
+	})
+
+	const n = 40
+	replies := make(chan reply, n)
+	for range n {
+		go func() { replies <- post(context.Background(), s.http, base, agentKey, "") }()
+	}
+	waitUntil(t, "every request queued", 5*time.Second, func() bool { return s.queues[0].Waiting()+s.queues[1].Waiting() == n })
+	s.redis.Stop()
+	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{})
+	var ok int
+	var slowest time.Duration
+	for range n {
+		r := <-replies
+		slowest = max(slowest, r.latency)
+		if r.status == http.StatusOK {
+			ok++
+		} else {
+			t.Errorf("queued request: %d %v %.200s", r.status, r.err, r.body)
+		}
+	}
+	orderErrs := counterSum(t, s, "swarmgate_admission_order_errors_total")
+	t.Logf("%d of %d queued requests served with Redis down, the slowest after %s; order steps that failed: %.0f",
+		ok, n, slowest.Round(time.Millisecond), orderErrs)
+	if orderErrs == 0 {
+		t.Error("no order step failed: the requests did not drain through the replicas' own orders")
+	}
+	if slowest >= 8*time.Second {
+		t.Errorf("a queued request waited %s: the replicas did not drain through their own order", slowest)
+	}
+	s.redis.Restart()
+	if r := post(context.Background(), s.http, base, agentKey, ""); r.status != http.StatusOK {
+		t.Errorf("after Redis returned: %d %.200s", r.status, r.body)
+	}
+}
