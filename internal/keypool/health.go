@@ -80,7 +80,7 @@ func (p *Pools) refresh() time.Time {
 // backends are ignored; with none known it reports true.
 func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration) {
 	now := p.clock.Now()
-	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
+	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load(), replicas: p.replicas()}
 	in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 	req := PickRequest{Attempt: 1}
 	known, flipped := false, false

@@ -17,12 +17,13 @@ import "time"
 //     headers that soon (a long non-streamed completion, a held stream)
 //     would otherwise keep the key at two calls at once for as long, with
 //     nothing learned;
-//   - after it, at most half of what its provider last said remains
-//     (x-ratelimit-remaining-requests, rounded up, until its reset): the
-//     attempts in flight are not yet counted in what it states, and half
-//     leaves the other replica its share (with more than two replicas the
-//     sum may pass it, by the replicas' bursts, until the window is known);
-//     while the key's window is pending (learnedwindow.go), a quarter.
+//   - after it, at most a replica's share of what its provider last said
+//     remains (x-ratelimit-remaining-requests, rounded up, until its
+//     reset): the attempts in flight are not yet counted in what it
+//     states. The share is 1/N for the N replicas that pick keys (counted
+//     in Redis, replicas.go), at most a half: unknown (no Redis) or fewer,
+//     half leaves another picker of the same provider key its part; while
+//     the key's window is pending (learnedwindow.go), half of that share.
 //
 // A key held so is not usable now: the admission queue waits for an answer
 // (inFlightWait) instead of sending what would be refused.
@@ -56,8 +57,9 @@ func (k *keyState) noteRemaining(o Outcome, now time.Time) {
 }
 
 // overRemaining reports whether another attempt would pass what the key
-// may have in flight now. Caller holds kp.mu.
-func (k *keyState) overRemaining(now time.Time) bool {
+// may have in flight now on one of replicas pickers (at least 2). Caller
+// holds kp.mu.
+func (k *keyState) overRemaining(now time.Time, replicas int) bool {
 	switch {
 	case !k.answered:
 		return k.inFlight >= coldStartInFlight && (k.firstSent.IsZero() || now.Sub(k.firstSent) < coldStartMax)
@@ -69,7 +71,9 @@ func (k *keyState) overRemaining(now time.Time) bool {
 		// stated, and the 429s of a window overrun are retried on the
 		// other keys in the same burst. A quarter until the window is
 		// known (measured in the storm: the first window's 429s).
-		return k.inFlight >= (k.reqLeft+3)/4
+		return k.inFlight >= ceilDiv(k.reqLeft, 2*replicas)
 	}
-	return k.inFlight >= (k.reqLeft+1)/2
+	return k.inFlight >= ceilDiv(k.reqLeft, replicas)
 }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

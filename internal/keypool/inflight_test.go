@@ -1,6 +1,7 @@
 package keypool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"testing"
@@ -45,7 +46,7 @@ func TestOverRemaining(t *testing.T) {
 			for _, o := range tc.answers {
 				k.noteRemaining(o, now)
 			}
-			if got := k.overRemaining(now.Add(tc.at)); got != tc.want {
+			if got := k.overRemaining(now.Add(tc.at), 2); got != tc.want {
 				t.Errorf("held %v, want %v", got, tc.want)
 			}
 		})
@@ -101,6 +102,7 @@ func TestOverRemainingWindowPending(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		window   time.Duration // learned window (0: pending)
+		replicas int           // 0: 2
 		inFlight int
 		want     bool
 	}{
@@ -108,11 +110,16 @@ func TestOverRemainingWindowPending(t *testing.T) {
 		{name: "pending: 5 of 19", inFlight: 5, want: true},
 		{name: "learned: 9 of 19", window: 10 * time.Second, inFlight: 9},
 		{name: "learned: 10 of 19", window: 10 * time.Second, inFlight: 10, want: true},
+		// Three replicas pick the key: a third each, a sixth while pending.
+		{name: "3 replicas, pending: 3 of 19", replicas: 3, inFlight: 3},
+		{name: "3 replicas, pending: 4 of 19", replicas: 3, inFlight: 4, want: true},
+		{name: "3 replicas, learned: 6 of 19", replicas: 3, window: 10 * time.Second, inFlight: 6},
+		{name: "3 replicas, learned: 7 of 19", replicas: 3, window: 10 * time.Second, inFlight: 7, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &keyState{inFlight: tc.inFlight, learnedRPM: 20, ownWindow: true, resetSeen: true, learnedWindow: tc.window}
 			k.noteRemaining(Outcome{Status: 200, LimitRequests: 20, RemainingRequests: 19, RemainingTokens: -1, ResetRequests: 10 * time.Second}, now)
-			if got := k.overRemaining(now); got != tc.want {
+			if got := k.overRemaining(now, cmp.Or(tc.replicas, 2)); got != tc.want {
 				t.Errorf("held %v, want %v", got, tc.want)
 			}
 		})

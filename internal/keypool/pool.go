@@ -131,6 +131,7 @@ type pickInput struct {
 	soonest       *keyState          // past the pace bound: the key whose next slot is soonest
 	bypass        bool               // BestEffort: every key refused by the shared limiter; skip it
 	remoteTried   []string           // key ids the request failed on, from Redis
+	replicas      int                // replicas sharing what a key has left (inflight.go), ≥ 2
 	skip          [maxSkip]*keyState // refused by the shared limiter in this call
 	nskip         int
 }
@@ -166,14 +167,14 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 		// without a credential gets a 401, which nobody retries. With the
 		// pace on, not over what the provider says remains: that attempt
 		// would only be refused.
-		return (k.br.allow(now) || k.br.State(now) == HalfOpen) && !(in.pol.keyPace && k.overRemaining(now))
+		return (k.br.allow(now) || k.br.State(now) == HalfOpen) && !(in.pol.keyPace && k.overRemaining(now, in.replicas))
 	}
 	switch {
 	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
 		in.pacing && now.Before(k.paceUntil),
-		in.pol.keyPace && k.overRemaining(now),
+		in.pol.keyPace && k.overRemaining(now, in.replicas),
 		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
 		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
@@ -285,7 +286,7 @@ func (kp *KeyPool) heldLocked(in *pickInput) bool {
 		return false
 	}
 	for _, k := range kp.keys {
-		if k.cfg.Weight > 0 && !k.answered && k.br.allow(in.now) && k.overRemaining(in.now) {
+		if k.cfg.Weight > 0 && !k.answered && k.br.allow(in.now) && k.overRemaining(in.now, in.replicas) {
 			return true
 		}
 	}
@@ -398,7 +399,7 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		if req.EstTokens > k.tokensLeft && now.Before(k.tokensReset) {
 			consider(k.tokensReset.Sub(now))
 		}
-		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight || in.pol.keyPace && k.overRemaining(now) {
+		if k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight || in.pol.keyPace && k.overRemaining(now, in.replicas) {
 			consider(inFlightWait)
 		}
 		if in.enforceWindow && k.limited() {

@@ -240,7 +240,10 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 		return Lease{}, fmt.Errorf("%w: unknown backend %q", ErrNoKey, backend)
 	}
 	now := p.clock.Now()
-	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load()}
+	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load(), replicas: p.replicas()}
+	if p.sync != nil {
+		p.sync.picked.Store(true)
+	}
 	p.readShared(ctx, &in, &req)
 	var paced time.Duration // waited for keys' paces so far
 	noPace := false         // waited the bound: pick as without the pace

@@ -37,6 +37,7 @@ type syncer struct {
 	triedPrefix  string // key prefix of per-request failed-key sets
 	cancelPrefix string // key prefix of requests whose client went away
 	limitsKey    string // hash of learned limits (limits.go)
+	replicasKey  string // sorted set of the replicas that pick keys (replicas.go)
 	prefix       string // Redis key prefix (the per-backend pace hashes, keypace.go)
 
 	queue chan syncOp
@@ -46,6 +47,10 @@ type syncer struct {
 
 	down       atomic.Bool
 	lastPollOK atomic.Int64 // unix nanos
+	// picked: this replica has picked a key; replicas: how many replicas
+	// that pick keys Redis counted on the last poll (replicas.go).
+	picked   atomic.Bool
+	replicas atomic.Int64
 }
 
 type syncOp struct {
@@ -66,6 +71,7 @@ func newSyncer(p *Pools, rdb redis.UniversalClient, prefix, replica string) *syn
 		triedPrefix:  prefix + "keypool:tried:",
 		cancelPrefix: prefix + "keypool:cancel:",
 		limitsKey:    limitsKey(prefix),
+		replicasKey:  prefix + "keypool:replicas",
 		prefix:       prefix,
 		queue:        make(chan syncOp, syncQueue),
 		pending:      map[string]syncOp{},
@@ -261,6 +267,7 @@ func (s *syncer) write(ctx context.Context, ops []syncOp) {
 }
 
 func (s *syncer) poller(ctx context.Context) {
+	defer s.leaveReplicas()
 	for {
 		s.poll(ctx)
 		t := time.NewTimer(s.p.pol.Load().syncInterval)
@@ -290,6 +297,7 @@ func (s *syncer) poll(ctx context.Context) {
 		s.apply(v, "poll")
 	}
 	s.pollLimits(rctx)
+	s.countReplicas(rctx)
 	if wasDown {
 		// Redis is back (maybe empty after a restart): republish what this
 		// replica knows so others and late starters see it.
