@@ -318,3 +318,17 @@ func TestServeFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 		t.Fatal("Run did not return after a failed setup")
 	}
 }
+
+// TestReplicaIDPerProcess: two processes given one node id get distinct
+// identities in the key pools' shared state, each naming the node.
+func TestReplicaIDPerProcess(t *testing.T) {
+	a, b := replicaID("gw"), replicaID("gw")
+	if a == b {
+		t.Fatalf("two processes with node id gw share the replica id %q", a)
+	}
+	for _, id := range []string{a, b} {
+		if !strings.HasPrefix(id, "gw-") {
+			t.Errorf("replica id %q does not name node gw", id)
+		}
+	}
+}

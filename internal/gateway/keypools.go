@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 
 	"google.golang.org/grpc"
@@ -20,7 +22,7 @@ type keyPools struct{ pools *keypool.Pools }
 func (k *keyPools) Run(ctx context.Context) error { return k.pools.Run(ctx) }
 
 func (g *Gateway) startKeyPools(s *group, p *process) (*keypool.Pools, error) {
-	popts := keypool.Options{Redis: p.rdb, Logger: g.log.With("component", "keypool"), Registerer: p.reg, ReplicaID: g.opts.NodeID}
+	popts := keypool.Options{Redis: p.rdb, Logger: g.log.With("component", "keypool"), Registerer: p.reg, ReplicaID: replicaID(g.opts.NodeID)}
 	if g.opts.Roles.ExtProc && p.cfg.Envoy.RateLimitAddress != "" {
 		kl, err := g.keyLimiter(s, p)
 		if err != nil {
@@ -53,4 +55,15 @@ func (g *Gateway) keyLimiter(s *group, p *process) (*keylimit.Limiter, error) {
 	kl := keylimit.New(conn, p.cfg, keylimit.Options{Logger: g.log.With("component", "keylimit"), Registerer: p.reg})
 	g.onConfig(func(c *config.Config) error { kl.Update(c); return nil })
 	return kl, nil
+}
+
+// replicaID names this process in the key pools' shared state: its node id
+// (readable in Redis) and a random suffix. Two processes given one node id
+// (a fleet-wide --node-id, a restart while the old process drains) must not
+// share an identity there: each ignores the breaker transitions its own id
+// wrote, and the replicas that pick keys are counted by id.
+func replicaID(nodeID string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return nodeID + "-" + hex.EncodeToString(b[:])
 }
