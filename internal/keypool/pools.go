@@ -241,7 +241,9 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	}
 	now := p.clock.Now()
 	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load(), replicas: p.replicas()}
-	if p.sync != nil {
+	if p.sync != nil && !p.sync.picked.Load() {
+		// Once: a store on every pick would bounce the flag's cache line
+		// between the cores picking.
 		p.sync.picked.Store(true)
 	}
 	p.readShared(ctx, &in, &req)
