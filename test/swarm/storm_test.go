@@ -275,19 +275,28 @@ func (r *stormResult) account(t *testing.T, s *stack, sc stormScale) {
 		}
 		// When the 429s came: in the first window (before the key's limit
 		// and window are known) or after, per 10 % of the run.
-		early, spread := 0, make([]int, 10)
+		// And when it served, per 10 % of the run against the window's
+		// allowance in that tenth (where a share below the pace is lost).
+		early, spread, okSpread := 0, make([]int, 10), make([]int, 10)
 		for _, rec := range s.relay(relay).Requests() {
-			if rec.KeyID != id || rec.Status != http.StatusTooManyRequests {
+			if rec.KeyID != id {
 				continue
 			}
 			at := rec.Time.Sub(r.start)
+			tenth := min(max(int(10*at/max(d, 1)), 0), 9)
+			if rec.Status == http.StatusOK {
+				okSpread[tenth]++
+			}
+			if rec.Status != http.StatusTooManyRequests {
+				continue
+			}
 			if at < sc.window {
 				early++
 			}
-			spread[min(max(int(10*at/max(d, 1)), 0), 9)]++
+			spread[tenth]++
 		}
-		r.keyRows = append(r.keyRows, fmt.Sprintf("%s%s: %d per %s, served %d of %.0f (%.0f %%), %d requests, %d answered 429 (%d in the first window; per tenth of the run %v)",
-			id, note, limit, sc.window, c.OK, allowed, 100*share, c.Requests, c.RateLimited, early, spread))
+		r.keyRows = append(r.keyRows, fmt.Sprintf("%s%s: %d per %s, served %d of %.0f (%.0f %%; per tenth of the run %v of %.0f), %d requests, %d answered 429 (%d in the first window; per tenth of the run %v)",
+			id, note, limit, sc.window, c.OK, allowed, 100*share, okSpread, allowed/10, c.Requests, c.RateLimited, early, spread))
 		return allowed
 	}
 	plannerAllowed := row("planner", 0, sc.planner, r.plannerBusy)
