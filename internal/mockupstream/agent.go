@@ -96,7 +96,7 @@ func (s *Server) answerResponsesCall(w http.ResponseWriter, r *http.Request, rec
 	item := openai.FunctionCallItem{Type: "function_call", ID: fmt.Sprintf("fc_mock_%d", id), CallID: fmt.Sprintf("call_%d_0", id),
 		Namespace: tool.namespace, Name: tool.name, Arguments: args[0] + args[1], Status: "completed"}
 	obj := func(status string, out []any, usage *openai.ResponseUsage) map[string]any {
-		return map[string]any{"id": rid, "object": "response", "created_at": created, "status": status, "error": nil,
+		return map[string]any{"id": rid, "access_programs": openai.AccessPrograms{Cyber: "standard"}, "object": "response", "created_at": created, "status": status, "error": nil,
 			"incomplete_details": nil, "model": q.Model, "output": out, "parallel_tool_calls": true,
 			"previous_response_id": nil, "tools": []struct{}{}, "tool_choice": "auto", "usage": usage}
 	}

@@ -43,7 +43,7 @@ func (s *Server) answerResponses(w http.ResponseWriter, r *http.Request, rec *Re
 	})
 	text := tokenText(0, u.completion-u.reasoning)
 	obj := func(status string, out []any, usage *openai.ResponseUsage) openai.Response {
-		o := openai.Response{ID: rid, Object: "response", CreatedAt: created, Status: status, Model: q.Model,
+		o := openai.Response{ID: rid, AccessPrograms: openai.AccessPrograms{Cyber: "standard"}, Object: "response", CreatedAt: created, Status: status, Model: q.Model,
 			Output: out, ParallelToolCalls: true, Tools: []struct{}{}, ToolChoice: "auto", Usage: usage}
 		if q.PreviousResponseID != "" {
 			o.PreviousResponseID = &q.PreviousResponseID

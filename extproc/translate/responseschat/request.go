@@ -38,6 +38,13 @@ type responsesRequest struct {
 	Background         *bool           `json:"background"`
 	Prompt             json.RawMessage `json:"prompt"`
 	Truncation         *string         `json:"truncation"`
+	AccessPrograms     *accessPrograms `json:"access_programs"`
+}
+
+// accessPrograms selects domain-specific access programs (cyber:
+// standard, daybreak_blue, daybreak_red).
+type accessPrograms struct {
+	Cyber *string `json:"cyber"`
 }
 
 type textOptions struct {
@@ -208,6 +215,10 @@ func refuseState(r *responsesRequest) error {
 		return unsupported("prompt", "prompt: this model's backend speaks chat completions, which has no stored prompt templates")
 	case r.Truncation != nil && *r.Truncation == "auto":
 		return unsupported("truncation", `truncation: "auto" is not supported by this model's backend (chat completions); use "disabled"`)
+	case r.AccessPrograms != nil && r.AccessPrograms.Cyber != nil && *r.AccessPrograms.Cyber != "standard":
+		// Sending the request on with the standard program would answer
+		// under other safeguards than the client chose, silently.
+		return unsupported("access_programs.cyber", "access_programs.cyber: %q is not available on this model's backend (chat completions serves the standard program only)", *r.AccessPrograms.Cyber)
 	}
 	return nil
 }

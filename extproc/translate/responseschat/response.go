@@ -187,7 +187,9 @@ func (r *responseResult) itemStatus() string {
 func (r *responseResult) appendResponse(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = jsonstr.Append(b, r.id)
-	b = append(b, `,"object":"response","created_at":`...)
+	// A chat completions backend serves the standard access program only
+	// (a request for another is refused, refuseState).
+	b = append(b, `,"access_programs":{"cyber":"standard"},"object":"response","created_at":`...)
 	b = appendInt(b, r.created)
 	b = append(b, `,"status":`...)
 	b = jsonstr.Append(b, r.status)

@@ -4,6 +4,7 @@ package openai
 // writes it.
 type Response struct {
 	ID                 string             `json:"id"`
+	AccessPrograms     AccessPrograms     `json:"access_programs"`
 	Object             string             `json:"object"` // "response"
 	CreatedAt          int64              `json:"created_at"`
 	Status             string             `json:"status"`
@@ -16,6 +17,12 @@ type Response struct {
 	Tools              []struct{}         `json:"tools"`
 	ToolChoice         string             `json:"tool_choice"`
 	Usage              *ResponseUsage     `json:"usage"`
+}
+
+// AccessPrograms are the domain-specific access programs a response was
+// served under (cyber: standard, daybreak_blue, daybreak_red).
+type AccessPrograms struct {
+	Cyber string `json:"cyber"`
 }
 
 // IncompleteDetails says why a response is incomplete
