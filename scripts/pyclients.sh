@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${PYCLIENTS_CACHE:-$PWD/.cache/py}
 
-OPENAI_VERSION=3.60.0
+OPENAI_VERSION=3.63.0
 ANTHROPIC_VERSION=2.17.0
 
 mkdir -p "$(dirname "$venv")"
