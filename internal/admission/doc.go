@@ -14,6 +14,13 @@
 // arrival time is part of the same state, so a reopened key is not
 // stampeded by every replica's waiters at once.
 //
+// A ticket that leaves unadmitted (its wait ended, its client went away,
+// its replica died and its deadline passed) gives its tenant back the
+// 1/weight joining charged: F[tenant] falls by it (not below V). Charged
+// for abandoned tickets, a tenant whose requests timed out went behind the
+// others for as many turns as it had lost, so the shares drifted from the
+// weights exactly when capacity was short.
+//
 // The state lives in an Order: RedisOrder (one Lua script per decision, so
 // replicas agree) or LocalOrder (one process; also the fail-open fallback
 // when Redis is unreachable). Policy only: no gRPC or Envoy types.

@@ -26,6 +26,8 @@ type localEntry struct {
 	tag      float64
 	class    int
 	deadline time.Time
+	tenant   string
+	cost     float64 // 1/weight: what joining charged the tenant
 }
 
 // NewLocalOrder returns an empty order.
@@ -51,7 +53,7 @@ func (o *LocalOrder) Step(_ context.Context, t *Ticket, next []*Ticket, p Pace, 
 	s := o.scope(t.Scope)
 	for id, e := range s.tickets {
 		if now.After(e.deadline) {
-			delete(s.tickets, id) // a dead waiter's
+			s.drop(id, e) // a dead waiter's
 		}
 	}
 	me, joined := s.tickets[t.ID]
@@ -64,7 +66,7 @@ func (o *LocalOrder) Step(_ context.Context, t *Ticket, next []*Ticket, p Pace, 
 				return Decision{Admitted: true}, nil
 			}
 		}
-		me = localEntry{tag: float64(t.Class)*classSpan + finish, class: t.Class, deadline: t.Deadline}
+		me = localEntry{tag: float64(t.Class)*classSpan + finish, class: t.Class, deadline: t.Deadline, tenant: t.Tenant, cost: 1 / t.Weight}
 		s.tickets[t.ID] = me
 	}
 	ahead := s.ahead(t.ID, me)
@@ -111,11 +113,21 @@ func (s *localScope) admit(t *Ticket, e localEntry, p Pace, nowMs float64) time.
 	return 0
 }
 
+// drop takes out a ticket that leaves unadmitted and gives its tenant back
+// what joining charged (doc.go: abandoned tickets).
+func (s *localScope) drop(id string, e localEntry) {
+	delete(s.tickets, id)
+	s.fin[e.tenant] = max(s.v, s.fin[e.tenant]-e.cost)
+}
+
 // Leave implements Order.
 func (o *LocalOrder) Leave(_ context.Context, t *Ticket) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.scope(t.Scope).tickets, t.ID)
+	s := o.scope(t.Scope)
+	if e, ok := s.tickets[t.ID]; ok {
+		s.drop(t.ID, e)
+	}
 	return nil
 }
 

@@ -199,3 +199,52 @@ func TestRedisOrderLead(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderAbandonedTicketsRefunded: tickets that leave unadmitted (the
+// waiter's Leave, or their deadline passing with nobody to leave) do not
+// count against their tenant's share: tenant a, whose five requests were
+// abandoned, goes next to b's first request, not after all of b's.
+func TestOrderAbandonedTicketsRefunded(t *testing.T) {
+	for _, how := range []string{"leave", "deadline"} {
+		for name, mk := range orders(t) {
+			t.Run(how+"/"+name, func(t *testing.T) {
+				o := mk()
+				ctx := context.Background()
+				var gone []*Ticket
+				for i := range 5 {
+					tk := ticket(fmt.Sprintf("a-gone%d", i), "a", 1, 0)
+					if how == "deadline" {
+						tk.Deadline = time.Now().Add(50 * time.Millisecond)
+					}
+					if _, err := o.Step(ctx, tk, nil, Pace{}, false); err != nil {
+						t.Fatal(err)
+					}
+					gone = append(gone, tk)
+				}
+				if how == "leave" {
+					for _, tk := range gone {
+						if err := o.Leave(ctx, tk); err != nil {
+							t.Fatal(err)
+						}
+					}
+				} else {
+					time.Sleep(100 * time.Millisecond) // the next step sweeps them
+				}
+				var ts []*Ticket
+				for _, tk := range []*Ticket{ticket("b0", "b", 1, 0), ticket("b1", "b", 1, 0), ticket("b2", "b", 1, 0), ticket("a5", "a", 1, 0)} {
+					if _, err := o.Step(ctx, tk, nil, Pace{}, false); err != nil {
+						t.Fatal(err)
+					}
+					ts = append(ts, tk)
+				}
+				if n, _ := o.Depth(ctx, "pool"); n != 4 {
+					t.Fatalf("depth %d, want 4 (the abandoned tickets gone)", n)
+				}
+				got := drain(t, o, ts)
+				if idx(got, "a5") > idx(got, "b1") {
+					t.Errorf("tenant a was charged for its abandoned tickets: %v", got)
+				}
+			})
+		}
+	}
+}

@@ -49,9 +49,10 @@ local span = 1099511627776
 local function num(x) return string.format('%.17g', x) end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
-local old = redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 64)
-for _, x in ipairs(old) do redis.call('ZREM', q, x); redis.call('ZREM', dl, x) end
 local v = tonumber(redis.call('HGET', st, 'v') or '0')
+` + refundLua + `
+local old = redis.call('ZRANGEBYSCORE', dl, '-inf', now, 'LIMIT', 0, 64)
+for _, x in ipairs(old) do redis.call('ZREM', q, x); redis.call('ZREM', dl, x); refund(x) end
 local tat = tonumber(redis.call('HGET', st, 'tat') or '0')
 local ttat = tonumber(redis.call('HGET', st, 'ttat') or '0')
 local function pace(tokens)
@@ -84,6 +85,7 @@ if not tag then
   end
   tag = class * span + fin
   redis.call('ZADD', q, tag, id)
+  redis.call('HSET', st, 'm:' .. id, num(1 / w) .. ' ' .. tenant)
   redis.call('ZADD', dl, now + left, id)
   redis.call('PEXPIRE', q, ttl)
   redis.call('PEXPIRE', dl, ttl)
@@ -97,6 +99,7 @@ if wait > 0 then return {0, math.ceil(wait), 0, num(tag), 0} end
 local function admit(x, xtag, xnt, xntt)
   redis.call('ZREM', q, x)
   redis.call('ZREM', dl, x)
+  redis.call('HDEL', st, 'm:' .. x)
   tat, ttat = xnt, xntt
   v = math.max(v, xtag - math.floor(xtag / span) * span)
 end
@@ -149,15 +152,35 @@ func (o *RedisOrder) Step(ctx context.Context, t *Ticket, next []*Ticket, p Pace
 	return d, nil
 }
 
+// refundLua defines refund(x): a ticket x that leaves unadmitted gives
+// its tenant back what joining charged (doc.go), from the 'm:'..x field
+// its join wrote (1/weight and the tenant). Needs st, v and num.
+const refundLua = `
+local function refund(x)
+  local m = redis.call('HGET', st, 'm:' .. x)
+  if not m then return end
+  redis.call('HDEL', st, 'm:' .. x)
+  local sp = string.find(m, ' ', 1, true)
+  local f = 'f:' .. string.sub(m, sp + 1)
+  local fin = tonumber(redis.call('HGET', st, f) or '0')
+  redis.call('HSET', st, f, num(math.max(v, fin - tonumber(string.sub(m, 1, sp - 1)))))
+end`
+
+// leaveScript: KEYS q, dl, st; ARGV id. Takes the ticket out, refunding
+// its tenant when it was still waiting.
+var leaveScript = redis.NewScript(`
+local q, dl, st = KEYS[1], KEYS[2], KEYS[3]
+local function num(x) return string.format('%.17g', x) end
+local v = tonumber(redis.call('HGET', st, 'v') or '0')
+` + refundLua + `
+redis.call('ZREM', dl, ARGV[1])
+if redis.call('ZREM', q, ARGV[1]) == 1 then refund(ARGV[1]) else redis.call('HDEL', st, 'm:' .. ARGV[1]) end
+return 0
+`)
+
 // Leave implements Order.
 func (o *RedisOrder) Leave(ctx context.Context, t *Ticket) error {
-	k := o.keys(t.Scope)
-	_, err := o.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, k[0], t.ID)
-		p.ZRem(ctx, k[1], t.ID)
-		return nil
-	})
-	if err != nil {
+	if err := leaveScript.Run(ctx, o.rdb, o.keys(t.Scope), t.ID).Err(); err != nil {
 		return fmt.Errorf("admission: leave: %w", err)
 	}
 	return nil
