@@ -18,11 +18,14 @@ func (p *Pools) Pace(backends []string) (requests, tokens float64) {
 	now := p.clock.Now()
 	rpm, tpm := 0, 0
 	rpmUnknown, tpmUnknown := false, false
+	var picks, retries int64
 	for _, name := range backends {
 		kp := p.pool(name)
 		if kp == nil {
 			continue
 		}
+		pk, rt := kp.mix.counts(now)
+		picks, retries = picks+pk, retries+rt
 		kp.mu.Lock()
 		if held, _ := kp.damper.heldDown(now); !held {
 			for _, k := range kp.keys {
@@ -42,8 +45,10 @@ func (p *Pools) Pace(backends []string) (requests, tokens float64) {
 		tpm = 0
 	}
 	// The keys' rate goes to attempts; Envoy's retries (a flaky key's
-	// 5xx, a reset) take their share of it before the next request.
-	first := 1 - p.mix.retryShare(now)
+	// 5xx, a reset) take their share of it before the next request. Only
+	// these backends' retries: another model's flaky keys do not slow
+	// this one's admissions.
+	first := 1 - retryShare(picks, retries)
 	return admitShare * first * float64(rpm) / 60, admitShare * first * float64(tpm) / 60
 }
 
@@ -55,9 +60,10 @@ func (p *Pools) Pace(backends []string) (requests, tokens float64) {
 // on without a slot in the 500-agent at-capacity run with both at 95 %).
 const admitShare = 0.92
 
-// attemptMix counts this replica's picks and, of those, retries (Attempt >
-// 1) over the last 10-20 s, in two generations rotated every 10 s. Without
-// picks (a replica that runs only the router-level filter) the share is 0.
+// attemptMix counts this replica's picks of one backend's keys and, of
+// those, retries (Attempt > 1) over the last 10-20 s, in two generations
+// rotated every 10 s. Without picks (a replica that runs only the
+// router-level filter) the share is 0.
 type attemptMix struct {
 	picks, retries         atomic.Int64 // current generation
 	prevPicks, prevRetries atomic.Int64
@@ -78,18 +84,28 @@ func (m *attemptMix) add(attempt int) {
 	}
 }
 
-// retryShare is the share of picks that were retries, at most 1/2.
-func (m *attemptMix) retryShare(now time.Time) float64 {
+// counts rotates the generations when due and returns the picks and the
+// retries that take window (those after a short refusal left out) over
+// the last 10-20 s. The retries may be negative: a refusal is counted on
+// the refusing key's backend, its retry on the backend Envoy sends it to,
+// so only a set's sum says what its keys' windows lost.
+func (m *attemptMix) counts(now time.Time) (picks, retries int64) {
 	if at := m.rotateAt.Load(); now.UnixNano() >= at && m.rotateAt.CompareAndSwap(at, now.Add(mixPeriod).UnixNano()) {
 		m.prevPicks.Store(m.picks.Swap(0))
 		m.prevRetries.Store(m.retries.Swap(0))
 		m.prevRefusals.Store(m.refusals.Swap(0))
 	}
-	picks := m.picks.Load() + m.prevPicks.Load()
+	picks = m.picks.Load() + m.prevPicks.Load()
+	retries = m.retries.Load() + m.prevRetries.Load() - m.refusals.Load() - m.prevRefusals.Load()
+	return picks, retries
+}
+
+// retryShare is the share of picks that were retries, at most 1/2; 0
+// below 20 picks (too few to say).
+func retryShare(picks, retries int64) float64 {
 	if picks < 20 {
-		return 0 // too few to say
+		return 0
 	}
-	retries := m.retries.Load() + m.prevRetries.Load() - m.refusals.Load() - m.prevRefusals.Load()
 	return min(float64(max(retries, 0))/float64(picks), 0.5)
 }
 

@@ -79,6 +79,7 @@ type KeyPool struct {
 	rng     *rand.Rand
 	healthy bool // as reported to the control plane (damped)
 	damper  healthDamper
+	mix     attemptMix // picks and retries, for the admission pace
 }
 
 func newKeyPool(owner *Pools, b *config.Backend) *KeyPool {
@@ -643,7 +644,7 @@ func (kp *KeyPool) reportObserved(k *keyState, req string, now time.Time, ob *ob
 		kp.announceTransition(k, now, ob)
 	}
 	if ob.paced {
-		p.mix.refused()
+		kp.mix.refused()
 	}
 	if ob.learned && p.sync != nil {
 		p.sync.publishLimits(kp.name, ob.keyID, ob.learnedRPM, ob.learnedTPM, ob.learnedWindow)

@@ -87,7 +87,6 @@ type Pools struct {
 	pol   atomic.Pointer[policy]
 
 	unanswered unanswered // attempts that ended without response headers
-	mix        attemptMix // picks and retries, for the admission pace
 
 	changes     chan struct{}
 	rearm       chan struct{} // a key opened: Run recomputes its timer
@@ -317,7 +316,7 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 // granted counts a pick that stands, before its lease is handed out.
 func (p *Pools) granted(l *Lease, attempt int) {
 	l.key.m.picks.Inc()
-	p.mix.add(attempt)
+	l.pool.mix.add(attempt)
 }
 
 // readShared adds to in what Redis knows of the request: the keys its

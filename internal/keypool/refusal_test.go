@@ -1,6 +1,8 @@
 package keypool
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -81,7 +83,7 @@ func TestRetryShareLeavesRefusalsOut(t *testing.T) {
 		{picks: 100, retries: 90, want: 0.5},
 	} {
 		var m attemptMix
-		m.retryShare(now) // first rotation
+		m.counts(now) // first rotation
 		for i := range tc.picks {
 			attempt := 1
 			if i < tc.retries {
@@ -92,7 +94,7 @@ func TestRetryShareLeavesRefusalsOut(t *testing.T) {
 		for range tc.refusals {
 			m.refused()
 		}
-		if got := m.retryShare(now); got < tc.want-1e-9 || got > tc.want+1e-9 {
+		if got := retryShare(m.counts(now)); got < tc.want-1e-9 || got > tc.want+1e-9 {
 			t.Errorf("%+v: share %.3f, want %.3f", tc, got, tc.want)
 		}
 	}
@@ -119,5 +121,65 @@ func TestInFlight429sMakeNoStreak(t *testing.T) {
 		if round%2 == 1 {
 			_ = p.Report(t.Context(), "b", "k1", "", Outcome{Status: 200, RemainingRequests: 3, RemainingTokens: -1, LimitRequests: 60})
 		}
+	}
+}
+
+// TestRetrySharePerBackendSet: Envoy's retries on one backend's keys slow
+// the pace of the sets that include that backend only; another model's
+// flaky keys do not take its admissions.
+func TestRetrySharePerBackendSet(t *testing.T) {
+	cfg := testConfig(t, "admission: {pace: false}\n", map[string][]key{"a": {{id: "a1", rpm: 60000}}, "b": {{id: "b1", rpm: 60000}}})
+	p := newPools(t, cfg, Options{})
+	served := ParseOutcome(200, func(string) string { return "" })
+	for i := range 40 {
+		attempt := 1
+		if i%2 == 1 {
+			attempt = 2 // every other pick on b is a retry
+		}
+		l, err := p.Pick(t.Context(), "b", PickRequest{RequestID: fmt.Sprint("r", i), Attempt: attempt})
+		if err != nil {
+			t.Fatalf("pick %d: %v", i, err)
+		}
+		l.Done(served)
+	}
+	full := admitShare * 60000 / 60.0
+	for _, tc := range []struct {
+		set  []string
+		want float64
+	}{
+		{[]string{"a"}, full},              // no retries of its own
+		{[]string{"b"}, full / 2},          // half its picks were retries (the share's cap)
+		{[]string{"a", "b"}, 2 * full / 2}, // b's retries over both sets' picks
+	} {
+		if got, _ := p.Pace(tc.set); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("pace of %v = %.4f, want %.4f", tc.set, got, tc.want)
+		}
+	}
+}
+
+// TestRetryShareRefusalOnAnotherBackend: a short refusal on one backend's
+// key retried on another backend of the same set takes no window from the
+// set: the refusal counted on the first offsets the retry on the second.
+func TestRetryShareRefusalOnAnotherBackend(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	var a, b attemptMix
+	a.counts(now)
+	b.counts(now)
+	for i := range 40 {
+		b.add(1)
+		if i%2 == 0 {
+			b.refused() // half of b's attempts refused...
+			a.add(2)    // ...and retried on a
+		} else {
+			a.add(1)
+		}
+	}
+	pa, ra := a.counts(now)
+	pb, rb := b.counts(now)
+	if got := retryShare(pa+pb, ra+rb); got != 0 {
+		t.Errorf("set {a, b}: retry share %.3f, want 0", got)
+	}
+	if got := retryShare(pa, ra); got != 0.5 {
+		t.Errorf("set {a} alone: retry share %.3f, want 0.5 (the refusals were b's)", got)
 	}
 }
