@@ -2,6 +2,7 @@ package keypool
 
 import (
 	"maps"
+	"math"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 // TestBackendCapacity: a backend's capacity is the sum of its keys' limits
 // once every key's is known (configured or stated; a shorter window's at its
 // rate per minute); learning one signals Changes on the replica that saw the
-// answer and on the others when they adopt it; without capacity_weights or
+// answer and on the others when they adopt it, and so does a key's refused
+// share, which a replica that never heard from the key adopts through Redis;
+// without capacity_weights or
 // with the pace off nothing is reported.
 func TestBackendCapacity(t *testing.T) {
 	srv := redistest.Start(t)
@@ -67,6 +70,21 @@ func TestBackendCapacity(t *testing.T) {
 		t.Fatalf("y after ten short refusals: %+v, want more attempts than its 60, part of them refused", y)
 	}
 	t.Logf("y after ten short refusals: %+v", y)
+	// The other replica never heard from c (a control plane beside
+	// ext_proc replicas): it adopts the refused share through Redis, as it
+	// stood when it last moved by more than capacityStep.
+	waitFor(t, 2*time.Second, "the other replica adopting c's refused share", func() bool {
+		o := ps[1].BackendCapacity()["y"]
+		// Within capacityStep: a share is written when it moves by more.
+		return o.Refused > 0 && math.Abs(o.Attempts-y.Attempts) <= capacityStep*y.Attempts &&
+			math.Abs(o.Refused-y.Refused) <= capacityStep*y.Attempts
+	})
+	if !signalled(ps[1]) {
+		t.Fatal("adopting a refused share did not signal Changes")
+	}
+	if got := ps[0].BackendCapacity()["y"]; got != y {
+		t.Fatalf("the replica that heard from c took the shared share over its own: %+v, want %+v", got, y)
+	}
 
 	for _, adm := range []string{"{pace: false, capacity_weights: true}", "{pace: true}"} {
 		off := newPools(t, testConfig(t, "admission: "+adm+"\n", map[string][]key{"y": {{id: "c", rpm: 60}}}), Options{})

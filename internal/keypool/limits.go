@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Learned limits.
@@ -111,16 +113,28 @@ func (p *Pools) adoptLimits(all map[string]string) {
 	}
 }
 
-// pollLimits reads the shared learned limits (with the breaker poll).
+// pollLimits reads the shared learned limits, and with capacity weights
+// the shared refused shares (refusedshare.go), in one round trip (with the
+// breaker poll).
 func (s *syncer) pollLimits(ctx context.Context) {
-	all, err := s.rdb.HGetAll(ctx, s.limitsKey).Result()
+	var limits, refused *redis.MapStringStringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		limits = p.HGetAll(ctx, s.limitsKey)
+		if s.p.pol.Load().capacity {
+			refused = p.HGetAll(ctx, s.refusedKey)
+		}
+		return nil
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.fail("poll_limits", err)
 		}
 		return
 	}
-	s.p.adoptLimits(all)
+	s.p.adoptLimits(limits.Val())
+	if refused != nil {
+		s.p.adoptRefused(refused.Val())
+	}
 }
 
 // publishLimits queues the write of a key's learned limits.

@@ -46,8 +46,10 @@ type keyState struct {
 	reqLeft      int
 	reqLeftUntil time.Time
 	// refused is the share of the key's answers that were the provider's
-	// short refusals (refusal.go), a moving average.
-	refused float64
+	// short refusals (refusal.go), a moving average; answeredAt is this
+	// replica's last answer from the key (refusedshare.go).
+	refused    float64
+	answeredAt time.Time
 	// signalledAttempts/Refused: the key's capacity when it last
 	// signalled a change (capacity.go).
 	signalledAttempts, signalledRefused float64
@@ -566,8 +568,9 @@ type observation struct {
 	probe    bool // the attempt was the key's half-open probe
 	keyID    string
 
-	learned                bool // the provider stated new limits
-	capacity               bool // the key's capacity moved (capacity.go)
+	learned                bool    // the provider stated new limits
+	capacity               bool    // the key's capacity moved (capacity.go)
+	refused                float64 // then its refused share, to be shared
 	learnedRPM, learnedTPM int
 	learnedWindow          time.Duration
 	paced                  bool // a short refusal: the provider's pace, not a failure
@@ -608,7 +611,12 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 	k.noteRemaining(o, now)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
 	ob.paced = k.noteRefusal(o)
-	ob.capacity = pol.capacity && k.capacityMovedLocked()
+	if o.Status != 0 {
+		k.answeredAt = now
+	}
+	if ob.capacity = pol.capacity && k.capacityMovedLocked(); ob.capacity {
+		ob.refused = k.refused
+	}
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
 	}
@@ -651,6 +659,9 @@ func (kp *KeyPool) reportObserved(k *keyState, req string, now time.Time, ob *ob
 	}
 	if ob.capacity {
 		p.signal() // BackendCapacity moved
+		if p.sync != nil {
+			p.sync.publishRefused(kp.name, ob.keyID, ob.refused)
+		}
 	}
 	if ob.failed && req != "" && p.sync != nil {
 		p.sync.addTried(req, ob.keyID)

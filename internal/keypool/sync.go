@@ -37,6 +37,7 @@ type syncer struct {
 	triedPrefix  string // key prefix of per-request failed-key sets
 	cancelPrefix string // key prefix of requests whose client went away
 	limitsKey    string // hash of learned limits (limits.go)
+	refusedKey   string // hash of shared refused shares (refusedshare.go)
 	replicasKey  string // sorted set of the replicas that pick keys (replicas.go)
 	prefix       string // Redis key prefix (the per-backend pace hashes, keypace.go)
 
@@ -59,6 +60,7 @@ type syncOp struct {
 	req          string
 	cancel       bool   // req's client went away (Pools.Cancelled)
 	limits       string // encoded learned limits of backend/key (limits.go)
+	refused      string // backend/key's refused share (refusedshare.go)
 }
 
 const syncQueue = 4096
@@ -71,6 +73,7 @@ func newSyncer(p *Pools, rdb redis.UniversalClient, prefix, replica string) *syn
 		triedPrefix:  prefix + "keypool:tried:",
 		cancelPrefix: prefix + "keypool:cancel:",
 		limitsKey:    limitsKey(prefix),
+		refusedKey:   refusedKey(prefix),
 		replicasKey:  prefix + "keypool:replicas",
 		prefix:       prefix,
 		queue:        make(chan syncOp, syncQueue),
@@ -239,6 +242,10 @@ func (s *syncer) write(ctx context.Context, ops []syncOp) {
 	for _, op := range ops {
 		if op.limits != "" {
 			pipe.HSet(wctx, s.limitsKey, op.backend+"|"+op.key, op.limits)
+			continue
+		}
+		if op.refused != "" {
+			pipe.HSet(wctx, s.refusedKey, op.backend+"|"+op.key, op.refused)
 			continue
 		}
 		if op.state != nil {
