@@ -88,23 +88,34 @@ func (k *keyState) learnedPerMinute() int {
 	return int(float64(k.learnedRPM) * float64(time.Minute) / float64(k.learnedWindow))
 }
 
-// nextSlot is how long a served answer that left no request in the key's
-// window holds it: its reset, but at most one request's share of a learned
-// window. A sliding window's reset is when its newest request leaves it, a
-// refilling bucket's when it is full again, while the next request fits
-// as soon as the oldest leaves or one request's share refills: held for
-// the whole reset, a key paced at its window (which leaves it with no
-// request to spare now and then) sat out ten seconds each time, and the
-// storm's keys served two thirds of their windows. A request sent too
-// early gets the provider's 429 with the exact Retry-After. Caller holds
-// kp.mu.
-func (k *keyState) nextSlot(o Outcome) time.Duration {
+// nextSlot is how long a served answer at now that left no request in the
+// key's window holds it: its reset, but at most one request's share of a
+// learned window. A sliding window's reset is when its newest request
+// leaves it, a refilling bucket's when it is full again, while the next
+// request fits as soon as the oldest leaves or one request's share
+// refills: held for the whole reset, a key paced at its window (which
+// leaves it with no request to spare now and then) sat out ten seconds
+// each time, and the storm's keys served two thirds of their windows. A
+// request sent too early gets the provider's 429 with the exact
+// Retry-After.
+//
+// Within the first window since this replica's first attempt on the key
+// the share is wrong: the window filled before the pace knew it (the
+// burst the cold start and what remains let through, learnedwindow.go),
+// and its oldest requests leave only a window after the first of them.
+// The key is held until then (within the reset): in the storm every
+// key's first-window 429s came a share apart after the window was full,
+// each only to be told to wait for the burst to leave. Caller holds kp.mu.
+func (k *keyState) nextSlot(o Outcome, now time.Time) time.Duration {
 	if o.RemainingRequests != 0 || o.class() != classSuccess || !k.ownWindow || k.learnedWindow <= 0 || k.learnedRPM <= 0 {
 		return o.ResetRequests
 	}
-	share := k.learnedWindow / time.Duration(k.learnedRPM)
-	if o.ResetRequests <= 0 {
-		return share
+	hold := k.learnedWindow / time.Duration(k.learnedRPM)
+	if first := k.firstSent.Add(k.learnedWindow); !k.firstSent.IsZero() && now.Before(first) {
+		hold = max(hold, first.Sub(now))
 	}
-	return min(o.ResetRequests, share)
+	if o.ResetRequests <= 0 {
+		return hold
+	}
+	return min(o.ResetRequests, hold)
 }

@@ -91,13 +91,15 @@ func TestLimitsEncoding(t *testing.T) {
 }
 
 // TestNextSlot: a served answer that left no request holds a key with a
-// learned window for one request's share of it, not the whole reset.
+// learned window for one request's share of it, not the whole reset; in
+// the first window since the key's first attempt, until that window ends.
 func TestNextSlot(t *testing.T) {
 	ok := func(limit, remaining int, reset time.Duration) Outcome {
 		return Outcome{Status: 200, LimitRequests: limit, RemainingRequests: remaining, RemainingTokens: -1, ResetRequests: reset}
 	}
 	for _, tc := range []struct {
 		name    string
+		first   time.Duration // the key's first attempt, this long ago (0: none)
 		answers []Outcome
 		want    time.Duration
 	}{
@@ -105,15 +107,27 @@ func TestNextSlot(t *testing.T) {
 		{name: "window not learned: the reset", answers: []Outcome{ok(60, 0, 10*time.Second)}, want: 10 * time.Second},
 		{name: "per minute in one-second slices: the reset", answers: []Outcome{ok(600, 9, time.Second), ok(600, 0, 400*time.Millisecond)}, want: 400 * time.Millisecond},
 		{name: "requests left: the reset", answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 3, 10*time.Second)}, want: 10 * time.Second},
+		// The window filled within a window of the key's first attempt
+		// (2 s ago): the burst leaves 10 s after it, 8 s from now.
+		{name: "first window: until the first attempt's window ends", first: 2 * time.Second,
+			answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 9500*time.Millisecond)}, want: 8 * time.Second},
+		{name: "first window, within the reset", first: 2 * time.Second,
+			answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 5*time.Second)}, want: 5 * time.Second},
+		{name: "after the first window: one request's share", first: 15 * time.Second,
+			answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 10*time.Second)}, want: 10 * time.Second / 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1_800_000_000, 0)
 			k := &keyState{}
+			if tc.first > 0 {
+				k.firstSent = now.Add(-tc.first)
+			}
 			var last Outcome
 			for _, o := range tc.answers {
 				k.learn(o)
 				last = o
 			}
-			if got := k.nextSlot(last); got != tc.want {
+			if got := k.nextSlot(last, now); got != tc.want {
 				t.Errorf("held %s, want %s", got, tc.want)
 			}
 		})

@@ -606,7 +606,7 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 	k.lastStatus = o.Status
 	ob.learned = k.learn(o)
 	if pol.keyPace {
-		o.ResetRequests = k.nextSlot(o) // the key's pace spaces what follows
+		o.ResetRequests = k.nextSlot(o, now) // the key's pace spaces what follows
 	}
 	k.noteRemaining(o, now)
 	ob.learnedRPM, ob.learnedTPM, ob.learnedWindow = k.learnedRPM, k.learnedTPM, k.sharedWindow()
