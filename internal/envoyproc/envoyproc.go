@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/childproc"
 )
 
 // Process is one running Envoy.
@@ -31,7 +33,7 @@ func Start(t testing.TB, bin, bootstrapPath string, args ...string) *Process {
 	t.Helper()
 	p := &Process{}
 	all := append([]string{"-c", bootstrapPath, "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1"}, args...)
-	p.cmd = exec.Command(bin, all...)
+	p.cmd = childproc.Command(bin, all...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)

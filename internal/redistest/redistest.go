@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/swarmgate/swarmgate/internal/childproc"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) start(bin string) {
 func (s *Server) launch(bin string) error {
 	logPath := filepath.Join(s.dir, "redis.log")
 	_ = os.Remove(logPath) // a failed attempt's log must not be read again
-	s.cmd = exec.Command(bin, append(append([]string(nil), s.args...),
+	s.cmd = childproc.Command(bin, append(append([]string(nil), s.args...),
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--loglevel", "warning",
