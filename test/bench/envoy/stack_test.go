@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/swarmgate/swarmgate/internal/childproc"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
@@ -130,7 +131,7 @@ tenants:
 		b.Fatal(err)
 	}
 
-	sg := exec.Command(bin, "serve", "--config", cfgPath, "--log-level", "error", "--node-id", "bench")
+	sg := childproc.Command(bin, "serve", "--config", cfgPath, "--log-level", "error", "--node-id", "bench")
 	sg.Env = env
 	var sgLog syncBuffer
 	sg.Stdout, sg.Stderr = &sgLog, &sgLog

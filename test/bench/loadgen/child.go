@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/childproc"
 )
 
 // ListenPrefix starts the line a server child prints on stdout once it
@@ -29,7 +31,7 @@ type Child struct {
 // StartChild runs exe with args and waits (bounded by ctx) for its LISTEN
 // line. The child must exit when its stdin closes.
 func StartChild(ctx context.Context, exe string, args ...string) (*Child, error) {
-	cmd := exec.Command(exe, args...)
+	cmd := childproc.Command(exe, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: child stdin: %w", err)
