@@ -10,7 +10,7 @@ export GOFLAGS ?= -buildvcs=false
 SHELL     := bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: all build run test test-short deps lint fmt vet bench loadtest swarm golden proto fuzz clean
+.PHONY: all build run test test-short deps lint fmt vet tidy bench loadtest swarm golden proto fuzz clean
 
 all: build
 
@@ -37,7 +37,7 @@ test: deps lint
 test-short: deps
 	$(GO) test -short $(PKGS)
 
-lint: fmt vet
+lint: fmt vet tidy
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -45,6 +45,11 @@ fmt:
 
 vet:
 	$(GO) vet $(PKGS)
+
+# go.mod and go.sum say exactly what the code imports (a stale require is a
+# dependency nobody reviews).
+tidy:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum not tidy: run go mod tidy"; exit 1; }
 
 ## bench: Go benchmarks with -benchmem; compare runs with benchstat.
 bench:
