@@ -187,3 +187,51 @@ func TestReservationWaitRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestReservationNewcomerQueuesBehindWaiter: a request that would fit in
+// the tenant's TPM window while another waits for it does not take the
+// window first: it waits in the queue too and is admitted after the
+// waiter.
+func TestReservationNewcomerQueuesBehindWaiter(t *testing.T) {
+	s := newTPMStack(t, 5*time.Second, time.Second)
+	first, cancel1 := admit(t, s.harness, bigAsk)
+	defer cancel1()
+	serve(t, first, `{"prompt_tokens":100,"completion_tokens":800,"total_tokens":900}`)
+
+	waiter, cancelW := s.stream(t, contract.RoleRouter)
+	defer cancelW()
+	roundTrip(t, waiter, reqHeaders(false, chatHeaders(keyAlpha)...))
+	if ov := roundTrip(t, waiter, reqBody(bigAsk)); ov.GetOverrideMessageTimeout() == nil {
+		t.Fatalf("the big request is not waiting: %v", ov)
+	}
+	waiterAt := make(chan time.Time, 1)
+	go func() {
+		resp, err := waiter.Recv()
+		if err != nil || resp.GetRequestBody() == nil {
+			t.Errorf("waiter not admitted: %v %v", resp, err)
+		}
+		waiterAt <- time.Now()
+	}()
+
+	// 10 output tokens fit beside the 900 the window holds.
+	newcomer, cancelN := s.stream(t, contract.RoleRouter)
+	defer cancelN()
+	roundTrip(t, newcomer, reqHeaders(false, chatHeaders(keyAlpha)...))
+	small := `{"model":"chat","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	if ov := roundTrip(t, newcomer, reqBody(small)); ov.GetOverrideMessageTimeout() == nil {
+		t.Fatalf("the newcomer took the window before the waiter: %v", ov)
+	}
+	resp, err := newcomer.Recv()
+	if err != nil || resp.GetRequestBody() == nil {
+		t.Fatalf("newcomer not admitted after the waiter: %v %v", resp, err)
+	}
+	newcomerAt := time.Now()
+	select {
+	case at := <-waiterAt:
+		if at.After(newcomerAt) {
+			t.Errorf("newcomer admitted %v before the waiter", at.Sub(newcomerAt))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter never admitted")
+	}
+}

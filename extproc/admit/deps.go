@@ -94,6 +94,11 @@ type ReserveRequest struct {
 	// Price is the dearest price among the targets that may serve it: the
 	// money hold must cover the worst case.
 	Price config.Price
+	// Wait is how long the request waits in the queue if a token limit
+	// refuses it (0: it does not); Queued, that the queue admitted it.
+	// Requests that did not wait their turn are held behind the waiters.
+	Wait   time.Duration
+	Queued bool
 }
 
 // Reservation is the answer. When Granted is false the request is refused
@@ -113,6 +118,9 @@ type Reservation struct {
 	Limit                   int64
 	Remaining               int64
 	Reset                   time.Duration
+	// Behind: the tokens would fit, but requests that wait for the
+	// window came first; RetryAfter is when it frees for them.
+	Behind bool
 	// Handle is the reserver's own state, handed back to Settle/Release.
 	Handle any
 }

@@ -20,12 +20,16 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 		return nil
 	}
 	tenant := f.Tenant()
+	deadline, waits := a.tpmDeadline(cfg, f, t)
 	req := ReserveRequest{RequestID: f.RequestID, Tenant: tenant, KeyID: f.KeyID(),
 		Model: f.Alias, PromptTokens: f.EstTokens, MaxOutputTokens: f.MaxOut, Price: dearest(f.Model, f.Backends)}
+	if waits {
+		req.Wait = time.Until(deadline)
+	}
 	res, err := a.Reserver.Reserve(ctx, req)
-	if err == nil && !res.Granted && !res.Budget {
+	if err == nil && !res.Granted && !res.Budget && waits {
 		// A TPM window may free within the request's wait.
-		res, err = a.reserveQueued(ctx, cfg, f, t, req, res)
+		res, err = a.reserveQueued(ctx, cfg, f, t, req, res, deadline)
 	}
 	switch {
 	case err != nil:
@@ -40,10 +44,15 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 		return (&Refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "budget_exceeded",
 			Message: "Tenant `" + tenant + "` has used its monthly budget."}).withRetryAfter(res.RetryAfter)
 	case !res.Granted:
+		msg := "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
+			"`: limit " + strconv.FormatInt(res.Limit, 10) + ", remaining " + strconv.FormatInt(res.Remaining, 10) +
+			", requested " + strconv.Itoa(f.Need()) + "."
+		if res.Behind {
+			msg = "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
+				"`: limit " + strconv.FormatInt(res.Limit, 10) + "; requests queued before this one are served first."
+		}
 		r := (&Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded",
-			Message: "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
-				"`: limit " + strconv.FormatInt(res.Limit, 10) + ", remaining " + strconv.FormatInt(res.Remaining, 10) +
-				", requested " + strconv.Itoa(f.Need()) + "."}).withRetryAfter(res.RetryAfter)
+			Message: msg}).withRetryAfter(res.RetryAfter)
 		r.Headers = append(r.Headers, Header{"x-ratelimit-limit-tokens", strconv.FormatInt(res.Limit, 10)},
 			Header{"x-ratelimit-remaining-tokens", strconv.FormatInt(res.Remaining, 10)},
 			Header{"x-ratelimit-reset-tokens", res.Reset.Round(time.Millisecond).String()})
@@ -85,24 +94,15 @@ func KeyBudgetExceeded(keyID string, res Reservation) *Refusal {
 // model), not per backend set as the keys' wait: a tenant over its own
 // TPM must not hold the tenants behind it on the same backends back.
 // Within that scope the queue's class, weight and arrival rules hold.
-func (a *Admitter) reserveQueued(ctx context.Context, cfg *config.Config, f *Facts, t Timer, req ReserveRequest, res Reservation) (Reservation, error) {
-	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || res.Granted || res.Budget {
-		return res, nil
-	}
+func (a *Admitter) reserveQueued(ctx context.Context, cfg *config.Config, f *Facts, t Timer, req ReserveRequest, res Reservation, deadline time.Time) (Reservation, error) {
 	qr := queueRequest(cfg, f, t)
 	qr.Scope = "tpm:" + res.Scope + ":" + req.Tenant
 	if res.Scope == "model" {
 		qr.Scope += ":" + req.Model
 	}
 	qr.Tokens = f.Need()
-	answer := cfg.Request.MessageTimeout.Duration
-	deadline := time.Now().Add(qr.MaxWait)
 	if t != nil {
-		if left, sent := t.Left(answer); sent {
-			// Only the first extension of a message counts: the keys'
-			// wait asked for it, this wait ends within it.
-			deadline = time.Now().Add(min(qr.MaxWait, left))
-		}
+		answer := cfg.Request.MessageTimeout.Duration
 		qr.OnWait = func() { t.Extend(time.Until(deadline) + answer) }
 	}
 	for {
@@ -124,6 +124,9 @@ func (a *Admitter) reserveQueued(ctx context.Context, cfg *config.Config, f *Fac
 			res.Reset = res.RetryAfter
 			return res, nil
 		}
+		// Its turn: the mark earlier refusals left on the scope does not
+		// hold it back.
+		req.Queued, req.Wait = true, time.Until(deadline)
 		next, err := a.Reserver.Reserve(ctx, req)
 		if err != nil || next.Granted || next.Budget {
 			return next, err
@@ -132,6 +135,24 @@ func (a *Admitter) reserveQueued(ctx context.Context, cfg *config.Config, f *Fac
 		// did not wait): wait again for the new Retry-After.
 		res = next
 	}
+}
+
+// tpmDeadline is when a request refused for a token limit stops waiting
+// for the window, and whether it waits at all (a queue and
+// admission.max_wait > 0). A keys' wait that already extended the message
+// bounds it: Envoy honours only the first extension per message.
+func (a *Admitter) tpmDeadline(cfg *config.Config, f *Facts, t Timer) (time.Time, bool) {
+	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 {
+		return time.Time{}, false
+	}
+	maxWait := queueRequest(cfg, f, t).MaxWait // the tenant's or class's own
+	deadline := time.Now().Add(maxWait)
+	if t != nil {
+		if left, sent := t.Left(cfg.Request.MessageTimeout.Duration); sent {
+			deadline = time.Now().Add(min(maxWait, left))
+		}
+	}
+	return deadline, true
 }
 
 // dearest is the highest price among the targets on the backends.

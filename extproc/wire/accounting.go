@@ -42,7 +42,7 @@ type reserver struct{ r *reserve.Reserver }
 
 func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extproc.Reservation, error) {
 	res, err := a.r.Reserve(ctx, reserve.Request{RequestID: req.RequestID, Tenant: req.Tenant, Model: req.Model, KeyID: req.KeyID,
-		PromptTokens: req.PromptTokens, MaxOutputTokens: req.MaxOutputTokens, Price: req.Price})
+		PromptTokens: req.PromptTokens, MaxOutputTokens: req.MaxOutputTokens, Price: req.Price, Wait: req.Wait, Queued: req.Queued})
 	var le *reserve.LimitError
 	var be *budget.ExceededError
 	switch {
@@ -50,7 +50,7 @@ func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extp
 		return extproc.Reservation{ID: res.RequestID, Granted: true, Handle: res}, nil
 	case errors.As(err, &le):
 		return extproc.Reservation{Scope: le.Scope, RetryAfter: le.RetryAfter, Limit: le.Limit,
-			Remaining: max(le.Limit-le.Used, 0), Reset: le.RetryAfter}, nil
+			Remaining: max(le.Limit-le.Used, 0), Reset: le.RetryAfter, Behind: le.Behind}, nil
 	case errors.As(err, &be):
 		return extproc.Reservation{Budget: true, RetryAfter: be.RetryAfter, BudgetKey: be.KeyID, BudgetPeriod: be.Budget}, nil
 	}

@@ -27,6 +27,10 @@ type LimitError struct {
 	// one Window (most in-flight requests settle sooner). Zero when the
 	// request can never fit (Requested > Limit).
 	RetryAfter time.Duration
+	// Behind: the request would fit, but requests refused before it wait
+	// for this scope's window (Request.Wait) and come first; RetryAfter is
+	// when the window frees for them.
+	Behind bool
 }
 
 func (e *LimitError) Error() string {
@@ -36,6 +40,10 @@ func (e *LimitError) Error() string {
 		who += fmt.Sprintf(" model %q", e.Model)
 	case ScopeKey:
 		who += fmt.Sprintf(" key %q", e.KeyID)
+	}
+	if e.Behind {
+		return fmt.Sprintf("reserve: %s: requests waiting for the token window (limit %d per %s) come first; retry after %s",
+			who, e.Limit, e.Window, e.RetryAfter.Round(time.Millisecond))
 	}
 	if e.RetryAfter == 0 {
 		return fmt.Sprintf("reserve: %s: request needs %d tokens, more than the limit of %d per %s",

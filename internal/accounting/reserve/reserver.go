@@ -45,7 +45,21 @@ type Request struct {
 	MaxOutputTokens int
 	// Price is the chosen target's price, for the money budget.
 	Price config.Price
+	// Wait is how long the request will wait in the admission queue if a
+	// token scope refuses it (0: it will not). A refusal it will wait out
+	// marks the scope, and requests that did not wait their turn are
+	// refused until the window has freed for it (LimitError.Behind), so a
+	// newcomer cannot take the window the waiters wait for.
+	Wait time.Duration
+	// Queued: the request waited its turn in the queue; a scope's mark
+	// does not hold it back.
+	Queued bool
 }
+
+// waitGrace is how long after the window frees for a scope's waiters
+// newcomers are still held behind them: a waiter reserves again once the
+// queue's next step admits it (a poll, 20 ms by default, plus Redis).
+const waitGrace = time.Second
 
 // Reservation is an admitted request's hold. Keep it for Settle (the
 // router-level ext_proc sees request and response on one stream).
@@ -217,12 +231,17 @@ func (r *Reserver) Reserve(ctx context.Context, req Request) (Reservation, error
 	ttl := cfg.Accounting.ReservationTTL.D()
 	keys := make([]string, 0, 1+3*len(scopes))
 	keys = append(keys, settledKey(prefix, req.Tenant, req.RequestID))
-	args := make([]any, 0, 4+3*len(scopes))
+	args := make([]any, 0, 8+3*len(scopes))
 	args = append(args, member(req.RequestID), ttl.Milliseconds(), (ttl + r.opts.Window).Milliseconds(), len(scopes))
 	for _, s := range scopes {
 		keys = append(keys, s.z, s.h, s.base)
 		args = append(args, s.kind, s.limit, s.amount)
 	}
+	queued := "0"
+	if req.Queued {
+		queued = "1"
+	}
+	args = append(args, max(req.Wait, 0).Milliseconds(), queued, r.opts.Window.Milliseconds(), waitGrace.Milliseconds())
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Redis.ReadTimeout.D())
 	out, err := reserveScript.Run(ctx, r.rdb, keys, args...).Int64Slice()
@@ -245,7 +264,11 @@ func (r *Reserver) Reserve(ctx context.Context, req Request) (Reservation, error
 	if len(out) > 5 {
 		held = out[5]
 	}
-	return Reservation{}, r.refusal(req, res, s, out[2], out[3], held)
+	err = r.refusal(req, res, s, out[2], out[3], held)
+	if le, ok := err.(*LimitError); ok && len(out) > 6 && out[6] == 1 {
+		le.Behind = true
+	}
+	return Reservation{}, err
 }
 
 func (r *Reserver) scopesFor(cfg *config.Config, t *config.Tenant, req Request, res *Reservation) []scope {

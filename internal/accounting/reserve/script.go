@@ -39,12 +39,20 @@ end
 // budget, the key's spend counter for a key budget; unused for tokens).
 // ARGV[1] member, ARGV[2] ttl ms, ARGV[3] key expiry ms, ARGV[4] n, then per
 // scope i: ARGV[3i+2] kind ('t' tokens, 'm' tenant money, 'k' key money),
-// ARGV[3i+3] limit, ARGV[3i+4] amount.
+// ARGV[3i+3] limit, ARGV[3i+4] amount; then ARGV[3n+5] how long the request
+// waits when a token scope refuses it (ms, 0: it does not), ARGV[3n+6] '1'
+// when it waited its turn (the queue admitted it), ARGV[3n+7] the window
+// (ms) a refusal's wait is capped at, ARGV[3n+8] the grace (ms) a token
+// scope's waiters keep it after the time their window frees.
 // Returns {1, 0, 0, 0, now} admitted, {2, ...} already reserved or settled,
-// {0, i, retry_ms, used, now, held} refused by scope i; retry_ms -1: never fits,
-// -2: only the budget period's reset frees room.
+// {0, i, retry_ms, used, now, held, behind} refused by scope i; retry_ms -1:
+// never fits, -2: only the budget period's reset frees room; behind 1: the
+// request would fit, but requests refused before it wait for the window
+// (the scope hash's "_wait": when it frees for them) and come first.
 var reserveScript = redis.NewScript(luaHelpers + `
 local member, ttl, keyttl, n = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local waits, queued = tonumber(ARGV[3 * n + 5]), ARGV[3 * n + 6] == '1'
+local window, grace = tonumber(ARGV[3 * n + 7]), tonumber(ARGV[3 * n + 8])
 local now = now_ms()
 if redis.call('EXISTS', KEYS[1]) == 1 then return {2, 0, 0, 0, now} end
 for i = 1, n do
@@ -57,6 +65,10 @@ for i = 1, n do
   local used = held
   if kind == 'm' then used = used + tonumber(redis.call('HGET', base, '*|cost') or '0') end
   if kind == 'k' then used = used + tonumber(redis.call('GET', base) or '0') end
+  if kind == 't' and not queued then
+    local w = tonumber(redis.call('HGET', h, '_wait') or '0')
+    if now < w + grace then return {0, i, math.max(w - now, 0), used, now, held, 1} end
+  end
   if used + amount > limit then
     local retry = -1
     local need = used + amount - limit
@@ -76,7 +88,11 @@ for i = 1, n do
         end
       end
     end
-    return {0, i, retry, used, now, held}
+    if kind == 't' and retry >= 0 and math.min(retry, window) <= waits then
+      local w = math.max(tonumber(redis.call('HGET', h, '_wait') or '0'), now + math.min(retry, window))
+      redis.call('HSET', h, '_wait', int(w))
+    end
+    return {0, i, retry, used, now, held, 0}
   end
 end
 for i = 1, n do
