@@ -117,6 +117,14 @@ type PickRequest struct {
 	// Key, when set, is the only key the attempt may use (a Responses
 	// request continuing a response this key created).
 	Key string
+	// Extend lets the pick wait for a paced key's slot beyond Envoy's
+	// message_timeout (keypool.PickRequest.Extend).
+	Extend Extender
+}
+
+// Extender extends Envoy's timer for the message being answered.
+type Extender interface {
+	Extend(d time.Duration)
 }
 
 // Lease is the chosen key. Secret must never be logged.

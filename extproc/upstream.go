@@ -36,14 +36,30 @@ type upstreamStream struct {
 	// dropped names the hosted tools the translation dropped
 	// (contract.HeaderDroppedTools on the attempt's answer).
 	dropped  string
-	reported bool   // the attempt's response headers were reported
+	reported bool // the attempt's response headers were reported
+	// st is the attempt's stream, for the key pick's timer extension;
+	// extended, that it was sent (Envoy honours one per message).
+	st       extprocv3.ExternalProcessor_ProcessServer
+	extended bool
 	scratch  []byte // the decoded admission token; kept across pooled uses
 	ans      *envoymsg.Answer
 }
 
+// Extend sends override_message_timeout for the message being answered
+// (the request headers, while the key pick waits for a paced key's slot),
+// once. A failed send means the stream is gone: the pick's wait ends with
+// its context.
+func (u *upstreamStream) Extend(d time.Duration) {
+	if u.extended {
+		return
+	}
+	u.extended = true
+	_ = u.st.Send(envoymsg.TimeoutOverride(d))
+}
+
 func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) error {
 	u := s.upstreams.Get().(*upstreamStream)
-	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans, scratch: u.scratch}
+	*u = upstreamStream{cfg: s.cfg.Load(), ans: u.ans, scratch: u.scratch, st: st}
 	if u.ans == nil {
 		u.ans = &envoymsg.Answer{}
 	}

@@ -26,7 +26,7 @@ type keys struct{ p *keypool.Pools }
 
 func (k keys) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
 	l, err := k.p.Pick(ctx, backend, keypool.PickRequest{RequestID: req.RequestID, Attempt: req.Attempt, Sticky: req.Sticky, EstTokens: req.EstTokens,
-		LastResort: req.LastResort, Key: req.Key,
+		LastResort: req.LastResort, Key: req.Key, Extend: req.Extend,
 		// A half-open key whose probe is out is still better than none: its
 		// 429/5xx is retried by Envoy elsewhere, the upstream filter's local
 		// reply is not.

@@ -123,3 +123,23 @@ func (c *Config) LongestAdmissionWait() time.Duration {
 	}
 	return w
 }
+
+// keySlotLongWait is how long an attempt's key pick may wait for a paced
+// key's slot when it can extend Envoy's message timer: one slot of a key
+// paced down to about 12 requests a minute.
+const keySlotLongWait = 5 * time.Second
+
+// KeySlotWait bounds how long an upstream attempt's key pick waits for a
+// paced key's slot (admission.pace): short within Envoy's message_timeout
+// (half of it, at most 1 s), long once the pick has extended the message
+// timer (override_message_timeout, within the upstream filter's
+// max_message_timeout): 5 s, at most half the per-try timeout when one is
+// set, whose timer already runs while the upstream filter decides.
+func (c *Config) KeySlotWait() (short, long time.Duration) {
+	short = min(c.Request.MessageTimeout.Duration/2, time.Second)
+	long = keySlotLongWait
+	if pt := c.Retry.PerTryTimeout.Duration; pt > 0 {
+		long = min(long, pt/2)
+	}
+	return short, max(short, long)
+}

@@ -150,3 +150,58 @@ func TestKeyPaceWaitsForSlot(t *testing.T) {
 		t.Errorf("slot right after the third pick: ok %v err %v; want refused", ok, err)
 	}
 }
+
+// extender records the pick's timer extensions.
+type extender struct {
+	mu    sync.Mutex
+	calls []time.Duration
+}
+
+func (e *extender) Extend(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls = append(e.calls, d)
+}
+
+// TestKeyPaceExtendsForSlowKeys: a key paced slower than the pick's short
+// bound (60 rpm at 95 %: a slot every 1.05 s, the bound 1 s) is waited for
+// when the caller can extend its timer (the upstream filter's
+// override_message_timeout), which the pick does once, with what is left
+// of the long bound plus message_timeout; without it the pick goes on
+// without a slot, as before.
+func TestKeyPaceExtendsForSlowKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		extend     bool
+		wantWaited bool
+	}{
+		{"extends and waits", true, true},
+		{"no extension: goes on without a slot", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			cfg := testConfig(t, paceYAML, map[string][]key{"b": {{id: "a", rpm: 60}}})
+			p := paceReplicas(t, srv, cfg, 1)[0]
+			pick(t, p, "b", PickRequest{Attempt: 1}).Done(status(200))
+			var e extender
+			req := PickRequest{Attempt: 1}
+			if tc.extend {
+				req.Extend = &e
+			}
+			start := time.Now()
+			l := pick(t, p, "b", req)
+			took := time.Since(start)
+			l.Done(status(200))
+			if waited := took >= time.Second; waited != tc.wantWaited {
+				t.Fatalf("second pick took %s; want waited for the 1.05 s slot: %v", took, tc.wantWaited)
+			}
+			_, long := cfg.KeySlotWait()
+			switch {
+			case tc.extend && (len(e.calls) != 1 || e.calls[0] <= long || e.calls[0] > long+cfg.Request.MessageTimeout.Duration):
+				t.Errorf("extensions %v; want one, within the long bound %s plus message_timeout", e.calls, long)
+			case !tc.extend && len(e.calls) != 0:
+				t.Errorf("extensions %v without an extender", e.calls)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ type metrics struct {
 	lag           *prometheus.HistogramVec
 	paceWait      *prometheus.HistogramVec
 	paceOverflow  *prometheus.CounterVec
+	paceExtended  prometheus.Counter
 }
 
 // keyMetrics are one key's series, resolved once so the hot path does no
@@ -80,17 +81,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		paceWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "swarmgate_keypool_pace_wait_seconds",
 			Help:    "Time picks waited for a key's own pace slot (only picks that waited).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"backend"}),
 		paceOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmgate_keypool_pace_overflow_total",
 			Help: "Picks that found every key paced beyond their wait bound and took a key without a pace slot.",
 		}, []string{"backend"}),
+		paceExtended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swarmgate_keypool_pace_extended_total",
+			Help: "Picks that extended Envoy's message timer to wait for a paced key's slot beyond message_timeout's share.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.pickFailures, m.inFlight, m.state, m.trips, m.probes,
 			m.leasesExpired, m.unanswered, m.authFailures, m.healthy, m.syncErrors, m.syncDropped, m.lag,
-			m.paceWait, m.paceOverflow)
+			m.paceWait, m.paceOverflow, m.paceExtended)
 	}
 	return m
 }

@@ -128,6 +128,8 @@ type pickInput struct {
 	enforceWindow bool          // local RPM/TPM windows decide (no shared limiter, or it failed)
 	pacing        bool          // each key's own pace decides too (keypace.go)
 	paceBudget    time.Duration // how far ahead a pick may book a key's slot
+	paced         time.Duration // waited for keys' paces so far in this pick
+	extended      bool          // the caller's timer was extended (PickRequest.Extend)
 	syncUnknown   bool          // fail-closed and the remote state is unknown
 	unknownSince  time.Time
 	overflow      bool               // BestEffort second pass: any key not open

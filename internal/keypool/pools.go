@@ -64,9 +64,13 @@ type policy struct {
 	resetGrace   time.Duration
 	health       healthPolicy
 	// keyPace: each key's own pace applies to picks (admission.pace);
-	// paceMaxWait bounds the waits for it in one pick (keypace.go).
-	keyPace     bool
-	paceMaxWait time.Duration
+	// paceMaxWait bounds the waits for it in one pick (keypace.go),
+	// paceLongWait those of a pick that can extend its caller's timer
+	// (PickRequest.Extend), answerRoom is what the caller needs after.
+	keyPace      bool
+	paceMaxWait  time.Duration
+	paceLongWait time.Duration
+	answerRoom   time.Duration
 	// capacity: BackendCapacity reports (admission.capacity_weights).
 	capacity bool
 }
@@ -120,6 +124,17 @@ type PickRequest struct {
 	// request continuing a response this key created); no other key is
 	// a substitute, whatever BestEffort and LastResort say.
 	Key string
+	// Extend, when set, lets the pick wait for a paced key's slot beyond
+	// the caller's own timer (Envoy's message_timeout): before a wait
+	// would pass the short bound, the pick calls it once with how long it
+	// and the answer may still take. Without it, the short bound holds.
+	Extend Extender
+}
+
+// Extender extends the caller's deadline for the pick's answer (the
+// upstream filter's override_message_timeout).
+type Extender interface {
+	Extend(d time.Duration)
 }
 
 // New builds the pools for cfg.
@@ -166,7 +181,7 @@ func (p *Pools) policyFor(cfg *config.Config) *policy {
 	if probe <= 0 {
 		probe = cfg.Request.Timeout.D()
 	}
-	return &policy{
+	pol := &policy{
 		br:           newBreakerPolicy(cfg.Breaker, max(probe, time.Second)),
 		failClosed:   cfg.FailureModes.BreakerSync == config.FailClosed,
 		leaseTTL:     max(lease, time.Second),
@@ -176,10 +191,12 @@ func (p *Pools) policyFor(cfg *config.Config) *policy {
 		resetGrace:   cfg.Breaker.ResetGrace.D(),
 		health: healthPolicy{hold: min(cfg.Breaker.HealthHold.D(), cfg.Breaker.MaxCooldown.D()),
 			maxHold: cfg.Breaker.MaxCooldown.D(), window: cfg.Breaker.HealthFlapWindow.D()},
-		keyPace:     cfg.Admission.Pace,
-		capacity:    cfg.Admission.Pace && cfg.Admission.CapacityWeights,
-		paceMaxWait: min(cfg.Request.MessageTimeout.D()/2, time.Second),
+		keyPace:    cfg.Admission.Pace,
+		capacity:   cfg.Admission.Pace && cfg.Admission.CapacityWeights,
+		answerRoom: cfg.Request.MessageTimeout.D(),
 	}
+	pol.paceMaxWait, pol.paceLongWait = cfg.KeySlotWait()
+	return pol
 }
 
 // SetConfig applies a reloaded config. Keys that keep their id keep their
@@ -253,10 +270,15 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			p.metrics.paceWait.WithLabelValues(backend).Observe(paced.Seconds())
 		}
 	}()
+	bound := in.pol.paceMaxWait
+	if req.Extend != nil {
+		bound = in.pol.paceLongWait
+	}
 	for {
 		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 		in.pacing = in.pol.keyPace && !noPace
-		in.paceBudget = in.pol.paceMaxWait - paced
+		in.paceBudget = bound - paced
+		in.paced = paced
 		l, err := kp.pick(&in, &req)
 		// kp.pick returns it unwrapped (errors.As would allocate per pick).
 		if _, ok := err.(*pacedError); ok {
@@ -266,12 +288,13 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			noPace = true
 			continue
 		}
-		if ex, ok := err.(*ExhaustedError); ok && ex.held && paced+inFlightWait <= in.pol.paceMaxWait {
+		if ex, ok := err.(*ExhaustedError); ok && ex.held && paced+inFlightWait <= bound {
 			// A key is held only by its cold start: its first answer
 			// frees it. The request was admitted for these keys (the
 			// queue saw them ready), and another admitted at the same
 			// instant took the slot: wait for the answer, within the
 			// pick's wait bound, instead of refusing it.
+			p.extend(&in, &req, inFlightWait)
 			if err := sleepCtx(ctx, inFlightWait); err != nil {
 				return Lease{}, fmt.Errorf("keypool: pick: %w", err)
 			}
@@ -311,6 +334,18 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			return Lease{}, fmt.Errorf("keypool: pick: %w", err)
 		}
 	}
+}
+
+// extend has the caller's timer extended, once, before a wait of d takes
+// the pick past its short bound: to what is left of the long bound plus
+// the room the answer needs.
+func (p *Pools) extend(in *pickInput, req *PickRequest, d time.Duration) {
+	if req.Extend == nil || in.extended || in.paced+d <= in.pol.paceMaxWait {
+		return
+	}
+	in.extended = true
+	req.Extend.Extend(in.pol.paceLongWait - in.paced + in.pol.answerRoom)
+	p.metrics.paceExtended.Inc()
 }
 
 // granted counts a pick that stands, before its lease is handed out.
@@ -353,6 +388,7 @@ func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *
 	if wait <= 0 {
 		return 0, true, nil
 	}
+	p.extend(in, req, wait)
 	if err := sleepCtx(ctx, wait); err != nil {
 		l.Release()
 		return 0, false, fmt.Errorf("keypool: pick: %w", err)

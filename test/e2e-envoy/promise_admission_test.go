@@ -90,3 +90,73 @@ func TestPromiseAdmissionQueue(t *testing.T) {
 		}
 	})
 }
+
+// slowKeyConfig: one key of 60 requests a minute, which its provider
+// enforces as one a second, paced by swarmgate (a slot every 1.05 s);
+// message_timeout 300 ms, so a pick may wait 150 ms for a slot without
+// extending Envoy's timer.
+const slowKeyConfig = `
+request:
+  message_timeout: 300ms
+admission:
+  max_wait: 5s
+  pace: true
+backends:
+  - name: relay-a
+    base_url: http://{relay-a}/v1
+    keys:
+      - {id: pa-1, secret: env:P_A1, rpm: 60}
+models:
+  - name: gpt-4o-mini
+    targets:
+      - {backend: relay-a}
+tenants:
+  - name: team
+    models: ["*"]
+    keys:
+      - {id: team-1, hash: {keyTeam}}
+`
+
+// TestPromiseSlowKeyPaced: two requests at once on a key paced slower than
+// the upstream filter's message_timeout allows a pick to wait. The
+// admission queue lets both through (its burst); the second attempt's key
+// pick extends the upstream filter's headers message
+// (override_message_timeout, within the generated max_message_timeout) and
+// waits for the key's next slot, so the provider, which takes one request
+// a second, answers both and refuses none. Before, the pick went on
+// without a slot after 150 ms and the provider answered 429.
+func TestPromiseSlowKeyPaced(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		s := startPStack(t, r, pstackOptions{body: slowKeyConfig, relays: []relaySpec{
+			{name: "relay-a", auth: config.AuthBearer, keys: map[string]string{"pa-1": "P_A1"},
+				opts: func(o *mockupstream.Options) {
+					o.Default = mockupstream.Behavior{RPM: 60, Window: time.Second}
+				}},
+		}})
+		ctx := testCtx(t)
+		errs := make(chan error, 2)
+		for i := range 2 {
+			go func() {
+				_, err := s.chat(ctx, keyTeam, "gpt-4o-mini", fmt.Sprintf("request %d", i))
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Errorf("request: %v", err)
+			}
+		}
+		recs := s.relays["relay-a"].Requests()
+		if c := s.relays["relay-a"].Total(); c.OK != 2 || c.RateLimited != 0 || len(recs) != 2 {
+			t.Fatalf("relay counts %+v (%d records); want two served and no 429", c, len(recs))
+		}
+		gap := recs[1].Time.Sub(recs[0].Time)
+		t.Logf("Envoy %s: the relay got the second request %v after the first", r.Version, gap)
+		if gap < 900*time.Millisecond {
+			t.Errorf("the second request reached the relay %v after the first: not paced to the key's slot", gap)
+		}
+		if n, err := s.metric(ctx, "swarmgate_keypool_pace_extended_total", nil); err != nil || n < 1 {
+			t.Errorf("pace extensions %v (err %v); want the second pick to have extended its message", n, err)
+		}
+	})
+}

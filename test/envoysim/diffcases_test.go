@@ -582,7 +582,41 @@ func moreCases() []diffCase {
 	respMode := func(m extprocfilter.ProcessingMode_BodySendMode) func(e diffEnv) Config {
 		return router(func(c *Config) { c.RouterFilter.Mode.ResponseBodyMode = m })
 	}
+	// The upstream filter's headers message, held by the key pick while
+	// it waits for a paced key's slot (keypool.PickRequest.Extend).
+	upstreamOverride := func(overrides ...time.Duration) script {
+		return func(role string, _ int, req *extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+			if role != "upstream" || req.GetRequestHeaders() == nil {
+				return one(pass(req))
+			}
+			var out []*extprocv3.ProcessingResponse
+			for _, d := range overrides {
+				out = append(out, &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)})
+			}
+			return append(out, delayed(700*time.Millisecond, pass(req)))
+		}
+	}
+	upstreamTimeouts := func(msg, maxT time.Duration) func(e diffEnv) Config {
+		return func(e diffEnv) Config {
+			uf := upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE)
+			uf.MessageTimeout, uf.MaxMessageTimeout = msg, maxT
+			return oneCluster(e, routerFilter(e.proc), uf, nil)
+		}
+	}
+	attempted := func(status, n int) func(t *testing.T, o *observation) {
+		return func(t *testing.T, o *observation) {
+			if o.status != status || o.attempts() != n {
+				t.Errorf("status %d attempts %d, want %d %d", o.status, o.attempts(), status, n)
+			}
+		}
+	}
 	return []diffCase{
+		{name: "upstream filter: override within the max extends the headers message", script: upstreamOverride(3 * time.Second),
+			config: upstreamTimeouts(300*time.Millisecond, 5*time.Second), req: diffRequest{body: "b"}, check: attempted(200, 1)},
+		{name: "upstream filter: the headers message times out without an override", script: upstreamOverride(),
+			config: upstreamTimeouts(300*time.Millisecond, 5*time.Second), req: diffRequest{body: "b"}, check: attempted(504, 0)},
+		{name: "upstream filter: an override above its max is ignored", script: upstreamOverride(3 * time.Second),
+			config: upstreamTimeouts(300*time.Millisecond, time.Second), req: diffRequest{body: "b"}, check: attempted(504, 0)},
 		{name: "override above max_message_timeout is ignored", script: overrideScript(3 * time.Second),
 			config: timeouts(150*time.Millisecond, time.Second), req: diffRequest{body: "b"}, check: wantStatus(504)},
 		{name: "max_message_timeout unset disables overrides", script: overrideScript(3 * time.Second),

@@ -28,7 +28,10 @@ type Gateway struct {
 	MessageTimeout time.Duration
 	// AdmissionMaxWait is the longest admission wait of any tenant or
 	// class: the router-level ext_proc holds the body message that long.
-	AdmissionMaxWait    time.Duration
+	AdmissionMaxWait time.Duration
+	// KeySlotWait is the longest an attempt's key pick waits for a paced
+	// key's slot: the upstream ext_proc holds the headers message that long.
+	KeySlotWait         time.Duration
 	ExtProcFailOpen     bool
 	RateLimitFailClosed bool
 	TokenLimits         bool // tenant TPM is enforced by the Envoy rate-limit filter
@@ -114,6 +117,7 @@ func Build(cfg *config.Config) *Gateway {
 		RateLimitTimeout:    cfg.Envoy.RateLimitTimeout.D(),
 		MessageTimeout:      cfg.Request.MessageTimeout.D(),
 		AdmissionMaxWait:    cfg.LongestAdmissionWait(),
+		KeySlotWait:         keySlotWait(cfg),
 		ExtProcFailOpen:     cfg.FailureModes.ExtProc == config.FailOpen,
 		RateLimitFailClosed: cfg.FailureModes.RateLimit == config.FailClosed,
 		TokenLimits:         cfg.Accounting.TokenLimits == "ratelimit",
@@ -221,4 +225,13 @@ func cmp(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// keySlotWait is the key pick's long wait bound when keys are paced.
+func keySlotWait(cfg *config.Config) time.Duration {
+	if !cfg.Admission.Pace {
+		return 0
+	}
+	_, long := cfg.KeySlotWait()
+	return long
 }

@@ -80,7 +80,10 @@ func UpstreamExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
 		},
 		MessageTimeout: dur(g.MessageTimeout),
-		StatPrefix:     "upstream",
+		// The key pick extends the headers message while it waits for a
+		// paced key's slot (keypool.PickRequest.Extend).
+		MaxMessageTimeout: dur(upstreamMaxMessageTimeout(g)),
+		StatPrefix:        "upstream",
 		// Credentials (authorization, x-api-key, api-key), :path onto the
 		// backend's base path, host for relays that need it.
 		MutationRules: &mutationv3.HeaderMutationRules{
@@ -111,6 +114,14 @@ func UpstreamExtProc(g *ir.Gateway) *extprocv3.ExternalProcessor {
 // config validation keeps it within the proto's 1h.
 func maxMessageTimeout(g *ir.Gateway) time.Duration {
 	return max(g.MessageTimeout, 30*time.Second, g.AdmissionMaxWait+g.MessageTimeout)
+}
+
+// upstreamMaxMessageTimeout bounds the override_message_timeout the
+// upstream ext_proc sends while an attempt's key pick waits for a paced
+// key's slot: that wait plus the answer's message_timeout, and at least
+// the router filter's bound.
+func upstreamMaxMessageTimeout(g *ir.Gateway) time.Duration {
+	return max(maxMessageTimeout(g), g.KeySlotWait+g.MessageTimeout)
 }
 
 // RateLimitFilter is the global rate-limit filter. Its descriptors are the
