@@ -270,10 +270,7 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			p.metrics.paceWait.WithLabelValues(backend).Observe(paced.Seconds())
 		}
 	}()
-	bound := in.pol.paceMaxWait
-	if req.Extend != nil {
-		bound = in.pol.paceLongWait
-	}
+	bound := in.pol.paceBound(&req)
 	for {
 		in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 		in.pacing = in.pol.keyPace && !noPace
@@ -294,13 +291,10 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			// queue saw them ready), and another admitted at the same
 			// instant took the slot: wait for the answer, within the
 			// pick's wait bound, instead of refusing it.
-			p.extend(&in, &req, inFlightWait)
-			if err := sleepCtx(ctx, inFlightWait); err != nil {
-				return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+			if err := p.waitHeld(ctx, &in, &req); err != nil {
+				return Lease{}, err
 			}
 			paced += inFlightWait
-			in.now = p.clock.Now()
-			in.nowSec = in.now.Unix()
 			continue
 		}
 		if err != nil {
@@ -334,6 +328,26 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			return Lease{}, fmt.Errorf("keypool: pick: %w", err)
 		}
 	}
+}
+
+// paceBound is how long one pick may wait for keys' paces in all: the
+// long bound when the caller can extend its timer (PickRequest.Extend).
+func (pol *policy) paceBound(req *PickRequest) time.Duration {
+	if req.Extend != nil {
+		return pol.paceLongWait
+	}
+	return pol.paceMaxWait
+}
+
+// waitHeld waits inFlightWait for a key held by its cold start to answer.
+func (p *Pools) waitHeld(ctx context.Context, in *pickInput, req *PickRequest) error {
+	p.extend(in, req, inFlightWait)
+	if err := sleepCtx(ctx, inFlightWait); err != nil {
+		return fmt.Errorf("keypool: pick: %w", err)
+	}
+	in.now = p.clock.Now()
+	in.nowSec = in.now.Unix()
+	return nil
 }
 
 // extend has the caller's timer extended, once, before a wait of d takes
