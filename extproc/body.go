@@ -76,7 +76,7 @@ func (s *Server) route(r *routerStream, cr chatreq.Request, body []byte) *extpro
 	if resp != nil {
 		return resp
 	}
-	f.Pool = pool.Cluster()
+	f.Pool = s.clusterName(r.cfg, pool)
 	// The admission lists the backends when the pool holds only some.
 	f.Restricted = len(f.Backends) < len(f.Model.Targets) || pool.Family != "" || f.Pinned.Backend != ""
 	return nil

@@ -100,6 +100,8 @@ type Server struct {
 	hosts envoymsg.HostCache
 	// signerCache is the request-identity signer of the newest config seen.
 	signerCache atomic.Pointer[signerFor]
+	// clusters are the newest snapshot's cluster names (clusternames.go).
+	clusters atomic.Pointer[clusterNames]
 	// translations hands the router's request translations to the first
 	// attempt on this replica (translatecache.go).
 	translations translationCache
