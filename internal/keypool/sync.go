@@ -39,6 +39,7 @@ type syncer struct {
 	limitsKey    string // hash of learned limits (limits.go)
 	refusedKey   string // hash of shared refused shares (refusedshare.go)
 	replicasKey  string // sorted set of the replicas that pick keys (replicas.go)
+	writtenKey   string // sorted set of keys' last shared writes (stale.go)
 	prefix       string // Redis key prefix (the per-backend pace hashes, keypace.go)
 
 	queue chan syncOp
@@ -52,6 +53,9 @@ type syncer struct {
 	// that pick keys Redis counted on the last poll (replicas.go).
 	picked   atomic.Bool
 	replicas atomic.Int64
+	// nextPrune (unix nanos): when this replica prunes removed keys'
+	// shared state next (stale.go).
+	nextPrune atomic.Int64
 }
 
 type syncOp struct {
@@ -75,6 +79,7 @@ func newSyncer(p *Pools, rdb redis.UniversalClient, prefix, replica string) *syn
 		limitsKey:    limitsKey(prefix),
 		refusedKey:   refusedKey(prefix),
 		replicasKey:  prefix + "keypool:replicas",
+		writtenKey:   writtenKey(prefix),
 		prefix:       prefix,
 		queue:        make(chan syncOp, syncQueue),
 		pending:      map[string]syncOp{},
@@ -242,16 +247,19 @@ func (s *syncer) write(ctx context.Context, ops []syncOp) {
 	for _, op := range ops {
 		if op.limits != "" {
 			pipe.HSet(wctx, s.limitsKey, op.backend+"|"+op.key, op.limits)
+			s.stamp(wctx, pipe, op.backend, op.key)
 			continue
 		}
 		if op.refused != "" {
 			pipe.HSet(wctx, s.refusedKey, op.backend+"|"+op.key, op.refused)
+			s.stamp(wctx, pipe, op.backend, op.key)
 			continue
 		}
 		if op.state != nil {
 			v := encodeState(s.replica, op.backend, op.key, *op.state)
 			pipe.HSet(wctx, s.hashKey, op.key, v)
 			pipe.Publish(wctx, s.channel, v)
+			s.stamp(wctx, pipe, op.backend, op.key)
 			continue
 		}
 		if op.cancel {
@@ -305,6 +313,9 @@ func (s *syncer) poll(ctx context.Context) {
 	}
 	s.pollLimits(rctx)
 	s.countReplicas(rctx)
+	if s.pruneDue(s.p.clock.Now()) {
+		s.prune(rctx)
+	}
 	if wasDown {
 		// Redis is back (maybe empty after a restart): republish what this
 		// replica knows so others and late starters see it.
