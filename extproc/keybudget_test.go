@@ -21,13 +21,22 @@ import (
 // A sub-key whose budget is spent, or whose minter's is, is refused at
 // admission with 429 key_budget_exceeded in OpenAI's shape and 402
 // billing_error in Anthropic's, as a spent tenant budget is; the sub-key
-// store and the reserver share one redis-server, as in a replica.
+// store and the reserver share one redis-server, as in a replica. In both
+// token_limits modes: with ratelimit the reservation holds money only
+// (before, key budgets were neither held nor counted in that mode).
 func TestKeyBudgetRefusedAtTheRouter(t *testing.T) {
+	for _, tokens := range []string{"reserve", "ratelimit"} {
+		t.Run(tokens, func(t *testing.T) { testKeyBudgetRefused(t, tokens) })
+	}
+}
+
+func testKeyBudgetRefused(t *testing.T, tokens string) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := subkeytest.Run(t, rdb, "t:subkey:")
 	cfg := testConfig(t)
-	cfg.Accounting.TokenLimits = "reserve"
+	cfg.Accounting.TokenLimits = tokens
+	cfg.Subkeys.Enabled = true
 	for i := range cfg.Models {
 		for j := range cfg.Models[i].Targets {
 			cfg.Models[i].Targets[j].Price = config.Price{InputPerMTok: 1, OutputPerMTok: 2}

@@ -378,6 +378,7 @@ func (b budgets) Check(context.Context, string) (admit.BudgetStatus, error) { re
 func TestBudget(t *testing.T) {
 	tests := []struct {
 		name, key, path, tokens string
+		subkeys                 bool
 		budgets                 admit.Budgets
 		status                  int
 		code                    string
@@ -390,11 +391,14 @@ func TestBudget(t *testing.T) {
 		{name: "not capped", key: keyAlpha, path: "/v1/chat/completions", tokens: "ratelimit", budgets: budgets{st: admit.BudgetStatus{Exhausted: true}}},
 		{name: "not billed", key: keyCapped, path: "/v1/messages/count_tokens", tokens: "ratelimit", budgets: budgets{st: admit.BudgetStatus{Exhausted: true}}},
 		{name: "the reservation holds it", key: keyCapped, path: "/v1/chat/completions", tokens: "reserve", budgets: budgets{st: admit.BudgetStatus{Exhausted: true}}},
+		{name: "ratelimit with sub-keys: the reservation holds it", key: keyCapped, path: "/v1/chat/completions", tokens: "ratelimit", subkeys: true,
+			budgets: budgets{st: admit.BudgetStatus{Exhausted: true}}},
 		{name: "no store", key: keyCapped, path: "/v1/chat/completions", tokens: "ratelimit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t, tt.tokens, "0s")
+			cfg.Subkeys.Enabled = tt.subkeys
 			a := &admit.Admitter{Budgets: tt.budgets, Reserver: &reserver{}}
 			failed := ""
 			a.Failed = func(step string) { failed = step }
@@ -434,6 +438,7 @@ func TestReserve(t *testing.T) {
 	tests := []struct {
 		name    string
 		tokens  string
+		subkeys bool
 		res     []admit.Reservation
 		err     error
 		status  int
@@ -442,6 +447,7 @@ func TestReserve(t *testing.T) {
 	}{
 		{name: "granted", tokens: "reserve", res: []admit.Reservation{{ID: "r1", Granted: true}}},
 		{name: "off", tokens: "ratelimit"},
+		{name: "ratelimit with sub-keys: money only", tokens: "ratelimit", subkeys: true, res: []admit.Reservation{{ID: "r1", Granted: true}}},
 		{name: "budget spent", tokens: "reserve", res: []admit.Reservation{{Budget: true, RetryAfter: time.Hour}}, status: 429, code: "budget_exceeded"},
 		{name: "key budget spent", tokens: "reserve", res: []admit.Reservation{{Budget: true, BudgetKey: "alpha-1", BudgetPeriod: "day", RetryAfter: time.Hour}}, status: 429, code: "key_budget_exceeded"},
 		{name: "tokens per minute", tokens: "reserve", res: []admit.Reservation{tpm}, status: 429, code: "rate_limit_exceeded",
@@ -452,6 +458,7 @@ func TestReserve(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t, tt.tokens, "0s")
+			cfg.Subkeys.Enabled = tt.subkeys
 			rs := &reserver{res: tt.res, err: tt.err}
 			a := &admit.Admitter{Reserver: rs}
 			f := facts(t, cfg, "/v1/chat/completions", keyAlpha)
@@ -468,7 +475,7 @@ func TestReserve(t *testing.T) {
 					}
 				}
 			}
-			if tt.tokens == "ratelimit" {
+			if tt.tokens == "ratelimit" && !tt.subkeys {
 				if len(rs.seen) != 0 || f.Reserved {
 					t.Fatal("reserved with reservations off")
 				}

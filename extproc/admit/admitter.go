@@ -65,8 +65,13 @@ func (a *Admitter) Admit(ctx context.Context, cfg *config.Config, f *Facts, t Ti
 	return nil
 }
 
-// reserving reports whether the request takes a token reservation (which
-// also holds the money a hard-capped budget allows).
+// reserving reports whether the request takes a reservation: the tokens
+// of its TPM limits (token_limits: reserve) and the money its hard-capped
+// budgets allow, the tenant's and its key's. With token_limits: ratelimit
+// the rate-limit service enforces TPM, and with sub-keys on the
+// reservation holds money only, so sub-key budgets hold, and are counted,
+// in both modes (a request with no budget to hold costs no round trip);
+// without sub-keys the Budget step checks the tenant's spend instead.
 func (a *Admitter) reserving(cfg *config.Config, f *Facts) bool {
-	return cfg.Accounting.TokenLimits == "reserve" && a.Reserver != nil && f.Spec.Billed
+	return a.Reserver != nil && f.Spec.Billed && (cfg.Accounting.TokenLimits == "reserve" || cfg.Subkeys.Enabled)
 }
