@@ -73,16 +73,18 @@ type requestMeta struct {
 var tokenEncoding = base64.RawURLEncoding
 
 // fill signs a and returns the metadata; quota is the caller's sub-key
-// limits (zero for a config key), plain fields for the rate-limit filter
-// that no attempt needs, so they stay out of the signed token.
-func (m *requestMeta) fill(sg *keyRing, a admitted, quota config.Limits) *structpb.Struct {
+// limits (zero for a config key) and parent, parentQuota the minting
+// sub-key's, plain fields for the rate-limit filter that no attempt needs,
+// so they stay out of the signed token.
+func (m *requestMeta) fill(sg *keyRing, a admitted, quota config.Limits, parent string, parentQuota config.Limits) *structpb.Struct {
 	m.scratch = a.appendSigned(m.scratch[:0])
 	m.tok = tokenEncoding.AppendEncode(m.tok[:0], m.scratch)
 	m.tok = append(m.tok, '.')
 	m.tok = sg.cur.signer.Sign(m.tok, m.scratch)
 	return m.Fill(envoymsg.RequestFields{RequestID: a.requestID, Tenant: a.tenant, VirtualKey: a.virtualKey, Model: a.model,
 		Reservation: a.reservation, EstTokens: a.estTokens, MaxTokens: a.maxTokens, Token: m.tok,
-		SubkeyRPM: quota.RPM, SubkeyRPD: quota.RPD, SubkeyTPM: quota.TPM})
+		SubkeyRPM: quota.RPM, SubkeyRPD: quota.RPD, SubkeyTPM: quota.TPM,
+		ParentKey: parent, ParentRPM: parentQuota.RPM, ParentRPD: parentQuota.RPD, ParentTPM: parentQuota.TPM})
 }
 
 // readAdmitted reads and verifies the admission token Envoy forwarded to an
@@ -254,3 +256,12 @@ func keyLimits(k *config.VirtualKey) config.Limits {
 
 // hasOwnLimits reports a sub-key with limits of its own.
 func hasOwnLimits(k *config.VirtualKey) bool { return keyLimits(k) != config.Limits{} }
+
+// parentLimits are the id and limits of the sub-key that minted o's key
+// ("" when none, or it has no limits): they bound o's requests too.
+func parentLimits(o config.KeyOwner) (string, config.Limits) {
+	if !hasOwnLimits(o.Parent) {
+		return "", config.Limits{}
+	}
+	return o.Parent.ID, o.Parent.Limits
+}

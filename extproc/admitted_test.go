@@ -14,7 +14,7 @@ import (
 // ring writes for a request admitted at now.
 func signedBy(ring *keyRing, now time.Time) *structpb.Struct {
 	var m requestMeta
-	return m.fill(ring, admitted{requestID: "sg-1", tenant: "team", model: "gpt", path: "/v1/chat/completions", issued: now.Unix()}, config.Limits{})
+	return m.fill(ring, admitted{requestID: "sg-1", tenant: "team", model: "gpt", path: "/v1/chat/completions", issued: now.Unix()}, config.Limits{}, "", config.Limits{})
 }
 
 // TestKeyRingAcrossReloads: an admission signed before a reload that

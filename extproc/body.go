@@ -122,12 +122,13 @@ func (s *Server) admittedAnswer(r *routerStream, cr chatreq.Request, body []byte
 	if r.reqMeta == nil {
 		r.reqMeta = &requestMeta{}
 	}
+	parent, parentQuota := parentLimits(f.Owner)
 	resp.DynamicMetadata = r.reqMeta.fill(s.signer(r.cfg), admitted{
 		requestID: f.RequestID, tenant: f.Tenant(), virtualKey: f.KeyID(), model: f.Alias,
 		estTokens: f.EstTokens, maxTokens: f.MaxOut, sticky: f.StickyKey(), path: f.RawPath, backends: backends,
 		bodyBytes: bodyBytes, issued: s.opts.Now().Unix(), reservation: f.Reservation.ID,
 		anthropicVersion: f.AnthropicVersion, anthropicBeta: f.AnthropicBeta, key: f.Pinned.KeyID,
-	}, keyLimits(f.Owner.Key))
+	}, keyLimits(f.Owner.Key), parent, parentQuota)
 	return resp
 }
 

@@ -343,6 +343,9 @@ func (s *Server) replaceAnswer(r *routerStream, limited bool, reset int) *apiErr
 			// A sub-key with limits of its own: either may have refused.
 			on += " or key `" + r.f.KeyID() + "`"
 		}
+		if parent, _ := parentLimits(r.f.Owner); parent != "" {
+			on += " or its minting key `" + parent + "`"
+		}
 		e := &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded",
 			message: "Rate limit reached for `" + r.f.Alias + "` on " + on + "; retry after the indicated time."}
 		return e.withRetryAfter(time.Duration(max(reset, 1))*time.Second).withHeader("x-ratelimit-reset", strconv.Itoa(max(reset, 1)))

@@ -22,6 +22,20 @@ func TestSubkeyLimitsInMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A minter with limits, and a key it minted without any of its own:
+	// the minter's limits bound the minted key's requests too.
+	minter, minterPlain, err := store.Create(t.Context(), subkey.Key{Tenant: "alpha", Minter: true, Limits: config.Limits{RPM: 30, RPD: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, minted, err := store.Create(t.Context(), subkey.Key{Tenant: "alpha", Parent: minter.ID, Limits: config.Limits{RPM: 10, RPD: 100, TPM: 800}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, underConfigKey, err := store.Create(t.Context(), subkey.Key{Tenant: "alpha", Parent: "alpha-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := newHarness(t, testConfig(t), func(o *extproc.Options) { o.Authenticator = subkey.Auth{Store: store} })
 	for _, tc := range []struct {
 		name, key string
@@ -31,6 +45,10 @@ func TestSubkeyLimitsInMetadata(t *testing.T) {
 		{"sub-key without limits", unlimited, map[string]string{}},
 		{"config key", keyAlpha, map[string]string{}},
 		{"sub-key again", limited, map[string]string{contract.MetaSubkeyRPM: "3", contract.MetaSubkeyTPM: "1500"}},
+		{"minted by a limited minter", minted, map[string]string{contract.MetaSubkeyRPM: "10", contract.MetaSubkeyRPD: "100", contract.MetaSubkeyTPM: "800",
+			contract.MetaParentKey: minter.ID, contract.MetaParentRPM: "30", contract.MetaParentRPD: "500"}},
+		{"the minter itself", minterPlain, map[string]string{contract.MetaSubkeyRPM: "30", contract.MetaSubkeyRPD: "500"}},
+		{"minted by a config key", underConfigKey, map[string]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, cancel := h.stream(t, contract.RoleRouter)
@@ -41,7 +59,8 @@ func TestSubkeyLimitsInMetadata(t *testing.T) {
 				t.Fatalf("not admitted: %v", resp)
 			}
 			ns := resp.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
-			for _, k := range []string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM} {
+			for _, k := range []string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM,
+				contract.MetaParentKey, contract.MetaParentRPM, contract.MetaParentRPD, contract.MetaParentTPM} {
 				v, sent := ns[k]
 				want, wantSent := tc.want[k]
 				if sent != wantSent || v.GetStringValue() != want {

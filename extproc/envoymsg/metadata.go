@@ -50,6 +50,11 @@ type RequestFields struct {
 	// sent (contract.MetaSubkeyRPM…) only when positive: the rate-limit
 	// filter sends a sub-key descriptor only for a limit it finds here.
 	SubkeyRPM, SubkeyRPD, SubkeyTPM int
+	// ParentKey and ParentRPM, ParentRPD, ParentTPM are the limits of the
+	// sub-key that minted it (contract.MetaParentKey…), sent the same way;
+	// the id only when one of them is.
+	ParentKey                       string
+	ParentRPM, ParentRPD, ParentTPM int
 	// Token is the signed admission (copied).
 	Token []byte
 }
@@ -74,6 +79,8 @@ type RequestMeta struct {
 	nums              [len(requestMetaNumbers)]structpb.Value
 	numKinds          [len(requestMetaNumbers)]structpb.Value_NumberValue
 	quotas            [len(requestMetaQuotas)]quotaField
+	parentKind        structpb.Value_StringValue
+	parentVal         structpb.Value
 }
 
 // quotaField is one sub-key limit as a metadata string. The text of the
@@ -101,7 +108,8 @@ var (
 	requestMetaStrings = [...]string{contract.MetaRequestID, contract.MetaTenant, contract.MetaVirtualKey, contract.MetaModel,
 		contract.MetaReservation}
 	requestMetaNumbers = [...]string{contract.MetaEstTokens, contract.MetaMaxTokens}
-	requestMetaQuotas  = [...]string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM}
+	requestMetaQuotas  = [...]string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM,
+		contract.MetaParentRPM, contract.MetaParentRPD, contract.MetaParentTPM}
 )
 
 // Fill sets the fields and returns the struct to send.
@@ -131,8 +139,19 @@ func (m *RequestMeta) Fill(f RequestFields) *structpb.Struct {
 	for i, v := range [len(requestMetaNumbers)]int64{int64(f.EstTokens), int64(f.MaxTokens)} {
 		m.numKinds[i].NumberValue = float64(v)
 	}
-	for i, n := range [len(requestMetaQuotas)]int{f.SubkeyRPM, f.SubkeyRPD, f.SubkeyTPM} {
+	parent := f.ParentKey != "" && (f.ParentRPM > 0 || f.ParentRPD > 0 || f.ParentTPM > 0)
+	if !parent {
+		f.ParentRPM, f.ParentRPD, f.ParentTPM = 0, 0, 0
+	}
+	for i, n := range [len(requestMetaQuotas)]int{f.SubkeyRPM, f.SubkeyRPD, f.SubkeyTPM, f.ParentRPM, f.ParentRPD, f.ParentTPM} {
 		m.quotas[i].set(m.inner.Fields, requestMetaQuotas[i], n)
+	}
+	if parent {
+		m.parentKind.StringValue = f.ParentKey
+		m.parentVal.Kind = &m.parentKind
+		m.inner.Fields[contract.MetaParentKey] = &m.parentVal
+	} else {
+		delete(m.inner.Fields, contract.MetaParentKey)
 	}
 	return &m.outer
 }

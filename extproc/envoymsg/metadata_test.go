@@ -21,9 +21,15 @@ func TestRequestMetaSubkeyLimitsAcrossReuse(t *testing.T) {
 		{"sub-key with rpd only", RequestFields{SubkeyRPD: 7}, map[string]string{contract.MetaSubkeyRPD: "7"}},
 		{"same limit again", RequestFields{SubkeyRPD: 7}, map[string]string{contract.MetaSubkeyRPD: "7"}},
 		{"another limit", RequestFields{SubkeyRPD: 8, SubkeyRPM: -1}, map[string]string{contract.MetaSubkeyRPD: "8"}},
+		{"minted by a limited minter", RequestFields{ParentKey: "sk_m", ParentRPM: 30, ParentTPM: 9000},
+			map[string]string{contract.MetaParentKey: "sk_m", contract.MetaParentRPM: "30", contract.MetaParentTPM: "9000"}},
+		{"a minter without limits sends no id", RequestFields{ParentKey: "sk_m"}, map[string]string{}},
+		{"limits without an id are not sent", RequestFields{ParentRPD: 5}, map[string]string{}},
+		{"config key after them", RequestFields{}, map[string]string{}},
 	} {
 		ns := m.Fill(tc.f).GetFields()[contract.MetadataNamespace].GetStructValue().GetFields()
-		for _, k := range []string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM} {
+		for _, k := range []string{contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM,
+			contract.MetaParentKey, contract.MetaParentRPM, contract.MetaParentRPD, contract.MetaParentTPM} {
 			v, sent := ns[k]
 			want, wantSent := tc.want[k]
 			if sent != wantSent || v.GetStringValue() != want {

@@ -24,6 +24,10 @@ type index struct {
 type KeyOwner struct {
 	Tenant *Tenant
 	Key    *VirtualKey
+	// Parent is the sub-key that minted Key, when a sub-key did (nil for a
+	// config key, or a key minted by a config key): its limits bound Key's
+	// requests too.
+	Parent *VirtualKey
 }
 
 type parsedURL struct {

@@ -84,6 +84,17 @@ const (
 	MetaSubkeyTPM = "subkey_tpm"
 )
 
+// The minting key's limits, for a sub-key minted by a sub-key that has
+// limits: MetaParentKey is the minter's id (the DescSubkey entry of its
+// descriptors), the others its limits as above. The minter's windows
+// count its own requests and every key's it minted.
+const (
+	MetaParentKey = "parent_key"
+	MetaParentRPM = "parent_rpm"
+	MetaParentRPD = "parent_rpd"
+	MetaParentTPM = "parent_tpm"
+)
+
 // AdmissionNamespace holds one string, MetaAdmission: the admission token
 // the upstream filter of every attempt gets (forwarding_namespaces lists
 // only this namespace). It is the request id, tenant, virtual key, model,

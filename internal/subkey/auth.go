@@ -106,6 +106,14 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 		vk = virtualKey(k)
 	}
 	o := config.KeyOwner{Tenant: k.narrowed(cfg, t), Key: vk}
+	if k.Parent != "" {
+		if p, ok := a.Store.Cached(k.Parent); ok {
+			o.Parent = p.owned
+			if o.Parent == nil {
+				o.Parent = virtualKey(p)
+			}
+		}
+	}
 	switch {
 	case k.Revoked, a.minterRevoked(t, k):
 		return o, Revoked

@@ -48,7 +48,7 @@ func TestPromiseSubkeyLimits(t *testing.T) {
 		}
 		// Minting waits for one served request per key: it is the first of
 		// each key's window.
-		avoidMinuteEdge(t, 25*time.Second)
+		avoidMinuteEdge(t, 35*time.Second)
 		minute := time.Now().Truncate(time.Minute)
 		a, keyA := mint(config.Limits{RPM: 3})
 		b, keyB := mint(config.Limits{RPM: 3})
@@ -145,6 +145,40 @@ func TestPromiseSubkeyLimits(t *testing.T) {
 			if !refused {
 				st, _ := s.envoyStats(ctx, "swarmgate_ratelimit.*(timeout|ShouldRateLimit|over_limit|error)")
 				t.Fatalf("key T (tpm 300) not refused after a 400-token answer; Envoy: %s", st)
+			}
+		})
+
+		// A minter sub-key's rpm counts the requests of the keys it minted
+		// with its own: minting the minter and two keys under it (one
+		// served request each) fills its 3, while each minted key has
+		// used one of its own 3.
+		t.Run("a minter's rpm bounds the keys it minted", func(t *testing.T) {
+			create := func(k subkey.Key) (*subkey.Key, string) {
+				t.Helper()
+				made, plain, err := store.Create(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				eventually(ctx, t, "the new sub-key accepted", func() (bool, string) {
+					status, code := s.chatRefusal(ctx, plain)
+					return status != http.StatusUnauthorized, fmt.Sprint(status, code)
+				})
+				return made, plain
+			}
+			m, keyM := create(subkey.Key{Tenant: "team", Minter: true, Limits: config.Limits{RPM: 3}})
+			// Each within its own 3, as the key API requires of a minted key.
+			_, keyC1 := create(subkey.Key{Tenant: "team", Parent: m.ID, Limits: config.Limits{RPM: 3}})
+			_, keyC2 := create(subkey.Key{Tenant: "team", Parent: m.ID, Limits: config.Limits{RPM: 3}})
+			for name, key := range map[string]string{"a minted key": keyC1, "the other minted key": keyC2, "the minter": keyM} {
+				_, err := s.chat(ctx, key, "gpt-4o-mini", "over the minter's minute")
+				var apiErr *openai.Error
+				if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || !strings.Contains(apiErr.Message, m.ID) {
+					t.Errorf("%s after the minter's 3 in a minute: %v, want 429 naming the minter %s", name, err, m.ID)
+				}
+			}
+			// The tenant's other keys are not held by it.
+			if _, err := s.chat(ctx, keyFree, "gpt-4o-mini", "free after the minter"); err != nil {
+				t.Errorf("an unlimited sub-key of the tenant: %v", err)
 			}
 		})
 

@@ -221,12 +221,24 @@ func RateLimitActions(tokens bool) []*routev3.RateLimit {
 // field in the filter-level rate_limits ("'limit' field is not supported",
 // source/extensions/filters/common/ratelimit_config/ratelimit_config.cc,
 // v1.38.0; accepted from #45613, 1.39), and only those carry hits_addend.
+//
+// The same four again for the sub-key that minted the caller, when it has
+// limits ([subkey=<parent_key>, limit=…, quota=<parent_…>]): the same
+// counters as the minter's own requests, so a minter's windows bound the
+// keys it minted together.
 func SubkeyRateLimitActions() []*routev3.RateLimit {
-	id := metadata(contract.MetaVirtualKey, contract.DescSubkey)
-	tpm := actions(id, limit(contract.LimitTPM), metadata(contract.MetaSubkeyTPM, contract.DescQuota))
+	own := keyRateLimits(contract.MetaVirtualKey, contract.MetaSubkeyRPM, contract.MetaSubkeyRPD, contract.MetaSubkeyTPM)
+	return append(own, keyRateLimits(contract.MetaParentKey, contract.MetaParentRPM, contract.MetaParentRPD, contract.MetaParentTPM)...)
+}
+
+// keyRateLimits are one key's descriptors: its id and its limits read
+// from the named metadata fields.
+func keyRateLimits(idKey, rpmKey, rpdKey, tpmKey string) []*routev3.RateLimit {
+	id := metadata(idKey, contract.DescSubkey)
+	tpm := actions(id, limit(contract.LimitTPM), metadata(tpmKey, contract.DescQuota))
 	return []*routev3.RateLimit{
-		{Actions: actions(id, limit(contract.LimitRPM), metadata(contract.MetaSubkeyRPM, contract.DescQuota))},
-		{Actions: actions(id, limit(contract.LimitRPD), metadata(contract.MetaSubkeyRPD, contract.DescQuota))},
+		{Actions: actions(id, limit(contract.LimitRPM), metadata(rpmKey, contract.DescQuota))},
+		{Actions: actions(id, limit(contract.LimitRPD), metadata(rpdKey, contract.DescQuota))},
 		{Actions: tpm, HitsAddend: &routev3.RateLimit_HitsAddend{Format: HitsEstimate}},
 		{Actions: tpm, HitsAddend: &routev3.RateLimit_HitsAddend{Format: HitsTopUp}, ApplyOnStreamDone: true},
 	}

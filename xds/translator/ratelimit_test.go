@@ -54,7 +54,8 @@ func TestRateLimitConfig(t *testing.T) {
 
 // Sub-keys add descriptors to Envoy's filter and nothing to the service's
 // config: their limits arrive as quota entries the service turns into
-// overrides. A config key sends none of them (no quota metadata).
+// overrides. A config key sends none of them (no quota metadata). Four
+// for the caller's own limits, four for its minter's.
 func TestSubkeysAddDescriptorsOnly(t *testing.T) {
 	off := loadTestdata(t, "default.yaml")
 	on := loadTestdata(t, "subkeys.yaml")
@@ -62,7 +63,7 @@ func TestSubkeysAddDescriptorsOnly(t *testing.T) {
 		t.Error("sub-keys changed the rate-limit service's config")
 	}
 	offF, onF := RateLimitFilter(ir.Build(off)), RateLimitFilter(ir.Build(on))
-	if got, want := len(onF.RateLimits)-len(offF.RateLimits), 4; got != want {
+	if got, want := len(onF.RateLimits)-len(offF.RateLimits), 8; got != want {
 		t.Fatalf("sub-keys added %d descriptors, want %d", got, want)
 	}
 	for i, rl := range onF.RateLimits[len(offF.RateLimits):] {
