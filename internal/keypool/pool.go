@@ -127,7 +127,7 @@ type pickInput struct {
 	pol           *policy
 	enforceWindow bool          // local RPM/TPM windows decide (no shared limiter, or it failed)
 	pacing        bool          // each key's own pace decides too (keypace.go)
-	paceBudget    time.Duration // how far ahead a pick may book a key's slot
+	paceBudget    time.Duration // how far ahead a pick may book a key's slot (budgetFor)
 	paced         time.Duration // waited for keys' paces so far in this pick
 	extended      bool          // the caller's timer was extended (PickRequest.Extend)
 	syncUnknown   bool          // fail-closed and the remote state is unknown
@@ -240,7 +240,7 @@ func (kp *KeyPool) selectLocked(in *pickInput, req *PickRequest) (k *keyState, b
 		// slot on, so this replica's next waiter books the one after, or
 		// another key's: no herd of waiters racing for one slot.
 		if sk, wait, ok := kp.soonestPacedLocked(in, req); ok {
-			if wait > in.paceBudget {
+			if wait > in.budgetFor(sk) {
 				in.soonest = sk
 				return nil, 0, &pacedError{wait: wait}
 			}
