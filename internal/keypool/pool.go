@@ -240,7 +240,7 @@ func (kp *KeyPool) selectLocked(in *pickInput, req *PickRequest) (k *keyState, b
 		// slot on, so this replica's next waiter books the one after, or
 		// another key's: no herd of waiters racing for one slot.
 		if sk, wait, ok := kp.soonestPacedLocked(in, req); ok {
-			if wait > in.budgetFor(sk) {
+			if wait > in.budgetFor(sk.paceInterval()) {
 				in.soonest = sk
 				return nil, 0, &pacedError{wait: wait}
 			}

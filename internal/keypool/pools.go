@@ -330,14 +330,15 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 	}
 }
 
-// budgetFor is how far ahead this pick may book k's slot: within the short
-// bound, or the long one (paceBudget) for a key paced slower than the
-// short bound allows one slot of. Only those keys are waited for longer:
+// budgetFor is how far ahead this pick may book the slot of a key paced
+// at interval (read under its pool's lock): within the short bound, or the
+// long one (paceBudget) for a key paced slower than the short bound allows
+// one slot of. Only those keys are waited for longer:
 // a pick that waited seconds for a fast key's slot held a backlog of
 // booked slots, which the storm's deadlines then cancelled unused (one
 // run: completed 15.2 %, a worker key at 82 % of its window).
-func (in *pickInput) budgetFor(k *keyState) time.Duration {
-	if k.paceInterval() > in.pol.paceMaxWait {
+func (in *pickInput) budgetFor(interval time.Duration) time.Duration {
+	if interval > in.pol.paceMaxWait {
 		return in.paceBudget
 	}
 	return min(in.paceBudget, in.pol.paceMaxWait-in.paced)
@@ -403,7 +404,7 @@ func (p *Pools) readShared(ctx context.Context, in *pickInput, req *PickRequest)
 func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *pickInput, req *PickRequest, l *Lease) (waited time.Duration, taken bool, err error) {
 	wait := l.booked
 	if p.sync != nil {
-		ok, w, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace, in.budgetFor(l.key))
+		ok, w, perr := p.sync.takeSlot(ctx, backend, l.KeyID, l.pace, in.budgetFor(l.pace))
 		if perr == nil && !ok {
 			kp.undo(in.now, *l, req.EstTokens, time.Time{}, in.now.Add(w))
 			return 0, false, nil
