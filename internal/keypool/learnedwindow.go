@@ -105,13 +105,17 @@ func (k *keyState) learnedPerMinute() int {
 // and its oldest requests leave only a window after the first of them.
 // The key is held until then (within the reset): in the storm every
 // key's first-window 429s came a share apart after the window was full,
-// each only to be told to wait for the burst to leave. Caller holds kp.mu.
+// each only to be told to wait for the burst to leave. Not when the
+// window was known at that first attempt (a replica that restarted under
+// steady traffic and adopted it from the others): the pace spaced its
+// attempts from the start, and no burst of its own fills the window.
+// Caller holds kp.mu.
 func (k *keyState) nextSlot(o Outcome, now time.Time) time.Duration {
 	if o.RemainingRequests != 0 || o.class() != classSuccess || !k.ownWindow || k.learnedWindow <= 0 || k.learnedRPM <= 0 {
 		return o.ResetRequests
 	}
 	hold := k.learnedWindow / time.Duration(k.learnedRPM)
-	if first := k.firstSent.Add(k.learnedWindow); !k.firstSent.IsZero() && now.Before(first) {
+	if first := k.firstSent.Add(k.learnedWindow); k.firstBlind && !k.firstSent.IsZero() && now.Before(first) {
 		hold = max(hold, first.Sub(now))
 	}
 	if o.ResetRequests <= 0 {

@@ -100,6 +100,7 @@ func TestNextSlot(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		first   time.Duration // the key's first attempt, this long ago (0: none)
+		known   bool          // the window was known at that first attempt
 		answers []Outcome
 		want    time.Duration
 	}{
@@ -115,12 +116,16 @@ func TestNextSlot(t *testing.T) {
 			answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 5*time.Second)}, want: 5 * time.Second},
 		{name: "after the first window: one request's share", first: 15 * time.Second,
 			answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 10*time.Second)}, want: 10 * time.Second / 60},
+		// A replica that restarted under steady traffic knew the window
+		// (adopted) before its first attempt: no burst of its own.
+		{name: "first window, the window known at the first attempt: one request's share", first: 2 * time.Second, known: true,
+			answers: []Outcome{ok(60, 20, 10*time.Second), ok(60, 0, 9500*time.Millisecond)}, want: 10 * time.Second / 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(1_800_000_000, 0)
 			k := &keyState{}
 			if tc.first > 0 {
-				k.firstSent = now.Add(-tc.first)
+				k.firstSent, k.firstBlind = now.Add(-tc.first), !tc.known
 			}
 			var last Outcome
 			for _, o := range tc.answers {

@@ -41,8 +41,12 @@ type keyState struct {
 	// answered: the key has had an answer; reqLeft is its provider's last
 	// x-ratelimit-remaining-requests (-1: not stated), valid until
 	// reqLeftUntil (inflight.go).
-	answered     bool
-	firstSent    time.Time // the key's first attempt (cold start, inflight.go)
+	answered  bool
+	firstSent time.Time // the key's first attempt (cold start, inflight.go)
+	// firstBlind: the key's window was not known at that first attempt
+	// (nor adopted from another replica), so its first window may have
+	// filled in a burst (learnedwindow.go nextSlot).
+	firstBlind   bool
 	reqLeft      int
 	reqLeftUntil time.Time
 	// refused is the share of the key's answers that were the provider's
@@ -313,7 +317,7 @@ func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, b
 	}
 	k.inFlight++
 	if k.firstSent.IsZero() {
-		k.firstSent = now
+		k.firstSent, k.firstBlind = now, k.sharedWindow() <= 0
 	}
 	if now.Before(k.tokensReset) {
 		k.tokensLeft = max(k.tokensLeft-req.EstTokens, 0)
