@@ -169,7 +169,11 @@ func (b *buffer) hasSpill() bool {
 	if b.spillPath == "" {
 		return false
 	}
-	for _, p := range []string{b.replayingPath(), b.spillPath} {
+	// The spill file first: replaySpill renames it to the replaying path,
+	// and looked at the other way round a rename between the two looks saw
+	// neither (the spill replayed while it was still to write: a flaky
+	// TestSpillSurvivesRestartOfProcess, and LedgerDrained true too soon).
+	for _, p := range []string{b.spillPath, b.replayingPath()} {
 		if _, err := os.Stat(p); err == nil {
 			return true
 		}
