@@ -45,11 +45,11 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 			Message: "Tenant `" + tenant + "` has used its monthly budget."}).withRetryAfter(res.RetryAfter)
 	case !res.Granted:
 		msg := "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
-			"`: limit " + strconv.FormatInt(res.Limit, 10) + ", remaining " + strconv.FormatInt(res.Remaining, 10) +
-			", requested " + strconv.Itoa(f.Need()) + "."
+			"`: limit " + strconv.FormatInt(res.Limit, 10)
 		if res.Behind {
-			msg = "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
-				"`: limit " + strconv.FormatInt(res.Limit, 10) + "; requests queued before this one are served first."
+			msg += "; requests queued before this one are served first."
+		} else {
+			msg += ", remaining " + strconv.FormatInt(res.Remaining, 10) + ", requested " + strconv.Itoa(f.Need()) + "."
 		}
 		r := (&Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded",
 			Message: msg}).withRetryAfter(res.RetryAfter)
@@ -145,14 +145,15 @@ func (a *Admitter) tpmDeadline(cfg *config.Config, f *Facts, t Timer) (time.Time
 	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 {
 		return time.Time{}, false
 	}
-	maxWait := queueRequest(cfg, f, t).MaxWait // the tenant's or class's own
-	deadline := time.Now().Add(maxWait)
+	// The class's or tenant's own bound; not queueRequest, which also
+	// names the session (an allocation per reserving request).
+	d, _, _ := maxWait(cfg, f, t)
 	if t != nil {
 		if left, sent := t.Left(cfg.Request.MessageTimeout.Duration); sent {
-			deadline = time.Now().Add(min(maxWait, left))
+			d = min(d, left)
 		}
 	}
-	return deadline, true
+	return time.Now().Add(d), true
 }
 
 // dearest is the highest price among the targets on the backends.

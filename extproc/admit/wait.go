@@ -82,9 +82,24 @@ func (a *Admitter) waitedOut(f *Facts, res QueueResult) *Refusal {
 // Nothing else a client sends chooses a class.
 func queueRequest(cfg *config.Config, f *Facts, t Timer) QueueRequest {
 	tn := f.Owner.Tenant
-	req := QueueRequest{Tenant: tn.Name, Weight: float64(max(tn.Weight, 1)), MaxWait: cfg.Admission.MaxWait.Duration}
-	if tn.MaxWait.Duration > 0 {
-		req.MaxWait = tn.MaxWait.Duration
+	req := QueueRequest{Tenant: tn.Name, Weight: float64(max(tn.Weight, 1))}
+	var cl config.AdmissionClass
+	var classed bool
+	req.MaxWait, cl, classed = maxWait(cfg, f, t)
+	if classed {
+		req.Class, req.Priority = cl.Name, cl.Priority
+	}
+	req.Session = session(f, t)
+	return req
+}
+
+// maxWait is how long the request may wait in the queue: its class's
+// bound, else its tenant's, else admission.max_wait; cl is its class, when
+// classed.
+func maxWait(cfg *config.Config, f *Facts, t Timer) (d time.Duration, cl config.AdmissionClass, classed bool) {
+	d = cfg.Admission.MaxWait.Duration
+	if tn := f.Owner.Tenant; tn.MaxWait.Duration > 0 {
+		d = tn.MaxWait.Duration
 	}
 	class := f.Owner.Key.Class
 	if t != nil {
@@ -97,14 +112,10 @@ func queueRequest(cfg *config.Config, f *Facts, t Timer) QueueRequest {
 			}
 		}
 	}
-	if cl, ok := cfg.AdmissionClass(class); ok {
-		req.Class, req.Priority = cl.Name, cl.Priority
-		if cl.MaxWait.Duration > 0 {
-			req.MaxWait = cl.MaxWait.Duration
-		}
+	if cl, classed = cfg.AdmissionClass(class); classed && cl.MaxWait.Duration > 0 {
+		d = cl.MaxWait.Duration
 	}
-	req.Session = session(f, t)
-	return req
+	return d, cl, classed
 }
 
 // session names the request's chain of calls for the queue: the sticky
