@@ -63,7 +63,10 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 	if u.ans == nil {
 		u.ans = &envoymsg.Answer{}
 	}
-	defer s.upstreams.Put(u)
+	defer func() {
+		u.st = nil // a pooled state keeps no finished stream alive
+		s.upstreams.Put(u)
+	}()
 	ctx := st.Context()
 	for {
 		req, err := st.Recv()
