@@ -99,18 +99,27 @@ func (p *Pools) adoptLimits(all map[string]string) {
 		if !ok {
 			continue
 		}
-		kp := p.pool(backend)
-		if kp == nil {
-			continue
-		}
-		kp.mu.Lock()
-		if k := kp.byID[key]; k != nil {
+		changed = p.withKey(backend, key, func(k *keyState) bool {
 			k.learnedRPM, k.learnedTPM = rpm, tpm
 			k.adoptWindow(window)
-			changed = k.capacityMovedLocked() || changed
-		}
-		kp.mu.Unlock()
+			return k.capacityMovedLocked()
+		}) || changed
 	}
+}
+
+// withKey runs fn on backend's key under its pool's lock, if config has
+// them; it reports what fn did (false when the key is unknown).
+func (p *Pools) withKey(backend, key string, fn func(k *keyState) bool) bool {
+	kp := p.pool(backend)
+	if kp == nil {
+		return false
+	}
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	if k := kp.byID[key]; k != nil {
+		return fn(k)
+	}
+	return false
 }
 
 // pollLimits reads the shared learned limits, and with capacity weights

@@ -46,16 +46,13 @@ func (p *Pools) adoptRefused(all map[string]string) {
 		if !ok || err != nil || share < 0 || share > 1 {
 			continue
 		}
-		kp := p.pool(backend)
-		if kp == nil {
-			continue
-		}
-		kp.mu.Lock()
-		if k := kp.byID[key]; k != nil && now.Sub(k.answeredAt) > refusedOwnFor {
+		changed = p.withKey(backend, key, func(k *keyState) bool {
+			if now.Sub(k.answeredAt) <= refusedOwnFor {
+				return false
+			}
 			k.refused = share
-			changed = k.capacityMovedLocked() || changed
-		}
-		kp.mu.Unlock()
+			return k.capacityMovedLocked()
+		}) || changed
 	}
 	if changed {
 		p.signal() // BackendCapacity moved
