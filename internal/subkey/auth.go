@@ -106,16 +106,18 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 		vk = virtualKey(k)
 	}
 	o := config.KeyOwner{Tenant: k.narrowed(cfg, t), Key: vk}
+	var minter *Key
 	if k.Parent != "" {
-		if p, ok := a.Store.Cached(k.Parent); ok {
-			o.Parent = p.owned
-			if o.Parent == nil {
-				o.Parent = virtualKey(p)
-			}
+		minter, _ = a.Store.Cached(k.Parent)
+	}
+	if minter != nil {
+		o.Parent = minter.owned
+		if o.Parent == nil {
+			o.Parent = virtualKey(minter)
 		}
 	}
 	switch {
-	case k.Revoked, a.minterRevoked(t, k):
+	case k.Revoked, minterRevoked(t, k, minter):
 		return o, Revoked
 	case k.Expired(now()):
 		return o, Expired
@@ -126,14 +128,15 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 // minterRevoked reports whether the key that minted k is revoked, or gone:
 // revoking a minter takes the keys it minted with it (a planner's run
 // stopped at once, not at its workers' expiry). The minter is a sub-key
-// in the cache, or a config key of k's tenant (keys[].minter). Cache only:
-// a minted key reached the cache after its minter did.
-func (a Auth) minterRevoked(t *config.Tenant, k *Key) bool {
+// in the cache (minter, nil when none is), or a config key of k's tenant
+// (keys[].minter). Cache only: a minted key reached the cache after its
+// minter did.
+func minterRevoked(t *config.Tenant, k, minter *Key) bool {
 	if k.Parent == "" {
 		return false
 	}
-	if p, ok := a.Store.Cached(k.Parent); ok {
-		return p.Revoked
+	if minter != nil {
+		return minter.Revoked
 	}
 	for i := range t.Keys {
 		if t.Keys[i].ID == k.Parent {
