@@ -141,6 +141,9 @@ type Outcome any
 // them when the request ends (accounting/reserve).
 type Reserver interface {
 	Reserve(ctx context.Context, r ReserveRequest) (Reservation, error)
+	// Leave says that r, refused with a Wait, stopped waiting without a
+	// reservation: newcomers are no longer held behind it.
+	Leave(ctx context.Context, r ReserveRequest) error
 	// Settle replaces the hold by the real usage of the finished (or cut)
 	// request; e is the ledger entry, already recorded.
 	Settle(ctx context.Context, res Reservation, e Entry) error

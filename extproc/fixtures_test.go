@@ -122,6 +122,8 @@ func (c *capture) Reserve(_ context.Context, r extproc.ReserveRequest) (extproc.
 	return extproc.Reservation{ID: "res-" + r.RequestID, Granted: true, Handle: r}, nil
 }
 
+func (c *capture) Leave(context.Context, extproc.ReserveRequest) error { return nil }
+
 func (c *capture) Settle(_ context.Context, res extproc.Reservation, e extproc.Entry) error {
 	c.mu.Lock()
 	c.settled[res.ID] = e.Usage.TotalTokens

@@ -237,3 +237,46 @@ func TestReservationNewcomerQueuesBehindWaiter(t *testing.T) {
 		t.Fatal("waiter never admitted")
 	}
 }
+
+// TestReservationWaiterLeaves: a waiter whose client leaves stops holding
+// newcomers back at once: a request that fits beside what the window holds
+// is admitted without waiting for the window the departed waiter wanted.
+func TestReservationWaiterLeaves(t *testing.T) {
+	s := newTPMStack(t, 10*time.Second, 5*time.Second)
+	first, cancel1 := admit(t, s.harness, bigAsk)
+	defer cancel1()
+	serve(t, first, `{"prompt_tokens":100,"completion_tokens":800,"total_tokens":900}`)
+
+	waiter, cancelW := s.stream(t, contract.RoleRouter)
+	roundTrip(t, waiter, reqHeaders(false, chatHeaders(keyAlpha)...))
+	if ov := roundTrip(t, waiter, reqBody(bigAsk)); ov.GetOverrideMessageTimeout() == nil {
+		t.Fatalf("the big request is not waiting: %v", ov)
+	}
+	hash := ledger.TenantKey(s.cfg.Redis.KeyPrefix, "alpha", "rv:tpm:tenant:h")
+	if n, _ := s.rdb.HGet(t.Context(), hash, "_waiters").Int(); n != 1 {
+		t.Fatalf("%d waiters on the tenant's window, want 1", n)
+	}
+	cancelW()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		n, err := s.rdb.HExists(t.Context(), hash, "_waiters").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the departed waiter still counts on the tenant's window")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	newcomer, cancelN := s.stream(t, contract.RoleRouter)
+	defer cancelN()
+	roundTrip(t, newcomer, reqHeaders(false, chatHeaders(keyAlpha)...))
+	small := `{"model":"chat","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	if resp := roundTrip(t, newcomer, reqBody(small)); resp.GetRequestBody() == nil {
+		t.Fatalf("newcomer not admitted at once after the waiter left: %v", resp)
+	}
+}

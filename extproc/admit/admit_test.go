@@ -419,6 +419,7 @@ type reserver struct {
 	res  []admit.Reservation
 	err  error
 	seen []admit.ReserveRequest
+	left []admit.ReserveRequest
 }
 
 func (r *reserver) Reserve(_ context.Context, req admit.ReserveRequest) (admit.Reservation, error) {
@@ -431,6 +432,11 @@ func (r *reserver) Reserve(_ context.Context, req admit.ReserveRequest) (admit.R
 		r.res = r.res[1:]
 	}
 	return res, nil
+}
+
+func (r *reserver) Leave(_ context.Context, req admit.ReserveRequest) error {
+	r.left = append(r.left, req)
+	return nil
 }
 
 func TestReserve(t *testing.T) {
@@ -529,6 +535,35 @@ func TestReserveWaitsForTheWindow(t *testing.T) {
 	}
 	if len(q.seen) != 1 || q.seen[0].Scope != "tpm:model:alpha:chat" {
 		t.Errorf("queue requests %+v", q.seen)
+	}
+	if len(rs.left) != 0 {
+		t.Errorf("an admitted waiter left the waiters: %+v", rs.left)
+	}
+}
+
+// A TPM waiter whose wait ends without a reservation (the queue's bound,
+// the client gone, a Retry-After beyond the wait) says so once, and is
+// refused with the last refusal.
+func TestReserveLeavesWhenTheWaitEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		retry time.Duration
+		queue admit.QueueResult
+	}{
+		{"the queue's bound", 10 * time.Millisecond, admit.QueueResult{Reason: "timeout"}},
+		{"retry after beyond the wait", time.Minute, admit.QueueResult{Admitted: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "reserve", "5s")
+			rs := &reserver{res: []admit.Reservation{{Scope: "model", Limit: 1000, RetryAfter: tc.retry}}}
+			a := &admit.Admitter{Reserver: rs, Queue: &queue{res: tc.queue}, Keys: &keys{ok: true}}
+			f := facts(t, cfg, "/v1/chat/completions", keyAlpha)
+			f.Alias, f.Model, f.Backends = "chat", &cfg.Models[0], []string{"big"}
+			wantRefusal(t, a.Admit(context.Background(), cfg, f, nil), 429, "rate_limit_exceeded")
+			if len(rs.left) != 1 || rs.left[0].RequestID != f.RequestID || rs.left[0].Tenant != "alpha" || rs.left[0].Model != "chat" {
+				t.Errorf("left %+v, want the request once", rs.left)
+			}
+		})
 	}
 }
 

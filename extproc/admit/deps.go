@@ -81,6 +81,9 @@ type BudgetStatus struct {
 // (accounting/reserve); settling is extproc's, at the response's end.
 type Reserver interface {
 	Reserve(ctx context.Context, r ReserveRequest) (Reservation, error)
+	// Leave says that r, refused with a Wait, stopped waiting without a
+	// reservation: newcomers are no longer held behind it.
+	Leave(ctx context.Context, r ReserveRequest) error
 }
 
 // ReserveRequest asks for tokens for one request.

@@ -94,7 +94,23 @@ func KeyBudgetExceeded(keyID string, res Reservation) *Refusal {
 // model), not per backend set as the keys' wait: a tenant over its own
 // TPM must not hold the tenants behind it on the same backends back.
 // Within that scope the queue's class, weight and arrival rules hold.
+//
+// A request that stops waiting without a reservation tells the reserver,
+// so the newcomers its refusal held behind it are not held any longer.
 func (a *Admitter) reserveQueued(ctx context.Context, cfg *config.Config, f *Facts, t Timer, req ReserveRequest, res Reservation, deadline time.Time) (Reservation, error) {
+	res, err := a.waitReserved(ctx, cfg, f, t, req, res, deadline)
+	if err == nil && !res.Granted {
+		// The client may have left: the reserver's own timeout bounds it.
+		if err := a.Reserver.Leave(context.WithoutCancel(ctx), req); err != nil {
+			a.log().Debug("token reservation: leaving the waiters failed", "tenant", req.Tenant, "err", err)
+		}
+	}
+	return res, err
+}
+
+// waitReserved is reserveQueued's wait: the granted reservation or the
+// last refusal.
+func (a *Admitter) waitReserved(ctx context.Context, cfg *config.Config, f *Facts, t Timer, req ReserveRequest, res Reservation, deadline time.Time) (Reservation, error) {
 	qr := queueRequest(cfg, f, t)
 	qr.Scope = "tpm:" + res.Scope + ":" + req.Tenant
 	if res.Scope == "model" {

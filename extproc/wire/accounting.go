@@ -57,6 +57,10 @@ func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extp
 	return extproc.Reservation{}, err
 }
 
+func (a reserver) Leave(ctx context.Context, req extproc.ReserveRequest) error {
+	return a.r.Leave(ctx, reserve.Request{RequestID: req.RequestID, Tenant: req.Tenant, Model: req.Model, KeyID: req.KeyID})
+}
+
 func (a reserver) Settle(ctx context.Context, res extproc.Reservation, e extproc.Entry) error {
 	h, _ := res.Handle.(reserve.Reservation)
 	return a.r.Settle(ctx, h, e.Usage, e.Cost)

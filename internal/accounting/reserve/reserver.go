@@ -382,6 +382,36 @@ func (r *Reserver) refusal(req Request, res Reservation, s scope, retryMs, used,
 	return e
 }
 
+// Leave tells the token scopes that req, refused earlier with a Wait, no
+// longer waits (its wait ended, its client left): requests that did not
+// wait their turn are no longer held behind it. A request the queue
+// admitted into its reservation needs no Leave; a waiter that never
+// leaves (its replica stopped) holds newcomers back at most until the
+// window freed for it plus waitGrace.
+func (r *Reserver) Leave(ctx context.Context, req Request) error {
+	cfg := r.cfg.Load()
+	t, ok := cfg.Tenant(req.Tenant)
+	if !ok || req.RequestID == "" {
+		return nil
+	}
+	res := Reservation{Month: ledger.MonthOf(r.opts.Now())}
+	var keys []string
+	for _, s := range r.scopesFor(cfg, t, req, &res) {
+		if s.kind == "t" {
+			keys = append(keys, s.z, s.h)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Redis.ReadTimeout.D())
+	defer cancel()
+	if err := leaveScript.Run(ctx, r.rdb, keys, member(req.RequestID)).Err(); err != nil {
+		return fmt.Errorf("reserve: leave: %w", err)
+	}
+	return nil
+}
+
 // member is the scope member of a request (prefixed so no id collides with
 // the "_sum" field).
 func member(id string) string { return "r:" + id }

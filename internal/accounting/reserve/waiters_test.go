@@ -60,25 +60,127 @@ func TestWaitersComeFirst(t *testing.T) {
 				return
 			}
 			// The waiter, admitted by the queue once the window frees,
-			// reserves before the grace ends; the newcomer follows it
-			// through the queue.
+			// is no longer waiting: another request that did not wait its
+			// turn is held only while the newcomer itself waits (it was
+			// refused with a Wait), and passes once nobody does.
 			time.Sleep(le.RetryAfter + 20*time.Millisecond)
 			if _, err := r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: tc.wait, Queued: true}); err != nil {
 				t.Fatalf("waiter after the window freed: %v", err)
 			}
-			if _, err := r[1].Reserve(ctx, tc.newcomer); !errors.As(err, &le) || !le.Behind {
-				t.Fatalf("newcomer within the grace: err = %v, want still behind", err)
+			other := Request{RequestID: "d", Tenant: "tpmonly", PromptTokens: 1, MaxOutputTokens: 1}
+			_, err = r[1].Reserve(ctx, other)
+			if newcomerWaits := tc.newcomer.Wait > 0; newcomerWaits != (errors.As(err, &le) && le.Behind) {
+				t.Fatalf("another request once the waiter was admitted: err = %v, want behind %v", err, newcomerWaits)
 			}
 			queued := tc.newcomer
 			queued.Queued = true
 			if _, err := r[1].Reserve(ctx, queued); err != nil {
 				t.Fatalf("newcomer through the queue: %v", err)
 			}
-			// After the grace the mark is gone.
-			time.Sleep(waitGrace)
-			if _, err := r[1].Reserve(ctx, Request{RequestID: "d", Tenant: "tpmonly", PromptTokens: 1, MaxOutputTokens: 1}); err != nil {
-				t.Fatalf("after the grace: %v", err)
+			other.RequestID = "e"
+			if _, err := r[1].Reserve(ctx, other); err != nil {
+				t.Fatalf("nobody waits: %v", err)
 			}
 		})
+	}
+}
+
+// TestWaiterLeaves: a waiter whose wait ends (or whose client leaves)
+// without a reservation stops holding newcomers back at once, while
+// another waiter on the scope still does; a waiter that never says so
+// holds them until its window freed plus the grace.
+func TestWaiterLeaves(t *testing.T) {
+	const window = 2 * time.Second
+	srv := redistest.Start(t)
+	cfg := testConfig(t, srv.Addr, "2s", "")
+	r := replicas(t, srv, cfg, 2, window)
+	ctx := t.Context()
+	first, err := r[0].Reserve(ctx, Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r[0].Settle(ctx, first, pricing.Usage{PromptTokens: 700, CompletionTokens: 100}, 0); err != nil {
+		t.Fatal(err)
+	}
+	var le *LimitError
+	waiter := func(id string) Request {
+		return Request{RequestID: id, Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: 3 * time.Second}
+	}
+	// The first waits for the window, the second (refused behind it) for
+	// the first: both wait.
+	for i, id := range []string{"b", "c"} {
+		if _, err := r[0].Reserve(ctx, waiter(id)); !errors.As(err, &le) || le.Behind != (i == 1) {
+			t.Fatalf("waiter %s: err = %v, want a refusal (behind: %v)", id, err, i == 1)
+		}
+	}
+	newcomer := Request{RequestID: "n", Tenant: "tpmonly", PromptTokens: 10, MaxOutputTokens: 10}
+	behind := func(step string) bool {
+		t.Helper()
+		res, err := r[1].Reserve(ctx, newcomer)
+		if err != nil && !(errors.As(err, &le) && le.Behind) {
+			t.Fatalf("%s: err = %v", step, err)
+		}
+		if err == nil {
+			if err := r[1].Release(ctx, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return err != nil
+	}
+	if !behind("two waiters") {
+		t.Fatal("two waiters: the newcomer was reserved, want it behind them")
+	}
+	if err := r[0].Leave(ctx, waiter("b")); err != nil {
+		t.Fatal(err)
+	}
+	if !behind("one waiter left") {
+		t.Fatal("one of two waiters left: the newcomer was reserved, want it behind the other")
+	}
+	if err := r[1].Leave(ctx, waiter("c")); err != nil { // any replica may say so
+		t.Fatal(err)
+	}
+	if behind("both left") {
+		t.Fatal("both waiters left: the newcomer is still behind them")
+	}
+	// Leaving twice, or without having waited, changes nothing.
+	if err := r[0].Leave(ctx, waiter("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r[0].Leave(ctx, Request{RequestID: "x", Tenant: "tpmonly"}); err != nil {
+		t.Fatal(err)
+	}
+	newcomer.RequestID = "m"
+	if behind("after repeated leaves") {
+		t.Fatal("a repeated leave put a waiter back")
+	}
+}
+
+// TestWaiterMarkEnds: a waiter that neither is admitted nor leaves (its
+// replica stopped) holds newcomers back until the window freed for it plus
+// the grace, no longer.
+func TestWaiterMarkEnds(t *testing.T) {
+	const window = 300 * time.Millisecond
+	srv := redistest.Start(t)
+	cfg := testConfig(t, srv.Addr, "2s", "")
+	r := replicas(t, srv, cfg, 2, window)
+	ctx := t.Context()
+	first, err := r[0].Reserve(ctx, Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r[0].Settle(ctx, first, pricing.Usage{PromptTokens: 700, CompletionTokens: 100}, 0); err != nil {
+		t.Fatal(err)
+	}
+	var le *LimitError
+	if _, err := r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: time.Second}); !errors.As(err, &le) || le.Behind {
+		t.Fatalf("waiter: err = %v, want a window refusal", err)
+	}
+	newcomer := Request{RequestID: "n", Tenant: "tpmonly", PromptTokens: 1, MaxOutputTokens: 1}
+	if _, err := r[1].Reserve(ctx, newcomer); !errors.As(err, &le) || !le.Behind {
+		t.Fatalf("newcomer: err = %v, want behind the waiter", err)
+	}
+	time.Sleep(le.RetryAfter + waitGrace + 50*time.Millisecond)
+	if _, err := r[1].Reserve(ctx, newcomer); err != nil {
+		t.Fatalf("after the waiter's window and grace: %v", err)
 	}
 }
