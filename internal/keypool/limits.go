@@ -148,9 +148,11 @@ func (s *syncer) pollLimits(ctx context.Context) {
 
 // publishLimits queues the write of a key's learned limits.
 func (s *syncer) publishLimits(backend, key string, rpm, tpm int, window time.Duration) {
+	op := syncOp{backend: backend, key: key, limits: encodeLimits(rpm, tpm, window), seq: s.seq.Add(1)}
 	select {
-	case s.queue <- syncOp{backend: backend, key: key, limits: encodeLimits(rpm, tpm, window)}:
+	case s.queue <- op:
 	default:
 		s.p.metrics.syncDropped.Inc()
+		s.keepPending([]syncOp{op})
 	}
 }

@@ -56,3 +56,36 @@ func TestPaceFromLearnedLimits(t *testing.T) {
 		t.Fatalf("after b tripped: %v", got)
 	}
 }
+
+// TestLearnedLimitsSurviveRedisOutage: limits learned while Redis is down
+// reach the other replicas once it is back (empty after its restart),
+// without waiting for the provider to state a new limit.
+func TestLearnedLimitsSurviveRedisOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(t, breakerYAML(time.Minute, time.Hour, 20*time.Millisecond, 0, true)+
+		"redis: {read_timeout: 200ms, dial_timeout: 200ms}\n",
+		map[string][]key{"b": {{id: "a"}, {id: "b"}}})
+	ps := replicas(t, srv, cfg, 2)
+	limits := func(rpm string) Outcome {
+		return ParseOutcome(200, func(n string) string {
+			return map[string]string{"x-ratelimit-limit-requests": rpm, "x-ratelimit-remaining-requests": "5"}[n]
+		})
+	}
+	rpm := func(p *Pools) float64 {
+		r, _ := p.Pace([]string{"b"})
+		return math.Round(r / admitShare * 60)
+	}
+	srv.Stop()
+	for _, k := range []string{"a", "b"} {
+		if err := ps[0].Report(t.Context(), "b", k, "", limits("300")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rpm(ps[0]); got != 600 {
+		t.Fatalf("learned on its own replica: %v rpm, want 600", got)
+	}
+	// The writes fail while Redis is down (the writer's read timeout).
+	waitFor(t, 5*time.Second, "the sync to notice Redis down", func() bool { return ps[0].sync.down.Load() })
+	srv.Restart()
+	waitFor(t, 5*time.Second, "limits learned during the outage shared", func() bool { return rpm(ps[1]) == 600 })
+}

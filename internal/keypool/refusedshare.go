@@ -28,10 +28,12 @@ const refusedOwnFor = 10 * time.Second
 
 // publishRefused queues the write of a key's refused share.
 func (s *syncer) publishRefused(backend, key string, share float64) {
+	op := syncOp{backend: backend, key: key, refused: strconv.FormatFloat(share, 'f', 4, 64), seq: s.seq.Add(1)}
 	select {
-	case s.queue <- syncOp{backend: backend, key: key, refused: strconv.FormatFloat(share, 'f', 4, 64)}:
+	case s.queue <- op:
 	default:
 		s.p.metrics.syncDropped.Inc()
+		s.keepPending([]syncOp{op})
 	}
 }
 

@@ -45,7 +45,10 @@ type syncer struct {
 	queue chan syncOp
 
 	pendingMu sync.Mutex
-	pending   map[string]syncOp // latest unsent state per key id
+	// pending is the latest unsent write of each kind per key ("s|" a
+	// breaker state, "l|" learned limits, "r|" a refused share).
+	pending map[string]syncOp
+	seq     atomic.Uint64 // orders limits and refused-share writes
 
 	down       atomic.Bool
 	lastPollOK atomic.Int64 // unix nanos
@@ -65,6 +68,7 @@ type syncOp struct {
 	cancel       bool   // req's client went away (Pools.Cancelled)
 	limits       string // encoded learned limits of backend/key (limits.go)
 	refused      string // backend/key's refused share (refusedshare.go)
+	seq          uint64 // of a limits or refused write: the later one wins
 }
 
 const syncQueue = 4096
@@ -137,15 +141,33 @@ func (s *syncer) cancelled(ctx context.Context, reqs []string) []bool {
 	return out
 }
 
+// keepPending keeps the writes Redis did not take, for the next write or
+// poll that finds it up: the newest breaker state, learned limits and
+// refused share per key. A learned limit otherwise reaches the other
+// replicas only when it changes again. Failed-key records and cancels are
+// short-lived and not resent.
 func (s *syncer) keepPending(ops []syncOp) {
 	s.pendingMu.Lock()
 	for _, op := range ops {
-		if op.state == nil {
-			continue // failed-key records are short-lived; not worth resending
+		var id string
+		switch {
+		case op.state != nil:
+			id = "s|" + op.backend + "|" + op.key
+			if old, ok := s.pending[id]; ok && !old.state.At.Before(op.state.At) {
+				continue
+			}
+		case op.limits != "", op.refused != "":
+			id = "r|" + op.backend + "|" + op.key
+			if op.limits != "" {
+				id = "l|" + op.backend + "|" + op.key
+			}
+			if old, ok := s.pending[id]; ok && old.seq > op.seq {
+				continue
+			}
+		default:
+			continue
 		}
-		if old, ok := s.pending[op.key]; !ok || old.state.At.Before(op.state.At) {
-			s.pending[op.key] = op
-		}
+		s.pending[id] = op
 	}
 	s.pendingMu.Unlock()
 }
@@ -229,10 +251,15 @@ func (s *syncer) writer(ctx context.Context) {
 				break drain
 			}
 		}
+		ops := batch
 		if !s.down.Load() {
-			batch = append(batch, s.takePending()...)
+			// Older than the batch: written first, so a key's newer
+			// write in the batch lands last.
+			if kept := s.takePending(); len(kept) > 0 {
+				ops = append(kept, batch...)
+			}
 		}
-		s.write(ctx, batch)
+		s.write(ctx, ops)
 	}
 }
 
