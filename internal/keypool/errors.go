@@ -20,6 +20,9 @@ type ExhaustedError struct {
 	// held: some key is only held by its cold start (attempts in flight
 	// before its first answer), which an answer ends (inflight.go).
 	held bool
+	// rest: how soon the first key resting until its provider's window
+	// resets (ReasonQuota) serves again; 0 when none rests.
+	rest time.Duration
 }
 
 func (e *ExhaustedError) Error() string {

@@ -282,7 +282,28 @@ func (kp *KeyPool) exhaustedLocked(in *pickInput, req *PickRequest) *ExhaustedEr
 		// Every key is open: the backend comes back through EDS.
 		ra = max(ra, kp.backAtLocked(now).Sub(now))
 	}
-	return &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: kp.failingLocked(now), held: kp.heldLocked(in)}
+	return &ExhaustedError{Backend: kp.name, RetryAfter: ra, Failing: kp.failingLocked(now), held: kp.heldLocked(in),
+		rest: kp.restLocked(in, req)}
+}
+
+// restLocked is how soon the first key that rests only until its
+// provider's window resets (open for ReasonQuota) serves again, with the
+// pace on (the request was admitted for these keys); 0 when none does.
+// Caller holds kp.mu.
+func (kp *KeyPool) restLocked(in *pickInput, req *PickRequest) time.Duration {
+	if !in.pol.keyPace {
+		return 0
+	}
+	var soonest time.Duration
+	for _, k := range kp.keys {
+		if k.cfg.Weight <= 0 || (req.Key != "" && k.cfg.ID != req.Key) || k.br.State(in.now) != Open || k.br.reason != ReasonQuota {
+			continue
+		}
+		if d := k.br.until.Sub(in.now); d > 0 && (soonest == 0 || d < soonest) {
+			soonest = d
+		}
+	}
+	return soonest
 }
 
 // heldLocked reports whether some key would serve but for its cold start:

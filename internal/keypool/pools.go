@@ -291,10 +291,24 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			// queue saw them ready), and another admitted at the same
 			// instant took the slot: wait for the answer, within the
 			// pick's wait bound, instead of refusing it.
-			if err := p.waitHeld(ctx, &in, &req); err != nil {
+			if err := p.waitPick(ctx, &in, &req, inFlightWait); err != nil {
 				return Lease{}, err
 			}
 			paced += inFlightWait
+			continue
+		}
+		if ex, ok := err.(*ExhaustedError); ok && ex.rest > 0 && !ex.Failing && paced+ex.rest <= in.pol.paceMaxWait {
+			// Every usable key rests until its provider's window resets,
+			// within the pick's bound: the request was admitted for these
+			// keys (another admitted at the same instant took the last
+			// of a window), so wait for the soonest instead of refusing
+			// it with upstream_keys_exhausted, which the client sees as
+			// a 429 although capacity comes back within the wait.
+			d := ex.rest + time.Millisecond
+			if err := p.waitPick(ctx, &in, &req, d); err != nil {
+				return Lease{}, err
+			}
+			paced += d
 			continue
 		}
 		if err != nil {
@@ -354,9 +368,9 @@ func (pol *policy) paceBound(req *PickRequest) time.Duration {
 }
 
 // waitHeld waits inFlightWait for a key held by its cold start to answer.
-func (p *Pools) waitHeld(ctx context.Context, in *pickInput, req *PickRequest) error {
-	p.extend(in, req, inFlightWait)
-	if err := sleepCtx(ctx, inFlightWait); err != nil {
+func (p *Pools) waitPick(ctx context.Context, in *pickInput, req *PickRequest, d time.Duration) error {
+	p.extend(in, req, d)
+	if err := sleepCtx(ctx, d); err != nil {
 		return fmt.Errorf("keypool: pick: %w", err)
 	}
 	in.now = p.clock.Now()
