@@ -9,6 +9,19 @@ import (
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
+// fillWindow has tenant tpmonly's window (1000 tokens) hold 800 settled
+// tokens for one window from now.
+func fillWindow(t *testing.T, r *Reserver) {
+	t.Helper()
+	first, err := r.Reserve(t.Context(), Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Settle(t.Context(), first, pricing.Usage{PromptTokens: 700, CompletionTokens: 100}, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWaitersComeFirst: a token refusal the request will wait out marks
 // the scope, and until the window has freed for it (plus the grace) a
 // request that did not wait its turn is refused even where it would fit,
@@ -36,15 +49,8 @@ func TestWaitersComeFirst(t *testing.T) {
 			cfg := testConfig(t, srv.Addr, "2s", "")
 			r := replicas(t, srv, cfg, 2, window) // the newcomer on another replica
 			ctx := t.Context()
-			first, err := r[0].Reserve(ctx, Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Settled at 800: it counts one window from now.
-			if err := r[0].Settle(ctx, first, pricing.Usage{PromptTokens: 700, CompletionTokens: 100}, 0); err != nil {
-				t.Fatal(err)
-			}
-			_, err = r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: tc.wait})
+			fillWindow(t, r[0])
+			_, err := r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: tc.wait})
 			var le *LimitError
 			if !errors.As(err, &le) || le.Behind || le.RetryAfter <= 0 || le.RetryAfter > window {
 				t.Fatalf("waiter: err = %v, want a window refusal", err)
@@ -95,13 +101,7 @@ func TestWaiterLeaves(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, "2s", "")
 	r := replicas(t, srv, cfg, 2, window)
 	ctx := t.Context()
-	first, err := r[0].Reserve(ctx, Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r[0].Settle(ctx, first, pricing.Usage{PromptTokens: 700, CompletionTokens: 100}, 0); err != nil {
-		t.Fatal(err)
-	}
+	fillWindow(t, r[0])
 	var le *LimitError
 	waiter := func(id string) Request {
 		return Request{RequestID: id, Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: 3 * time.Second}
@@ -164,13 +164,7 @@ func TestWaiterMarkEnds(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, "2s", "")
 	r := replicas(t, srv, cfg, 2, window)
 	ctx := t.Context()
-	first, err := r[0].Reserve(ctx, Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r[0].Settle(ctx, first, pricing.Usage{PromptTokens: 700, CompletionTokens: 100}, 0); err != nil {
-		t.Fatal(err)
-	}
+	fillWindow(t, r[0])
 	var le *LimitError
 	if _, err := r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: time.Second}); !errors.As(err, &le) || le.Behind {
 		t.Fatalf("waiter: err = %v, want a window refusal", err)
