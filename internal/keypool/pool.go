@@ -289,6 +289,7 @@ func (kp *KeyPool) exhaustedLocked(in *pickInput, req *PickRequest) *ExhaustedEr
 // restLocked is how soon the first key that rests only until its
 // provider's window resets (open for ReasonQuota) serves again, with the
 // pace on (the request was admitted for these keys); 0 when none does.
+// Keys this request may not use (tried, refused) are not waited for.
 // Caller holds kp.mu.
 func (kp *KeyPool) restLocked(in *pickInput, req *PickRequest) time.Duration {
 	if !in.pol.keyPace {
@@ -296,7 +297,8 @@ func (kp *KeyPool) restLocked(in *pickInput, req *PickRequest) time.Duration {
 	}
 	var soonest time.Duration
 	for _, k := range kp.keys {
-		if k.cfg.Weight <= 0 || (req.Key != "" && k.cfg.ID != req.Key) || k.br.State(in.now) != Open || k.br.reason != ReasonQuota {
+		if k.cfg.Weight <= 0 || (req.Key != "" && k.cfg.ID != req.Key) || k.br.State(in.now) != Open ||
+			k.br.reason != ReasonQuota || kp.excluded(in, req, k) {
 			continue
 		}
 		if d := k.br.until.Sub(in.now); d > 0 && (soonest == 0 || d < soonest) {
