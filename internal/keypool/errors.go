@@ -29,5 +29,24 @@ func (e *ExhaustedError) Error() string {
 	return fmt.Sprintf("keypool: every key of backend %s is open, busy or rate limited; retry after %s", e.Backend, e.RetryAfter)
 }
 
+// waitable is how long a pick that has waited paced of its bound may wait
+// before it picks again; 0: refuse now. The request was admitted for these
+// keys (the queue saw them ready) and another admitted at the same instant
+// took what was left, so a pick whose keys come back within the bound
+// waits for them instead of answering upstream_keys_exhausted, which the
+// client sees as a 429:
+//   - a key held only by its cold start: its first answer frees it;
+//   - every usable key resting until its provider's window resets: the
+//     soonest.
+func (e *ExhaustedError) waitable(paced, bound time.Duration) time.Duration {
+	switch {
+	case e.held && paced+inFlightWait <= bound:
+		return inFlightWait
+	case e.rest > 0 && !e.Failing && paced+e.rest+time.Millisecond <= bound:
+		return e.rest + time.Millisecond
+	}
+	return 0
+}
+
 // Is makes errors.Is(err, ErrNoKey) true.
 func (e *ExhaustedError) Is(target error) bool { return target == ErrNoKey }

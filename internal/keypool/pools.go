@@ -285,31 +285,14 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			noPace = true
 			continue
 		}
-		if ex, ok := err.(*ExhaustedError); ok && ex.held && paced+inFlightWait <= in.pol.paceMaxWait {
-			// A key is held only by its cold start: its first answer
-			// frees it. The request was admitted for these keys (the
-			// queue saw them ready), and another admitted at the same
-			// instant took the slot: wait for the answer, within the
-			// pick's wait bound, instead of refusing it.
-			if err := p.waitPick(ctx, &in, &req, inFlightWait); err != nil {
-				return Lease{}, err
+		if ex, ok := err.(*ExhaustedError); ok {
+			if d := ex.waitable(paced, in.pol.paceMaxWait); d > 0 {
+				if err := p.waitPick(ctx, &in, &req, d); err != nil {
+					return Lease{}, err
+				}
+				paced += d
+				continue
 			}
-			paced += inFlightWait
-			continue
-		}
-		if ex, ok := err.(*ExhaustedError); ok && ex.rest > 0 && !ex.Failing && paced+ex.rest <= in.pol.paceMaxWait {
-			// Every usable key rests until its provider's window resets,
-			// within the pick's bound: the request was admitted for these
-			// keys (another admitted at the same instant took the last
-			// of a window), so wait for the soonest instead of refusing
-			// it with upstream_keys_exhausted, which the client sees as
-			// a 429 although capacity comes back within the wait.
-			d := ex.rest + time.Millisecond
-			if err := p.waitPick(ctx, &in, &req, d); err != nil {
-				return Lease{}, err
-			}
-			paced += d
-			continue
 		}
 		if err != nil {
 			return Lease{}, err
