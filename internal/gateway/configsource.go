@@ -61,7 +61,9 @@ func (g *Gateway) startConfigSource(s *group, p *process) error {
 			opts: replica.Options{NodeID: g.opts.NodeID, Load: g.opts.Load, Logger: log}})
 	case g.opts.ConfigPath != "":
 		s.start(&fileSource{path: g.opts.ConfigPath, apply: g.applyFromFile,
-			opts: watch.Options{Load: g.opts.Load, Logger: g.log.With("component", "watch"), Registerer: p.reg}})
+			// The process serves the config it loaded at start: a save
+			// caught mid-write as the watcher starts must not stop it.
+			opts: watch.Options{Load: g.opts.Load, Logger: g.log.With("component", "watch"), Registerer: p.reg, Serving: true}})
 	}
 	return nil
 }

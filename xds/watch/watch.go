@@ -26,12 +26,17 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Debounce coalesces the burst of events one save produces. Default 100ms.
 	Debounce time.Duration
+	// Serving: the caller already serves a config it loaded from the
+	// file. A first load that fails (the file caught mid-save: truncated,
+	// half written) then keeps it, logged and counted like any rejected
+	// change, instead of ending Run: the save's next write is applied.
+	Serving bool
 }
 
 // Run loads path, calls apply, then calls it again for every change until ctx
 // is done. A config that fails to load or that apply refuses is logged and
 // counted, and the previous one stays in force. The first load's error is
-// returned (nothing to serve yet).
+// returned (nothing to serve yet) unless Options.Serving.
 func Run(ctx context.Context, path string, apply func(*config.Config) error, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -55,10 +60,10 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 	}
 
 	last, err := fingerprint(abs)
-	if err != nil {
+	if err != nil && !opts.Serving {
 		return fmt.Errorf("reading config: %w", err)
 	}
-	if err := reload(abs, apply, opts.Load, log, m); err != nil {
+	if err := reload(abs, apply, opts.Load, log, m); err != nil && !opts.Serving {
 		return err
 	}
 

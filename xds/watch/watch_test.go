@@ -166,3 +166,36 @@ func TestWatchFirstLoadFails(t *testing.T) {
 		t.Fatal("Run accepted an invalid first config")
 	}
 }
+
+// TestWatchFirstLoadFailsWhileServing: a caller that already serves a
+// config (the gateway loaded it at start) keeps it when the watcher's first
+// load catches the file mid-save; the save's completed write is applied.
+func TestWatchFirstLoadFailsWhileServing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, nil, 0o600); err != nil { // truncated by a save
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	applied := make(chan string, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, path, func(c *config.Config) error { applied <- c.Models[0].Name; return nil },
+			Options{Load: config.Options{SkipSecrets: true}, Registerer: reg, Debounce: 20 * time.Millisecond, Serving: true})
+	}()
+	h := &harness{t: t, path: path, applied: applied, reg: reg}
+	h.waitRejected(1)
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended on a first load caught mid-save: %v", err)
+	default:
+	}
+	if err := os.WriteFile(path, []byte(cfgYAML("m1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.expect("m1")
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
