@@ -2,9 +2,10 @@ package extproc
 
 import (
 	"errors"
-	"github.com/swarmgate/swarmgate/extproc/admit"
 	"net/http"
 	"time"
+
+	"github.com/swarmgate/swarmgate/extproc/admit"
 )
 
 // A Responses API response lives with the backend and key (organisation)
@@ -23,10 +24,9 @@ func errPinnedKey(model string, err error, wrongBackend bool) *apiError {
 	}
 	retry := time.Second
 	if nk := (*NoKeyError)(nil); errors.As(err, &nk) {
-		retry = max(nk.RetryAfter, time.Second)
+		retry = nk.RetryAfter
 	}
-	return (&apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "previous_response_key_unavailable", param: admit.ParamPreviousResponse,
-		message: "The upstream key holding previous_response_id for `" + model + "` is rate limited, busy or failing; retry after the indicated time."}).withRetryAfter(retry)
+	return fromRefusal(admit.PinnedKeyUnavailable(model, retry))
 }
 
 // rememberResponse records who created the response a Responses request

@@ -335,6 +335,72 @@ func TestWait(t *testing.T) {
 	}
 }
 
+// pinnedKeys is a fake key pool that also checks one key: the backends
+// serve, the pinned key is as key says.
+type pinnedKeys struct {
+	keys
+	key   keys
+	asked []string
+}
+
+func (k *pinnedKeys) KeyAvailable(backend, key string) (bool, time.Duration, bool) {
+	k.asked = append(k.asked, backend+"/"+key)
+	return k.key.ok, k.key.retry, k.key.failing
+}
+
+// A request pinned to the key holding its previous response waits for that
+// key (its own queue scope, unpaced), not for any key of its backends; its
+// refusals name previous_response_id.
+func TestWaitPinnedKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		maxWait string
+		key     keys
+		queue   *admit.QueueResult
+		status  int
+		code    string
+	}{
+		{name: "its key usable", maxWait: "5s", key: keys{ok: true}},
+		{name: "its key rests, no queue", maxWait: "0s", key: keys{retry: 3 * time.Second}, status: 429, code: "previous_response_key_unavailable"},
+		{name: "its key rests, queued and admitted", maxWait: "5s", key: keys{retry: 3 * time.Second}, queue: &admit.QueueResult{Admitted: true}},
+		{name: "its key rests, waited out", maxWait: "5s", key: keys{retry: 3 * time.Second},
+			queue: &admit.QueueResult{Waited: 3 * time.Second, Reason: "timeout"}, status: 429, code: "previous_response_key_unavailable"},
+		{name: "its key failing, not queued", maxWait: "5s", key: keys{failing: true, retry: time.Second}, queue: &admit.QueueResult{Admitted: true},
+			status: 429, code: "previous_response_key_unavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t, "ratelimit", tt.maxWait)
+			cfg.Admission.Pace = true
+			ks := &pinnedKeys{keys: keys{ok: true}, key: tt.key}
+			a := &admit.Admitter{Keys: ks}
+			q := &queue{}
+			if tt.queue != nil {
+				q.res = *tt.queue
+			}
+			a.Queue = q
+			f := facts(t, cfg, "/v1/responses", keyAlpha)
+			f.Alias, f.Backends, f.Pinned = "chat", []string{"big"}, admit.ResponseOwner{Backend: "big", KeyID: "big-2", Tenant: "alpha"}
+			r := a.Wait(context.Background(), cfg, f, &timer{})
+			wantRefusal(t, r, tt.status, tt.code)
+			if r != nil && r.Param != admit.ParamPreviousResponse {
+				t.Errorf("refusal names %q, want %s", r.Param, admit.ParamPreviousResponse)
+			}
+			if len(ks.asked) == 0 || ks.asked[0] != "big/big-2" {
+				t.Errorf("asked about %v, want the pinned key big/big-2", ks.asked)
+			}
+			switch {
+			case tt.queue == nil || tt.key.failing || tt.key.ok:
+				if len(q.seen) != 0 {
+					t.Errorf("queued %+v", q.seen)
+				}
+			case len(q.seen) != 1 || q.seen[0].Scope != "pin:big/big-2":
+				t.Errorf("queue requests %+v, want one in scope pin:big/big-2", q.seen)
+			}
+		})
+	}
+}
+
 func TestQueueSession(t *testing.T) {
 	long := strings.Repeat("s", 200)
 	tests := []struct {

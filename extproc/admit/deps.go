@@ -22,6 +22,13 @@ type Keys interface {
 	Failing(backends []string) bool
 }
 
+// PinnedKeys is what Keys may also offer: KeyAvailable for the one key a
+// request is pinned to (the key holding its previous response), whether it
+// can take the request now, if not how soon, and whether it is failing.
+type PinnedKeys interface {
+	KeyAvailable(backend, key string) (ok bool, retryAfter time.Duration, failing bool)
+}
+
 // Pacer is what Keys may also offer: the rate the usable keys of backends
 // can take, from their configured and learned limits.
 type Pacer interface {

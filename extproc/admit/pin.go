@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
 )
@@ -66,6 +67,14 @@ func (a *Admitter) previousOwner(ctx context.Context, cfg *config.Config, f *Fac
 	}
 	return o, &Refusal{Status: http.StatusConflict, Type: "invalid_request_error", Code: "previous_response_unavailable", Param: ParamPreviousResponse,
 		Message: "The response named by previous_response_id was created on a backend that no longer serves `" + model.Name + "`."}
+}
+
+// PinnedKeyUnavailable: the key holding previous_response_id cannot take
+// the request (rate limited, busy or failing), and no other key may: 429
+// with Retry-After.
+func PinnedKeyUnavailable(model string, retry time.Duration) *Refusal {
+	return (&Refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "previous_response_key_unavailable", Param: ParamPreviousResponse,
+		Message: "The upstream key holding previous_response_id for `" + model + "` is rate limited, busy or failing; retry after the indicated time."}).withRetryAfter(max(retry, time.Second))
 }
 
 func unknownResponse(id string) *Refusal {

@@ -16,19 +16,24 @@ import (
 // refuses at once when no key is usable; with one, a request whose keys
 // only lack capacity that comes back soon waits for it in the queue, and
 // the message's timer is extended for that wait.
+//
+// A request pinned to the key that holds its previous response waits for
+// that key, which is the only one it may use, in a queue scope of its own
+// (not paced: the key's own pace spaces its attempts at the pick).
 func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Timer) *Refusal {
-	ok, retry := a.Keys.Available(f.Backends)
+	ok, retry := a.keysReady(f)
 	pacer, _ := a.Keys.(Pacer)
-	pacing := cfg.Admission.Pace && pacer != nil
+	_, pinned := a.pinnedKeys(f)
+	pacing := cfg.Admission.Pace && pacer != nil && !pinned
 	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || (ok && !pacing) {
 		if !ok {
-			return KeysExhausted(f.Alias, retry, a.Keys.Failing(f.Backends))
+			return a.exhausted(f, retry, a.keysFailing(f))
 		}
 		return nil
 	}
-	if !ok && a.Keys.Failing(f.Backends) {
+	if !ok && a.keysFailing(f) {
 		// A failing backend is not capacity that comes back: 503 now.
-		return KeysExhausted(f.Alias, retry, true)
+		return a.exhausted(f, retry, true)
 	}
 	req := queueRequest(cfg, f, t)
 	req.OnWait = func() {
@@ -42,9 +47,12 @@ func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Tim
 		}
 	}
 	req.Scope = strings.Join(f.Backends, ",")
+	if pinned {
+		req.Scope = "pin:" + f.Pinned.Backend + "/" + f.Pinned.KeyID
+	}
 	req.Tokens = f.Need()
 	res := a.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
-		ok, ra := a.Keys.Available(f.Backends)
+		ok, ra := a.keysReady(f)
 		var rate Rate
 		if pacing {
 			rate = pacer.Pace(f.Backends)
@@ -57,6 +65,44 @@ func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Tim
 	return a.waitedOut(f, res)
 }
 
+// keysReady reports whether the request's keys can take it now (any key
+// of its backends, or the one it is pinned to), and if not how soon.
+func (a *Admitter) keysReady(f *Facts) (bool, time.Duration) {
+	if pk, ok := a.pinnedKeys(f); ok {
+		ready, retry, _ := pk.KeyAvailable(f.Pinned.Backend, f.Pinned.KeyID)
+		return ready, retry
+	}
+	return a.Keys.Available(f.Backends)
+}
+
+// keysFailing reports whether the request's keys are open because they
+// failed, which waiting does not mend.
+func (a *Admitter) keysFailing(f *Facts) bool {
+	if pk, ok := a.pinnedKeys(f); ok {
+		_, _, failing := pk.KeyAvailable(f.Pinned.Backend, f.Pinned.KeyID)
+		return failing
+	}
+	return a.Keys.Failing(f.Backends)
+}
+
+// pinnedKeys is the key pool's one-key check when the request is pinned
+// to a key and the pool offers it.
+func (a *Admitter) pinnedKeys(f *Facts) (PinnedKeys, bool) {
+	if f.Pinned.KeyID == "" {
+		return nil, false
+	}
+	pk, ok := a.Keys.(PinnedKeys)
+	return pk, ok
+}
+
+// exhausted is the refusal when the request's keys cannot take it.
+func (a *Admitter) exhausted(f *Facts, retry time.Duration, failing bool) *Refusal {
+	if _, ok := a.pinnedKeys(f); ok {
+		return PinnedKeyUnavailable(f.Alias, retry)
+	}
+	return KeysExhausted(f.Alias, retry, failing)
+}
+
 // waitedOut is the refusal of a request the queue did not admit.
 func (a *Admitter) waitedOut(f *Facts, res QueueResult) *Refusal {
 	retry := res.RetryAfter
@@ -64,9 +110,17 @@ func (a *Admitter) waitedOut(f *Facts, res QueueResult) *Refusal {
 		// The queue's figure is as old as its last look at the keys (a
 		// waiter behind the first looks only when the wait begins): when
 		// the keys are still out, what they say now is the time left.
-		if ok, ra := a.Keys.Available(f.Backends); !ok {
+		if ok, ra := a.keysReady(f); !ok {
 			retry = ra
 		}
+	}
+	if _, ok := a.pinnedKeys(f); ok {
+		r := PinnedKeyUnavailable(f.Alias, retry)
+		if res.Waited > 0 {
+			r.Message = "The upstream key holding previous_response_id for `" + f.Alias + "` stayed rate limited or busy for the " +
+				res.Waited.Round(time.Millisecond).String() + " this request waited (" + res.Reason + "); retry after the indicated time."
+		}
+		return r
 	}
 	r := KeysExhausted(f.Alias, retry, false)
 	if res.Waited > 0 {

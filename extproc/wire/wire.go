@@ -55,6 +55,10 @@ func (k keys) Available(backends []string) (bool, time.Duration) { return k.p.Av
 
 func (k keys) Failing(backends []string) bool { return k.p.Failing(backends) }
 
+func (k keys) KeyAvailable(backend, key string) (bool, time.Duration, bool) {
+	return k.p.KeyAvailable(backend, key)
+}
+
 func (k keys) Unanswered(ctx context.Context, backend, keyID, requestID string) {
 	_ = k.p.Unanswered(ctx, backend, keyID, requestID) // unknown backend or key: a config reload removed it
 }

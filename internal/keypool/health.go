@@ -135,6 +135,36 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 	return false, best
 }
 
+// KeyAvailable is Available for one key of backend: a request pinned to
+// the key that holds its previous response (a Responses follow-up) can use
+// no other. ok: the key can take it now; else retryAfter is how soon it
+// may, and failing that it is open because it failed (5xx, resets, refused
+// credentials), which does not come back by waiting. An unknown backend or
+// key is failing.
+func (p *Pools) KeyAvailable(backend, key string) (ok bool, retryAfter time.Duration, failing bool) {
+	kp := p.pool(backend)
+	if kp == nil {
+		return false, time.Second, true
+	}
+	now := p.clock.Now()
+	in := pickInput{now: now, nowSec: now.Unix(), pol: p.pol.Load(), replicas: p.replicas()}
+	in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
+	req := PickRequest{Attempt: 1, Key: key}
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	for _, k := range kp.keys {
+		if k.cfg.ID != key || k.cfg.Weight <= 0 {
+			continue
+		}
+		if kp.eligible(&in, &req, k) {
+			return true, 0, false
+		}
+		failing = k.br.State(now) == Open && (k.br.reason == ReasonFailures || k.br.reason == ReasonAuth)
+		return false, kp.retryAfterLocked(&in, &req), failing
+	}
+	return false, time.Second, true
+}
+
 // Failing reports whether every key of every known backend is open because
 // it failed (5xx, resets, refused credentials), not because it is rate
 // limited, out of quota or busy: the difference between a 503 and a 429

@@ -49,3 +49,39 @@ func TestPickPinnedKey(t *testing.T) {
 		t.Fatalf("unpinned pick got %s, want a", l.KeyID)
 	}
 }
+
+// TestKeyAvailable: the one-key check a pinned request's admission makes.
+// A key resting until its window resets is not available while the
+// backend is (another key serves), and says when it is back; a key open for
+// failures is failing; an unknown key or backend is failing.
+func TestKeyAvailable(t *testing.T) {
+	cfg := testConfig(t, breakerYAML(time.Minute, time.Hour, time.Second, 0, true),
+		map[string][]key{"b": {{id: "a"}, {id: "c"}}})
+	p := newPools(t, cfg, Options{})
+	if ok, _, _ := p.KeyAvailable("b", "a"); !ok {
+		t.Fatal("a fresh key is not available")
+	}
+	if err := p.Report(context.Background(), "b", "a", "", restAnswer(200, "3s")); err != nil {
+		t.Fatal(err)
+	}
+	ok, retry, failing := p.KeyAvailable("b", "a")
+	if ok || failing || retry < 2*time.Second || retry > 3*time.Second {
+		t.Fatalf("resting key: ok %v, retry %s, failing %v; want back within its 3 s reset, not failing", ok, retry, failing)
+	}
+	if ok, _ := p.Available([]string{"b"}); !ok {
+		t.Fatal("the backend's other key does not serve")
+	}
+	for range 2 { // consecutive_5xx: 2
+		if err := p.Report(context.Background(), "b", "c", "", status(500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _, failing := p.KeyAvailable("b", "c"); ok || !failing {
+		t.Fatalf("key open for 5xx: ok %v, failing %v; want failing", ok, failing)
+	}
+	for _, tc := range [][2]string{{"b", "zz"}, {"nowhere", "a"}} {
+		if ok, _, failing := p.KeyAvailable(tc[0], tc[1]); ok || !failing {
+			t.Errorf("%v: ok %v, failing %v; want failing", tc, ok, failing)
+		}
+	}
+}

@@ -412,7 +412,7 @@ func (kp *KeyPool) retryAfterLocked(in *pickInput, req *PickRequest) time.Durati
 		}
 	}
 	for _, k := range kp.keys {
-		if k.cfg.Weight <= 0 {
+		if k.cfg.Weight <= 0 || (req.Key != "" && k.cfg.ID != req.Key) {
 			continue
 		}
 		switch k.br.State(now) {

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/mockupstream"
 )
 
 // TestResponsesPreviousResponseAffinity: a Responses request naming a
@@ -89,5 +92,84 @@ func TestResponsesPreviousResponseAffinity(t *testing.T) {
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "previous_response_id" {
 		t.Fatalf("unknown previous_response_id: want 400 naming previous_response_id, got %v", err)
+	}
+}
+
+// TestResponsesFollowUpWaitsForItsKey: a follow-up whose key (the one
+// holding its previous response) rests until its provider's window resets
+// (its last answer said nothing remains, for 3 s: longer than an attempt's
+// pick waits for a resting key) waits for that key
+// in the admission queue and is served once it is back, while the
+// backend's other key stays free for other requests. Before, admission saw
+// the backend's other key, let the follow-up through, and its attempt
+// answered 429 previous_response_key_unavailable at once.
+func TestResponsesFollowUpWaitsForItsKey(t *testing.T) {
+	g := startFamiliesWith(t, true)
+	ctx := testCtx(t)
+	c := g.client(keyTeam)
+	first, err := c.Responses.New(ctx, responseParams("gpt-resp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := g.oai.Requests()
+	key := recs[len(recs)-1].KeyID
+	follow := responseParams("gpt-resp")
+	follow.PreviousResponseID = openai.String(first.ID)
+
+	// The key serves one follow-up and says its window is spent for 3 s:
+	// it rests until then on every replica.
+	g.oai.SetBehavior(key, mockupstream.Behavior{Headers: map[string]string{
+		"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "3s"}})
+	if _, err := c.Responses.New(ctx, follow); err != nil {
+		t.Fatal(err)
+	}
+	g.oai.SetBehavior(key, mockupstream.Behavior{})
+	waitGauge(t, g.metrics, "swarmgate_keypool_breaker_state", map[string]string{"backend": "oai", "key": key}, 1)
+
+	start := time.Now()
+	r, err := c.Responses.New(ctx, follow)
+	waited := time.Since(start)
+	if err != nil || r.PreviousResponseID != first.ID {
+		t.Fatalf("follow-up while its key rests: %v (after %s), want it served once the key is back", err, waited)
+	}
+	last := g.oai.Requests()
+	if got := last[len(last)-1]; got.KeyID != key || got.Status != http.StatusOK {
+		t.Fatalf("the follow-up reached key %s with %d, want %s and 200", got.KeyID, got.Status, key)
+	}
+	if waited < 2*time.Second {
+		t.Errorf("served after %s: before its key's window reset", waited)
+	}
+	t.Logf("served %s after it was sent, its key back from a 3 s rest", waited.Round(time.Millisecond))
+}
+
+// waitGauge waits until the gauge series with labels want reads v.
+func waitGauge(t *testing.T, g prometheus.Gatherer, name string, want map[string]string, v float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+		series:
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if w, ok := want[lp.GetName()]; ok && w != lp.GetValue() {
+						continue series
+					}
+				}
+				if m.GetGauge().GetValue() == v {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v never read %v", name, want, v)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

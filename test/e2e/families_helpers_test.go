@@ -140,12 +140,16 @@ func startFamilyMock(t *testing.T, ctx context.Context, auth config.AuthStyle, k
 	return s
 }
 
-func startFamilies(t *testing.T) *familyGateway {
+func startFamilies(t *testing.T) *familyGateway { return startFamiliesWith(t, false) }
+
+// startFamiliesWith: queue gives the router-level server an admission
+// queue.
+func startFamiliesWith(t *testing.T, queue bool) *familyGateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	rs := redistest.Start(t)
-	g := &familyGateway{gateway: &gateway{}}
+	g := &familyGateway{gateway: &gateway{queue: queue}}
 	g.oai = startFamilyMock(t, ctx, config.AuthBearer, map[string]string{"oai-1": "O1", "oai-2": "O2"})
 	g.relay = startFamilyMock(t, ctx, config.AuthBearer, map[string]string{"oai-relay-1": "R1"})
 	g.ant = startFamilyMock(t, ctx, config.AuthXAPIKey, map[string]string{"ant-1": "N1", "ant-2": "N2"})

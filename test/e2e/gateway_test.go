@@ -23,6 +23,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/accounting/ledger"
 	"github.com/swarmgate/swarmgate/internal/accounting/reserve"
 	"github.com/swarmgate/swarmgate/internal/admin"
+	"github.com/swarmgate/swarmgate/internal/admission"
 	"github.com/swarmgate/swarmgate/internal/affinity"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
@@ -60,6 +61,9 @@ type gateway struct {
 	cfg       *config.Config
 	routerEP  *extproc.Server
 	upEP      *extproc.Server
+	// queue gives the router-level server an admission queue (the
+	// shared order in Redis), as swarmgate serve runs by default.
+	queue bool
 }
 
 func gatewayYAML(relayA, relayB, relayC string, redisAddr string) string {
@@ -158,7 +162,7 @@ func startRelay(t *testing.T, ctx context.Context, auth config.AuthStyle, keys .
 }
 
 func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *redis.Client, led *ledger.Ledger,
-	reg *prometheus.Registry, refusals *admin.RefusalLog) (*extproc.Server, string) {
+	reg *prometheus.Registry, refusals *admin.RefusalLog, queue bool) (*extproc.Server, string) {
 	t.Helper()
 	pools, err := keypool.New(cfg, keypool.Options{Redis: rdb, Registerer: reg})
 	if err != nil {
@@ -168,10 +172,15 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 	cfgFn := func() *config.Config { return cfg }
 	aff := affinity.New(rdb, affinity.Options{Prefix: cfg.Redis.KeyPrefix, ReadTimeout: cfg.Redis.ReadTimeout.D()})
 	go func() { _ = aff.Run(ctx) }()
-	srv, err := extproc.New(extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, cfgFn),
+	opts := extproc.Options{Config: cfg, Keys: wire.Keys(pools), Usage: wire.Usage(), Ledger: wire.Ledger(led, cfgFn),
 		Reserver: wire.Reserver(reserve.New(rdb, cfg, reserve.Options{}), cfgFn),
 		Budgets:  wire.Budgets(budget.New(rdb, cfg, budget.Options{})),
-		Refusals: wire.Refusals(refusals), Registerer: reg, Metrics: telemetry.NewMetrics(reg, cfg), Affinity: wire.Affinity(aff)})
+		Refusals: wire.Refusals(refusals), Registerer: reg, Metrics: telemetry.NewMetrics(reg, cfg), Affinity: wire.Affinity(aff)}
+	if queue {
+		opts.Queue = wire.Queue(admission.New(admission.Options{Order: admission.NewRedisOrder(rdb, cfg.Redis.KeyPrefix), ReplicaID: "router",
+			StepTimeout: 5 * time.Second}))
+	}
+	srv, err := extproc.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +246,10 @@ func (g *gateway) serve(t *testing.T, ctx context.Context, cfg *config.Config, r
 	// process memory.
 	var routerAddr, upAddr, upAddr2 string
 	g.refusals, g.metrics = admin.NewRefusalLog(0), prometheus.NewRegistry()
-	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.metrics, g.refusals)
+	g.routerEP, routerAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.metrics, g.refusals, g.queue)
 	g.upMetrics = []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.upMetrics[0], g.refusals)
-	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger, g.upMetrics[1], g.refusals)
+	g.upEP, upAddr = startExtProc(t, ctx, cfg, rdb, g.ledger, g.upMetrics[0], g.refusals, false)
+	_, upAddr2 = startExtProc(t, ctx, cfg, rdb, g.ledger, g.upMetrics[1], g.refusals, false)
 
 	res, err := translator.Translate(cfg)
 	if err != nil {
