@@ -8,8 +8,9 @@ import (
 )
 
 // Sum adds up, over the series of the family name whose labels include
-// every pair of want, the counter values and the histogram sample counts
-// (how many observations, e.g. messages of one ext_proc phase).
+// every pair of want, the counter and gauge values and the histogram
+// sample counts (how many observations, e.g. messages of one ext_proc
+// phase).
 func Sum(g prometheus.Gatherer, name string, want map[string]string) (float64, error) {
 	mfs, err := g.Gather()
 	if err != nil {
@@ -36,7 +37,7 @@ func Sum(g prometheus.Gatherer, name string, want map[string]string) (float64, e
 			if matched < len(want) {
 				continue // a wanted label the series does not have
 			}
-			sum += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum, nil

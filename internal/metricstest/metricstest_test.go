@@ -10,7 +10,10 @@ func TestSum(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total", Help: "c"}, []string{"backend", "verdict"})
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "h_seconds", Help: "h"}, []string{"filter", "phase"})
-	reg.MustRegister(c, h)
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "g_state", Help: "g"}, []string{"key"})
+	reg.MustRegister(c, h, g)
+	g.WithLabelValues("k1").Set(1)
+	g.WithLabelValues("k2").Set(2)
 	c.WithLabelValues("a", "reset").Add(2)
 	c.WithLabelValues("a", "cancelled").Add(5)
 	c.WithLabelValues("b", "reset").Add(7)
@@ -30,6 +33,7 @@ func TestSum(t *testing.T) {
 		{"no series matches", "c_total", map[string]string{"backend": "z"}, 0},
 		{"a label the family lacks", "c_total", map[string]string{"phase": "x"}, 0},
 		{"histogram sample count", "h_seconds", map[string]string{"filter": "upstream", "phase": "request_body"}, 3},
+		{"gauge value", "g_state", map[string]string{"key": "k2"}, 2},
 		{"unknown family", "nope", nil, 0},
 	}
 	for _, tc := range tests {
