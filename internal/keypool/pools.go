@@ -350,7 +350,9 @@ func (pol *policy) paceBound(req *PickRequest) time.Duration {
 	return pol.paceMaxWait
 }
 
-// waitHeld waits inFlightWait for a key held by its cold start to answer.
+// waitPick waits d for a key that comes back within the pick's bound
+// (ExhaustedError.waitable), extending the caller's timer first if the
+// wait takes the pick past its short bound.
 func (p *Pools) waitPick(ctx context.Context, in *pickInput, req *PickRequest, d time.Duration) error {
 	p.extend(in, req, d)
 	if err := sleepCtx(ctx, d); err != nil {

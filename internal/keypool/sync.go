@@ -149,27 +149,61 @@ func (s *syncer) cancelled(ctx context.Context, reqs []string) []bool {
 func (s *syncer) keepPending(ops []syncOp) {
 	s.pendingMu.Lock()
 	for _, op := range ops {
-		var id string
-		switch {
-		case op.state != nil:
-			id = "s|" + op.backend + "|" + op.key
-			if old, ok := s.pending[id]; ok && !old.state.At.Before(op.state.At) {
-				continue
-			}
-		case op.limits != "", op.refused != "":
-			id = "r|" + op.backend + "|" + op.key
-			if op.limits != "" {
-				id = "l|" + op.backend + "|" + op.key
-			}
-			if old, ok := s.pending[id]; ok && old.seq > op.seq {
-				continue
-			}
-		default:
+		id := op.sharedID()
+		if id == "" {
+			continue
+		}
+		if old, ok := s.pending[id]; ok && !op.newerThan(old) {
 			continue
 		}
 		s.pending[id] = op
 	}
 	s.pendingMu.Unlock()
+}
+
+// sharedID names what op writes: a key's breaker state ("s|"), learned
+// limits ("l|") or refused share ("r|"); "" for failed-key records and
+// cancels.
+func (op syncOp) sharedID() string {
+	switch {
+	case op.state != nil:
+		return "s|" + op.backend + "|" + op.key
+	case op.limits != "":
+		return "l|" + op.backend + "|" + op.key
+	case op.refused != "":
+		return "r|" + op.backend + "|" + op.key
+	}
+	return ""
+}
+
+// newerThan orders two writes of the same sharedID.
+func (op syncOp) newerThan(old syncOp) bool {
+	if op.state != nil {
+		return old.state.At.Before(op.state.At)
+	}
+	return op.seq > old.seq
+}
+
+// newestOnly drops from ops every shared write a newer one of the same
+// key and kind supersedes, so the order they are written in does not
+// matter (kept writes are mostly older than the queued ones, but a write
+// the full queue dropped is newer).
+func newestOnly(ops []syncOp) []syncOp {
+	newest := make(map[string]int, len(ops))
+	for i, op := range ops {
+		if id := op.sharedID(); id != "" {
+			if j, ok := newest[id]; !ok || op.newerThan(ops[j]) {
+				newest[id] = i
+			}
+		}
+	}
+	out := ops[:0]
+	for i, op := range ops {
+		if id := op.sharedID(); id == "" || newest[id] == i {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 func (s *syncer) takePending() []syncOp {
@@ -253,10 +287,8 @@ func (s *syncer) writer(ctx context.Context) {
 		}
 		ops := batch
 		if !s.down.Load() {
-			// Older than the batch: written first, so a key's newer
-			// write in the batch lands last.
 			if kept := s.takePending(); len(kept) > 0 {
-				ops = append(kept, batch...)
+				ops = newestOnly(append(kept, batch...))
 			}
 		}
 		s.write(ctx, ops)

@@ -241,3 +241,44 @@ func TestFailClosedUnknownRemoteState(t *testing.T) {
 		l.Done(status(200))
 	}
 }
+
+// TestNewestOnly: of a key's shared writes of one kind only the newest is
+// sent, whichever comes first in the batch (kept writes after an outage
+// are mostly older than the queued ones; a write the full queue dropped is
+// newer); failed-key records and cancels all go.
+func TestNewestOnly(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	state := func(key string, sec int) syncOp {
+		return syncOp{backend: "b", key: key, state: &remoteState{Open: true, At: at.Add(time.Duration(sec) * time.Second)}}
+	}
+	ops := []syncOp{
+		state("a", 2), // kept from a failed write, but newer than the queued one
+		{backend: "b", key: "a", limits: "60 0", seq: 1},
+		{key: "a", req: "r1"},
+		state("a", 1),
+		{backend: "b", key: "a", limits: "120 0", seq: 3},
+		{backend: "b", key: "c", refused: "0.5000", seq: 2},
+		{req: "r2", cancel: true},
+		state("c", 1),
+	}
+	got := newestOnly(ops)
+	var desc []string
+	for _, op := range got {
+		switch {
+		case op.state != nil:
+			desc = append(desc, fmt.Sprintf("state %s@%d", op.key, op.state.At.Sub(at)/time.Second))
+		case op.limits != "":
+			desc = append(desc, "limits "+op.key+" "+op.limits)
+		case op.refused != "":
+			desc = append(desc, "refused "+op.key)
+		case op.cancel:
+			desc = append(desc, "cancel "+op.req)
+		default:
+			desc = append(desc, "tried "+op.req)
+		}
+	}
+	want := []string{"state a@2", "tried r1", "limits a 120 0", "refused c", "cancel r2", "state c@1"}
+	if fmt.Sprint(desc) != fmt.Sprint(want) {
+		t.Errorf("sent %v, want %v", desc, want)
+	}
+}
