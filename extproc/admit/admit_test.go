@@ -349,7 +349,8 @@ func (k *pinnedKeys) KeyAvailable(backend, key string) (bool, time.Duration, boo
 }
 
 // A request pinned to the key holding its previous response waits for that
-// key (its own queue scope, unpaced), not for any key of its backends; its
+// key while it is out (its own queue scope, unpaced), not for any key of
+// its backends, and goes the backends' paced way once it serves; its
 // refusals name previous_response_id.
 func TestWaitPinnedKey(t *testing.T) {
 	tests := []struct {
@@ -360,7 +361,7 @@ func TestWaitPinnedKey(t *testing.T) {
 		status  int
 		code    string
 	}{
-		{name: "its key usable", maxWait: "5s", key: keys{ok: true}},
+		{name: "its key usable", maxWait: "5s", key: keys{ok: true}, queue: &admit.QueueResult{Admitted: true}},
 		{name: "its key rests, no queue", maxWait: "0s", key: keys{retry: 3 * time.Second}, status: 429, code: "previous_response_key_unavailable"},
 		{name: "its key rests, queued and admitted", maxWait: "5s", key: keys{retry: 3 * time.Second}, queue: &admit.QueueResult{Admitted: true}},
 		{name: "its key rests, waited out", maxWait: "5s", key: keys{retry: 3 * time.Second},
@@ -390,12 +391,46 @@ func TestWaitPinnedKey(t *testing.T) {
 				t.Errorf("asked about %v, want the pinned key big/big-2", ks.asked)
 			}
 			switch {
-			case tt.queue == nil || tt.key.failing || tt.key.ok:
+			case tt.queue == nil || tt.key.ok || tt.key.failing || tt.maxWait == "0s":
 				if len(q.seen) != 0 {
 					t.Errorf("queued %+v", q.seen)
 				}
 			case len(q.seen) != 1 || q.seen[0].Scope != "pin:big/big-2":
 				t.Errorf("queue requests %+v, want one in scope pin:big/big-2", q.seen)
+			}
+		})
+	}
+}
+
+// pacedPinnedKeys also paces its backends.
+type pacedPinnedKeys struct{ pinnedKeys }
+
+func (k *pacedPinnedKeys) Pace([]string) admit.Rate { return admit.Rate{Requests: 10} }
+
+// A pinned request whose key serves is ordered and paced with its
+// backends' requests, like any other: only a wait for its key is apart.
+func TestWaitPinnedKeyServesPaced(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		key   keys
+		scope string
+	}{
+		{"its key serves", keys{ok: true}, "big"},
+		{"its key rests", keys{retry: 2 * time.Second}, "pin:big/big-2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "ratelimit", "5s")
+			cfg.Admission.Pace = true
+			ks := &pacedPinnedKeys{pinnedKeys{keys: keys{ok: true}, key: tc.key}}
+			q := &queue{res: admit.QueueResult{Admitted: true}}
+			a := &admit.Admitter{Keys: ks, Queue: q}
+			f := facts(t, cfg, "/v1/responses", keyAlpha)
+			f.Alias, f.Backends, f.Pinned = "chat", []string{"big"}, admit.ResponseOwner{Backend: "big", KeyID: "big-2", Tenant: "alpha"}
+			if r := a.Wait(context.Background(), cfg, f, &timer{}); r != nil {
+				t.Fatalf("refused: %+v", r)
+			}
+			if len(q.seen) != 1 || q.seen[0].Scope != tc.scope {
+				t.Errorf("queue requests %+v, want one in scope %s", q.seen, tc.scope)
 			}
 		})
 	}

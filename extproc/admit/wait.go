@@ -17,14 +17,17 @@ import (
 // only lack capacity that comes back soon waits for it in the queue, and
 // the message's timer is extended for that wait.
 //
-// A request pinned to the key that holds its previous response waits for
-// that key, which is the only one it may use, in a queue scope of its own
-// (not paced: the key's own pace spaces its attempts at the pick).
+// A request pinned to the key that holds its previous response needs that
+// key, the only one it may use: while the key is out it waits for it in a
+// queue scope of its own (not paced: the key's own pace spaces its attempts
+// at the pick; a scope of the backends would hold every request behind it),
+// and once the key serves it goes the backends' way like any other.
 func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Timer) *Refusal {
 	ok, retry := a.keysReady(f)
 	pacer, _ := a.Keys.(Pacer)
 	_, pinned := a.pinnedKeys(f)
-	pacing := cfg.Admission.Pace && pacer != nil && !pinned
+	waitKey := pinned && !ok
+	pacing := cfg.Admission.Pace && pacer != nil && !waitKey
 	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || (ok && !pacing) {
 		if !ok {
 			return a.exhausted(f, retry, a.keysFailing(f))
@@ -47,12 +50,16 @@ func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Tim
 		}
 	}
 	req.Scope = strings.Join(f.Backends, ",")
-	if pinned {
+	if waitKey {
 		req.Scope = "pin:" + f.Pinned.Backend + "/" + f.Pinned.KeyID
 	}
 	req.Tokens = f.Need()
 	res := a.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
-		ok, ra := a.keysReady(f)
+		if waitKey {
+			ok, ra := a.keysReady(f)
+			return ok, ra, Rate{}
+		}
+		ok, ra := a.Keys.Available(f.Backends)
 		var rate Rate
 		if pacing {
 			rate = pacer.Pace(f.Backends)
