@@ -3,7 +3,9 @@ package admit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -407,32 +409,45 @@ type pacedPinnedKeys struct{ pinnedKeys }
 
 func (k *pacedPinnedKeys) Pace([]string) admit.Rate { return admit.Rate{Requests: 10} }
 
-// A pinned request whose key serves is ordered and paced with its
-// backends' requests, like any other: only a wait for its key is apart.
+// A pinned request is ordered and paced with its backends' requests like
+// any other; one whose key rests first waits for that key in a scope of its
+// own.
 func TestWaitPinnedKeyServesPaced(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		key   keys
-		scope string
+		name   string
+		key    keys
+		scopes []string
 	}{
-		{"its key serves", keys{ok: true}, "big"},
-		{"its key rests", keys{retry: 2 * time.Second}, "pin:big/big-2"},
+		{"its key serves", keys{ok: true}, []string{"big"}},
+		{"its key rests", keys{retry: 2 * time.Second}, []string{"pin:big/big-2", "big"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t, "ratelimit", "5s")
-			cfg.Admission.Pace = true
-			ks := &pacedPinnedKeys{pinnedKeys{keys: keys{ok: true}, key: tc.key}}
-			q := &queue{res: admit.QueueResult{Admitted: true}}
-			a := &admit.Admitter{Keys: ks, Queue: q}
-			f := facts(t, cfg, "/v1/responses", keyAlpha)
-			f.Alias, f.Backends, f.Pinned = "chat", []string{"big"}, admit.ResponseOwner{Backend: "big", KeyID: "big-2", Tenant: "alpha"}
-			if r := a.Wait(context.Background(), cfg, f, &timer{}); r != nil {
-				t.Fatalf("refused: %+v", r)
-			}
-			if len(q.seen) != 1 || q.seen[0].Scope != tc.scope {
-				t.Errorf("queue requests %+v, want one in scope %s", q.seen, tc.scope)
-			}
-		})
+		for _, waited := range []time.Duration{0, time.Second} {
+			t.Run(fmt.Sprintf("%s, waited %s", tc.name, waited), func(t *testing.T) {
+				cfg := testConfig(t, "ratelimit", "5s")
+				cfg.Admission.Pace = true
+				ks := &pacedPinnedKeys{pinnedKeys{keys: keys{ok: true}, key: tc.key}}
+				q := &queue{res: admit.QueueResult{Admitted: true, Waited: waited}}
+				a := &admit.Admitter{Keys: ks, Queue: q}
+				f := facts(t, cfg, "/v1/responses", keyAlpha)
+				f.Alias, f.Backends, f.Pinned = "chat", []string{"big"}, admit.ResponseOwner{Backend: "big", KeyID: "big-2", Tenant: "alpha"}
+				tm := &timer{}
+				if r := a.Wait(context.Background(), cfg, f, tm); r != nil {
+					t.Fatalf("refused: %+v", r)
+				}
+				// Envoy honours one override per message: one extension
+				// however many waits.
+				if want := map[bool]int{true: 1, false: 0}[waited > 0]; len(tm.extended) != want {
+					t.Errorf("timer extended %v, want %d time(s)", tm.extended, want)
+				}
+				var scopes []string
+				for _, r := range q.seen {
+					scopes = append(scopes, r.Scope)
+				}
+				if !slices.Equal(scopes, tc.scopes) {
+					t.Errorf("queued in %v, want %v", scopes, tc.scopes)
+				}
+			})
+		}
 	}
 }
 

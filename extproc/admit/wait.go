@@ -18,16 +18,13 @@ import (
 // the message's timer is extended for that wait.
 //
 // A request pinned to the key that holds its previous response needs that
-// key, the only one it may use: while the key is out it waits for it in a
-// queue scope of its own (not paced: the key's own pace spaces its attempts
-// at the pick; a scope of the backends would hold every request behind it),
-// and once the key serves it goes the backends' way like any other.
+// key, the only one it may use: while the key is out it first waits for it
+// in a queue scope of its own (a scope of the backends would hold every
+// request behind it), then goes the backends' paced way like any other.
 func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Timer) *Refusal {
 	ok, retry := a.keysReady(f)
 	pacer, _ := a.Keys.(Pacer)
-	_, pinned := a.pinnedKeys(f)
-	waitKey := pinned && !ok
-	pacing := cfg.Admission.Pace && pacer != nil && !waitKey
+	pacing := cfg.Admission.Pace && pacer != nil
 	if a.Queue == nil || cfg.Admission.MaxWait.Duration <= 0 || (ok && !pacing) {
 		if !ok {
 			return a.exhausted(f, retry, a.keysFailing(f))
@@ -39,26 +36,35 @@ func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Tim
 		return a.exhausted(f, retry, true)
 	}
 	req := queueRequest(cfg, f, t)
+	extended := false
 	req.OnWait = func() {
 		// Envoy honours one override per message, from 1 ms up to the
 		// filter's max_message_timeout, restarting the timer from when it
 		// arrives (ext_proc.cc Filter::onNewTimeout, processor_state.cc
 		// restartMessageTimer, v1.38.0): one override covering the whole
 		// wait plus the answer's own message_timeout.
-		if t != nil {
+		if t != nil && !extended {
+			extended = true
 			t.Extend(req.MaxWait + cfg.Request.MessageTimeout.Duration)
 		}
 	}
-	req.Scope = strings.Join(f.Backends, ",")
-	if waitKey {
-		req.Scope = "pin:" + f.Pinned.Backend + "/" + f.Pinned.KeyID
-	}
 	req.Tokens = f.Need()
-	res := a.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
-		if waitKey {
+	if _, pinned := a.pinnedKeys(f); pinned && !ok {
+		start := time.Now()
+		req.Scope = "pin:" + f.Pinned.Backend + "/" + f.Pinned.KeyID
+		res := a.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
 			ok, ra := a.keysReady(f)
 			return ok, ra, Rate{}
+		})
+		if !res.Admitted {
+			return a.waitedOut(f, res)
 		}
+		if req.MaxWait -= time.Since(start); !pacing || req.MaxWait <= 0 {
+			return nil
+		}
+	}
+	req.Scope = strings.Join(f.Backends, ",")
+	res := a.Queue.Admit(ctx, req, func() (bool, time.Duration, Rate) {
 		ok, ra := a.Keys.Available(f.Backends)
 		var rate Rate
 		if pacing {
