@@ -11,9 +11,9 @@ import (
 
 // fillWindow has tenant tpmonly's window (1000 tokens) hold 800 settled
 // tokens for one window from now.
-func fillWindow(t *testing.T, r *Reserver) {
+func fillWindow(t *testing.T, r *Reserver, id string) {
 	t.Helper()
-	first, err := r.Reserve(t.Context(), Request{RequestID: "a", Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
+	first, err := r.Reserve(t.Context(), Request{RequestID: id, Tenant: "tpmonly", PromptTokens: 800, MaxOutputTokens: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestWaitersComeFirst(t *testing.T) {
 			cfg := testConfig(t, srv.Addr, "2s", "")
 			r := replicas(t, srv, cfg, 2, window) // the newcomer on another replica
 			ctx := t.Context()
-			fillWindow(t, r[0])
+			fillWindow(t, r[0], "a")
 			_, err := r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: tc.wait})
 			var le *LimitError
 			if !errors.As(err, &le) || le.Behind || le.RetryAfter <= 0 || le.RetryAfter > window {
@@ -101,7 +101,7 @@ func TestWaiterLeaves(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, "2s", "")
 	r := replicas(t, srv, cfg, 2, window)
 	ctx := t.Context()
-	fillWindow(t, r[0])
+	fillWindow(t, r[0], "a")
 	var le *LimitError
 	waiter := func(id string) Request {
 		return Request{RequestID: id, Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: 3 * time.Second}
@@ -157,14 +157,15 @@ func TestWaiterLeaves(t *testing.T) {
 
 // TestWaiterMarkEnds: a waiter that neither is admitted nor leaves (its
 // replica stopped) holds newcomers back until the window freed for it plus
-// the grace, no longer.
+// the grace, no longer, and then no longer counts: a later waiter that
+// leaves frees newcomers at once.
 func TestWaiterMarkEnds(t *testing.T) {
 	const window = 300 * time.Millisecond
 	srv := redistest.Start(t)
 	cfg := testConfig(t, srv.Addr, "2s", "")
 	r := replicas(t, srv, cfg, 2, window)
 	ctx := t.Context()
-	fillWindow(t, r[0])
+	fillWindow(t, r[0], "a")
 	var le *LimitError
 	if _, err := r[0].Reserve(ctx, Request{RequestID: "b", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: time.Second}); !errors.As(err, &le) || le.Behind {
 		t.Fatalf("waiter: err = %v, want a window refusal", err)
@@ -176,5 +177,16 @@ func TestWaiterMarkEnds(t *testing.T) {
 	time.Sleep(le.RetryAfter + waitGrace + 50*time.Millisecond)
 	if _, err := r[1].Reserve(ctx, newcomer); err != nil {
 		t.Fatalf("after the waiter's window and grace: %v", err)
+	}
+	fillWindow(t, r[0], "a2")
+	later := Request{RequestID: "c", Tenant: "tpmonly", PromptTokens: 200, MaxOutputTokens: 100, Wait: time.Second}
+	if _, err := r[0].Reserve(ctx, later); !errors.As(err, &le) || le.Behind {
+		t.Fatalf("later waiter: err = %v, want a window refusal", err)
+	}
+	if err := r[0].Leave(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r[1].Reserve(ctx, Request{RequestID: "m", Tenant: "tpmonly", PromptTokens: 1, MaxOutputTokens: 1}); err != nil {
+		t.Fatalf("the later waiter left: %v (the expired one still counted?)", err)
 	}
 }
