@@ -36,15 +36,15 @@ func (a *Admitter) Wait(ctx context.Context, cfg *config.Config, f *Facts, t Tim
 		return a.exhausted(f, retry, true)
 	}
 	req := queueRequest(cfg, f, t)
-	extended := false
 	req.OnWait = func() {
 		// Envoy honours one override per message, from 1 ms up to the
 		// filter's max_message_timeout, restarting the timer from when it
 		// arrives (ext_proc.cc Filter::onNewTimeout, processor_state.cc
 		// restartMessageTimer, v1.38.0): one override covering the whole
-		// wait plus the answer's own message_timeout.
-		if t != nil && !extended {
-			extended = true
+		// wait plus the answer's own message_timeout (a pinned request's
+		// second wait, for its backends, is within it; Timer keeps the
+		// first).
+		if t != nil {
 			t.Extend(req.MaxWait + cfg.Request.MessageTimeout.Duration)
 		}
 	}
