@@ -97,23 +97,12 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 		}
 		known = true
 		kp.mu.Lock()
-		// Admission follows what EDS was told: a backend reported
-		// unhealthy (all keys open, or held down by the damper) gets no
-		// traffic from Envoy until the control plane has pushed it healthy
-		// again, so its keys do not make a request admissible, even when
-		// one of them has just reopened (the refresh here reports that at
-		// once). Admitting on the keys alone races the push: the request
-		// meets Envoy's "no healthy upstream".
-		flipped = kp.refreshLocked(now) || flipped
-		settled := kp.damper.upSince.Add(edsSettle)
-		if !kp.healthy || now.Before(settled) {
-			until := settled
-			if !kp.healthy {
-				until = kp.backAtLocked(now)
-			}
+		hold, f := kp.edsHoldLocked(now)
+		flipped = f || flipped
+		if hold > 0 {
 			kp.mu.Unlock()
-			if ra := max(until.Sub(now), time.Millisecond); best < 0 || ra < best {
-				best = ra
+			if best < 0 || hold < best {
+				best = hold
 			}
 			continue
 		}
@@ -135,6 +124,28 @@ func (p *Pools) Available(backends []string) (ok bool, retryAfter time.Duration)
 	return false, best
 }
 
+// edsHoldLocked refreshes kp's health and reports how long admission must
+// still wait for EDS (0: not), and whether the health flipped (the caller
+// signals once unlocked). Admission follows what EDS was told: a backend
+// reported unhealthy (all keys open, or held down by the damper) gets no
+// traffic from Envoy until the control plane has pushed it healthy again,
+// so its keys do not make a request admissible, even when one of them has
+// just reopened (the refresh here reports that at once). Admitting on the
+// keys alone races the push: the request meets Envoy's "no healthy
+// upstream". Caller holds kp.mu.
+func (kp *KeyPool) edsHoldLocked(now time.Time) (hold time.Duration, flipped bool) {
+	flipped = kp.refreshLocked(now)
+	settled := kp.damper.upSince.Add(edsSettle)
+	if kp.healthy && !now.Before(settled) {
+		return 0, flipped
+	}
+	until := settled
+	if !kp.healthy {
+		until = kp.backAtLocked(now)
+	}
+	return max(until.Sub(now), time.Millisecond), flipped
+}
+
 // KeyAvailable is Available for one key of backend: a request pinned to
 // the key that holds its previous response (a Responses follow-up) can use
 // no other. ok: the key can take it now; else retryAfter is how soon it
@@ -151,16 +162,31 @@ func (p *Pools) KeyAvailable(backend, key string) (ok bool, retryAfter time.Dura
 	in.enforceWindow = p.limiter == nil || in.now.UnixNano() < p.limiterDown.Load()
 	req := PickRequest{Attempt: 1, Key: key}
 	kp.mu.Lock()
-	defer kp.mu.Unlock()
+	hold, flipped := kp.edsHoldLocked(now)
+	ok, retryAfter, failing = kp.keyAvailableLocked(&in, &req, hold)
+	kp.mu.Unlock()
+	if flipped {
+		p.signal()
+	}
+	return ok, retryAfter, failing
+}
+
+// keyAvailableLocked is KeyAvailable's answer for req.Key once the
+// backend's EDS hold is known (as Available, a backend EDS does not route
+// to yet makes no key of it available). Caller holds kp.mu.
+func (kp *KeyPool) keyAvailableLocked(in *pickInput, req *PickRequest, hold time.Duration) (ok bool, retryAfter time.Duration, failing bool) {
 	for _, k := range kp.keys {
-		if k.cfg.ID != key || k.cfg.Weight <= 0 {
+		if k.cfg.ID != req.Key || k.cfg.Weight <= 0 {
 			continue
 		}
-		if kp.eligible(&in, &req, k) {
+		failing = k.br.State(in.now) == Open && (k.br.reason == ReasonFailures || k.br.reason == ReasonAuth)
+		switch {
+		case hold > 0:
+			return false, hold, failing
+		case kp.eligible(in, req, k):
 			return true, 0, false
 		}
-		failing = k.br.State(now) == Open && (k.br.reason == ReasonFailures || k.br.reason == ReasonAuth)
-		return false, kp.retryAfterLocked(&in, &req), failing
+		return false, kp.retryAfterLocked(in, req), failing
 	}
 	return false, time.Second, true
 }

@@ -85,3 +85,31 @@ func TestKeyAvailable(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyAvailableFollowsEDS: like Available, a pinned key that has just
+// reopened on a backend EDS has not been told is healthy again is not
+// available until the push has had time to land (edsSettle).
+func TestKeyAvailableFollowsEDS(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(t, breakerYAML(time.Minute, time.Hour, time.Second, 0, true),
+		map[string][]key{"b": {{id: "a"}}})
+	p := newPools(t, cfg, Options{Clock: clk})
+	if err := p.Report(context.Background(), "b", "a", "", restAnswer(200, "3s")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := p.Available([]string{"b"}); ok {
+		t.Fatal("the backend's only key rests, yet the backend is available")
+	}
+	clk.Advance(3*time.Second + time.Millisecond)
+	ok, retry, _ := p.KeyAvailable("b", "a")
+	if ok || retry <= 0 || retry > edsSettle {
+		t.Fatalf("key back, backend just healthy again: ok %v, retry %s; want a wait within %s", ok, retry, edsSettle)
+	}
+	if ok2, _ := p.Available([]string{"b"}); ok2 {
+		t.Fatal("Available admits where KeyAvailable does not")
+	}
+	clk.Advance(edsSettle)
+	if ok, _, _ := p.KeyAvailable("b", "a"); !ok {
+		t.Fatal("key not available once EDS had time to settle")
+	}
+}
