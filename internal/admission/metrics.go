@@ -14,6 +14,7 @@ type Metrics struct {
 	refusals  *prometheus.CounterVec
 	paced     *prometheus.CounterVec
 	orderErrs prometheus.Counter
+	leaveRetr prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -34,9 +35,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Admitted requests held back by a backend's pace (its keys' request rate) at some point."}, []string{"tenant", "class"}),
 		orderErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "swarmgate_admission_order_errors_total",
 			Help: "Calls to the shared (Redis) admission order that failed; failure_modes.admission_order decides what follows."}),
+		leaveRetr: prometheus.NewCounter(prometheus.CounterOpts{Name: "swarmgate_admission_leave_retries_total",
+			Help: "Tickets whose leave from the shared order failed and was retried in the background."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.depth, m.wait, m.afterWait, m.refusals, m.paced, m.orderErrs)
+		reg.MustRegister(m.depth, m.wait, m.afterWait, m.refusals, m.paced, m.orderErrs, m.leaveRetr)
 	}
 	return m
 }
@@ -67,5 +70,11 @@ func (m *Metrics) refused(r Request, why Reason) {
 func (m *Metrics) orderError() {
 	if m != nil {
 		m.orderErrs.Inc()
+	}
+}
+
+func (m *Metrics) leaveRetried() {
+	if m != nil {
+		m.leaveRetr.Inc()
 	}
 }

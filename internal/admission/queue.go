@@ -3,7 +3,6 @@ package admission
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -117,6 +116,7 @@ type Queue struct {
 	// sessionsDownUntil (unix ns): until then the session store is not
 	// asked (sessions.go).
 	sessionsDownUntil atomic.Int64
+	leaves            leaves // failed leaves, retried (leave.go)
 }
 
 // New returns a Queue.
@@ -470,27 +470,6 @@ func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, next []*Ticke
 	// Those in next joined the shared order, not this one: each steps
 	// on its own when its turn comes.
 	return q.fallback.Step(ctx, t, nil, p, ready)
-}
-
-// leaveShared removes t from an order that just failed a step, given
-// longer than a step to answer (it failed for being slow).
-func (q *Queue) leaveShared(order Order, t *Ticket) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := order.Leave(ctx, t); err != nil {
-		q.opts.Logger.Debug("admission leave after a failed step", "err", err)
-	}
-}
-
-// leave removes a ticket that stops waiting: at once, even when the
-// request's context is gone, bounded by StepTimeout.
-func (q *Queue) leave(order Order, t *Ticket) {
-	ctx, cancel := context.WithTimeout(context.Background(), q.opts.StepTimeout)
-	defer cancel()
-	if err := order.Leave(ctx, t); err != nil && !errors.Is(err, context.Canceled) {
-		// Its deadline removes it from the order anyway.
-		q.opts.Logger.Debug("admission leave failed", "err", err)
-	}
 }
 
 func (q *Queue) refuse(req Request, why Reason, retry time.Duration, start time.Time) Result {

@@ -186,6 +186,21 @@ func (o *RedisOrder) Leave(ctx context.Context, t *Ticket) error {
 	return nil
 }
 
+// LeaveAll implements BatchLeaver: one pipeline for every ticket.
+func (o *RedisOrder) LeaveAll(ctx context.Context, ts []Ticket) error {
+	_, err := o.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, t := range ts {
+			// Eval, not EvalSha: a pipeline cannot fall back on NOSCRIPT.
+			leaveScript.Eval(ctx, p, o.keys(t.Scope), t.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("admission: leave %d tickets: %w", len(ts), err)
+	}
+	return nil
+}
+
 // Depth implements Order.
 func (o *RedisOrder) Depth(ctx context.Context, scope string) (int64, error) {
 	n, err := o.rdb.ZCard(ctx, o.keys(scope)[0]).Result()

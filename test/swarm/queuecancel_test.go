@@ -58,7 +58,8 @@ func TestQueueCancelAtScale(t *testing.T) {
 	if after := s.relay("relay-a").Total().Requests; after != before {
 		t.Errorf("cancelled queued requests reached the relay: %d -> %d", before, after)
 	}
-	t.Logf("%d queued requests cancelled: queues and shared order empty %s after the cancel", n, left.Round(time.Millisecond))
+	t.Logf("%d queued requests cancelled: queues and shared order empty %s after the cancel (%.0f leaves retried)",
+		n, left.Round(time.Millisecond), counterSum(t, s, "swarmgate_admission_leave_retries_total"))
 
 	// The key back: a new request is not behind departed tickets.
 	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{})
