@@ -114,14 +114,14 @@ func (g *Gateway) extProcProof(cfg *config.Config) *trust.SwappableProof {
 // admissionQueue is the queue used while admission.max_wait > 0: one order
 // for every replica in Redis. Ticket ids must be unique across replicas, so
 // they carry a random per-process id. Queue length, poll and Redis bound
-// are read at start.
+// are read at start. Its steps and sessions use the bounded client.
 func (g *Gateway) admissionQueue(p *process) *admission.Queue {
 	a := p.cfg.Admission
 	return admission.New(admission.Options{ReplicaID: identity.NewRequestID(),
-		Order:    admission.NewRedisOrder(p.rdb, p.cfg.Redis.KeyPrefix),
+		Order:    admission.NewRedisOrder(p.orderRDB, p.cfg.Redis.KeyPrefix),
 		MaxQueue: a.MaxQueue, Poll: a.Poll.D(), StepTimeout: a.RedisTimeout.D(),
 		FailOpen: p.cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
 		Metrics:  admission.NewMetrics(p.reg),
-		Sessions: admission.NewRedisSessions(p.rdb, p.cfg.Redis.KeyPrefix), SessionIdle: a.SessionIdle.D(),
+		Sessions: admission.NewRedisSessions(p.orderRDB, p.cfg.Redis.KeyPrefix), SessionIdle: a.SessionIdle.D(),
 		SessionSpan: a.SessionSpan.D(), MaxSessions: a.MaxSessions})
 }

@@ -16,13 +16,18 @@ import (
 
 // process is what every role shares, opened before the first role is
 // built and closed after the last has stopped: the first config, the
-// metrics registry, the tracer provider and the Redis client.
+// metrics registry, the tracer provider and the Redis clients.
 type process struct {
 	cfg             *config.Config
 	reg             *prometheus.Registry
 	tp              trace.TracerProvider
 	shutdownTracing func(context.Context) error
 	rdb             redis.UniversalClient
+	// orderRDB is the admission order's own client, whose calls'
+	// deadlines bound the round trip (admission.redis_timeout), in a pool
+	// of its own: waiters are not held behind the ledger's or the key
+	// pools' commands.
+	orderRDB redis.UniversalClient
 }
 
 func openProcess(ctx context.Context, cfg *config.Config, version string) (*process, error) {
@@ -36,7 +41,14 @@ func openProcess(ctx context.Context, cfg *config.Config, version string) (*proc
 		p.flushTraces(ctx)
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	p.rdb.AddHook(telemetry.NewRedisMetrics(p.reg))
+	if p.orderRDB, err = redisconn.New(cfg.Redis, redisconn.Bounded()); err != nil {
+		p.rdb.Close()
+		p.flushTraces(ctx)
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	m := telemetry.NewRedisMetrics(p.reg)
+	p.rdb.AddHook(m)
+	p.orderRDB.AddHook(m)
 	return p, nil
 }
 
@@ -51,6 +63,7 @@ func (p *process) tracer() trace.Tracer {
 // close closes Redis, then flushes the traces.
 func (p *process) close(ctx context.Context) {
 	p.rdb.Close()
+	p.orderRDB.Close()
 	p.flushTraces(ctx)
 }
 

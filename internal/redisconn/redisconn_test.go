@@ -1,0 +1,56 @@
+package redisconn
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/redistest"
+)
+
+// TestBoundedHonoursDeadline: a Redis that answers late (paused 400 ms)
+// holds a default client's call past its context's 50 ms deadline, up to
+// read_timeout; a Bounded client's call ends at the deadline.
+func TestBoundedHonoursDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := config.Redis{Addrs: []string{srv.Addr}, DialTimeout: config.Duration{Duration: time.Second},
+		ReadTimeout: config.Duration{Duration: 2 * time.Second}}
+	cases := []struct {
+		name    string
+		opts    []Option
+		bounded bool
+	}{
+		{"default", nil, false},
+		{"bounded", []Option{Bounded()}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rdb, err := New(cfg, c.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			// A pooled connection first: the bound under test is the
+			// round trip, not the dial.
+			if err := rdb.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Client().ClientPause(context.Background(), 400*time.Millisecond).Err(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err = rdb.Ping(ctx).Err()
+			took := time.Since(start)
+			if c.bounded && (err == nil || took >= 300*time.Millisecond) {
+				t.Fatalf("bounded client: %v after %s, want a timeout at the 50 ms deadline", err, took)
+			}
+			if !c.bounded && took < 300*time.Millisecond {
+				t.Fatalf("default client answered in %s (%v): the pause did not hold it, the test proves nothing", took, err)
+			}
+			time.Sleep(400 * time.Millisecond) // the pause ends before the next case
+		})
+	}
+}
