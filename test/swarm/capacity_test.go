@@ -150,6 +150,20 @@ func TestSwarmAtCapacityOnEnvoy(t *testing.T) {
 // waited for a key's pace slot and those that went on without one.
 func paceWaits(t *testing.T, regs []*prometheus.Registry) (waited, overflow uint64) {
 	t.Helper()
+	w, o := paceWaitsBy(t, regs)
+	for _, n := range w {
+		waited += n
+	}
+	for _, n := range o {
+		overflow += n
+	}
+	return waited, overflow
+}
+
+// paceWaitsBy is paceWaits per backend.
+func paceWaitsBy(t *testing.T, regs []*prometheus.Registry) (waited, overflow map[string]uint64) {
+	t.Helper()
+	waited, overflow = map[string]uint64{}, map[string]uint64{}
 	for _, reg := range regs {
 		mfs, err := reg.Gather()
 		if err != nil {
@@ -159,14 +173,24 @@ func paceWaits(t *testing.T, regs []*prometheus.Registry) (waited, overflow uint
 			for _, m := range mf.GetMetric() {
 				switch mf.GetName() {
 				case "swarmgate_keypool_pace_wait_seconds":
-					waited += histCount(m)
+					waited[label(m, "backend")] += histCount(m)
 				case "swarmgate_keypool_pace_overflow_total":
-					overflow += uint64(m.GetCounter().GetValue())
+					overflow[label(m, "backend")] += uint64(m.GetCounter().GetValue())
 				}
 			}
 		}
 	}
 	return waited, overflow
+}
+
+// label is m's value of label name.
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 func histCount(m *dto.Metric) uint64 { return m.GetHistogram().GetSampleCount() }

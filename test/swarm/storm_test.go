@@ -393,8 +393,8 @@ func TestSwarmStorm(t *testing.T) {
 			r.account(t, s, sc)
 			t.Logf("%s: per key\n  %s", v.name, strings.Join(r.keyRows, "\n  "))
 			t.Logf("%s: errors %v; the planner served for %s, the workers for %s", v.name, r.errs, r.plannerBusy.Round(time.Second), r.workerBusy.Round(time.Second))
-			pw, po := paceWaits(t, s.regs)
-			t.Logf("%s: picks that waited for a key's pace or answer %d, went on without a slot %d; admission order errors %.0f",
+			pw, po := paceWaitsBy(t, s.regs)
+			t.Logf("%s: picks that waited for a key's pace or answer %v, went on without a slot %v (per backend); admission order errors %.0f",
 				v.name, pw, po, counterSum(t, s, "swarmgate_admission_order_errors_total"))
 			var ws []string
 			cur := map[string]string{} // relay -> weight, as updates arrive
