@@ -9,10 +9,10 @@ import (
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
 
-// TestBoundedHonoursDeadline: a Redis that answers late (paused 1 s)
-// holds a default client's call past its context's 50 ms deadline, up to
-// read_timeout; a Bounded client's call ends at the deadline.
-func TestBoundedHonoursDeadline(t *testing.T) {
+// TestRoundTripBound: a Redis that answers late (paused 1 s) holds a
+// default client's call, even past its context's 50 ms deadline, up to
+// read_timeout; a RoundTrip(50 ms) client's call fails at 50 ms.
+func TestRoundTripBound(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := config.Redis{Addrs: []string{srv.Addr}, DialTimeout: config.Duration{Duration: time.Second},
 		ReadTimeout: config.Duration{Duration: 2 * time.Second}}
@@ -22,7 +22,7 @@ func TestBoundedHonoursDeadline(t *testing.T) {
 		bounded bool
 	}{
 		{"default", nil, false},
-		{"bounded", []Option{Bounded()}, true},
+		{"round trip 50ms", []Option{RoundTrip(50 * time.Millisecond)}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,7 +45,7 @@ func TestBoundedHonoursDeadline(t *testing.T) {
 			err = rdb.Ping(ctx).Err()
 			took := time.Since(start)
 			if c.bounded && (err == nil || took >= 600*time.Millisecond) {
-				t.Fatalf("bounded client: %v after %s, want a timeout at the 50 ms deadline", err, took)
+				t.Fatalf("bounded client: %v after %s, want a timeout at the 50 ms round trip", err, took)
 			}
 			if !c.bounded && took < 600*time.Millisecond {
 				t.Fatalf("default client answered in %s (%v): the pause did not hold it, the test proves nothing", took, err)

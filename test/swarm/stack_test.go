@@ -27,6 +27,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
+	"github.com/swarmgate/swarmgate/internal/redisconn"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 	"github.com/swarmgate/swarmgate/xds/server"
@@ -217,11 +218,18 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 		{
 			// Wired as the gateway wires it (it acts while
 			// admission.max_wait > 0, the default): one order for every
-			// replica, in the shared redis-server.
+			// replica, in the shared redis-server, on each replica's own
+			// order client (internal/gateway/process.go).
+			rt := cfg.Admission.RedisTimeout.D()
+			orc, err := redisconn.New(cfg.Redis, redisconn.RoundTrip(rt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { orc.Close() })
 			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
-				Order: admission.NewRedisOrder(s.redis.Client(), cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
-				StepTimeout: cfg.Admission.RedisTimeout.D(), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg),
-				Sessions: admission.NewRedisSessions(s.redis.Client(), cfg.Redis.KeyPrefix), SessionIdle: cfg.Admission.SessionIdle.D(),
+				Order: admission.NewRedisOrder(orc, cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
+				StepTimeout: redisconn.RoundTripCall(rt), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg),
+				Sessions: admission.NewRedisSessions(orc, cfg.Redis.KeyPrefix), SessionIdle: cfg.Admission.SessionIdle.D(),
 				SessionSpan: cfg.Admission.SessionSpan.D(), MaxSessions: cfg.Admission.MaxSessions})
 			s.queues = append(s.queues, q)
 			opts.Queue = s.waits.wrap(wire.Queue(q))
