@@ -15,9 +15,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/admission"
 	"github.com/swarmgate/swarmgate/internal/affinity"
 	"github.com/swarmgate/swarmgate/internal/config"
-	"github.com/swarmgate/swarmgate/internal/identity"
 	"github.com/swarmgate/swarmgate/internal/keypool"
-	"github.com/swarmgate/swarmgate/internal/redisconn"
 	"github.com/swarmgate/swarmgate/internal/subkey"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
 	"github.com/swarmgate/swarmgate/internal/trust"
@@ -110,20 +108,4 @@ func (g *Gateway) extProcProof(cfg *config.Config) *trust.SwappableProof {
 		})
 	}
 	return proof
-}
-
-// admissionQueue is the queue used while admission.max_wait > 0: one order
-// for every replica in Redis. Ticket ids must be unique across replicas, so
-// they carry a random per-process id. Queue length, poll and Redis bound
-// are read at start. Its steps and sessions use the order's own client,
-// which bounds each round trip; a step's context bounds the whole call.
-func (g *Gateway) admissionQueue(p *process) *admission.Queue {
-	a := p.cfg.Admission
-	return admission.New(admission.Options{ReplicaID: identity.NewRequestID(),
-		Order:    admission.NewRedisOrder(p.orderRDB, p.cfg.Redis.KeyPrefix),
-		MaxQueue: a.MaxQueue, Poll: a.Poll.D(), StepTimeout: redisconn.RoundTripCall(a.RedisTimeout.D()),
-		FailOpen: p.cfg.FailureModes.AdmissionOrder == config.FailOpen, Logger: g.log.With("component", "admission"),
-		Metrics:  admission.NewMetrics(p.reg),
-		Sessions: admission.NewRedisSessions(p.orderRDB, p.cfg.Redis.KeyPrefix), SessionIdle: a.SessionIdle.D(),
-		SessionSpan: a.SessionSpan.D(), MaxSessions: a.MaxSessions})
 }

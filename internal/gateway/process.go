@@ -23,10 +23,7 @@ type process struct {
 	tp              trace.TracerProvider
 	shutdownTracing func(context.Context) error
 	rdb             redis.UniversalClient
-	// orderRDB is the admission order's own client: each round trip
-	// bounded by admission.redis_timeout, the wait for a connection apart
-	// (redisconn.RoundTrip), in a pool of its own, so waiters are not held
-	// behind the ledger's or the key pools' commands.
+	// orderRDB is the admission order's own client (AdmissionClient).
 	orderRDB redis.UniversalClient
 }
 
@@ -41,7 +38,7 @@ func openProcess(ctx context.Context, cfg *config.Config, version string) (*proc
 		p.flushTraces(ctx)
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	if p.orderRDB, err = redisconn.New(cfg.Redis, redisconn.RoundTrip(cfg.Admission.RedisTimeout.D())); err != nil {
+	if p.orderRDB, err = AdmissionClient(cfg); err != nil {
 		p.rdb.Close()
 		p.flushTraces(ctx)
 		return nil, fmt.Errorf("redis: %w", err)

@@ -25,9 +25,9 @@ import (
 	"github.com/swarmgate/swarmgate/internal/admission"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/gateway"
 	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
-	"github.com/swarmgate/swarmgate/internal/redisconn"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/test/envoysim"
 	"github.com/swarmgate/swarmgate/xds/server"
@@ -219,18 +219,15 @@ func startStack(t *testing.T, sp stackSpec) *stack {
 			// Wired as the gateway wires it (it acts while
 			// admission.max_wait > 0, the default): one order for every
 			// replica, in the shared redis-server, on each replica's own
-			// order client (internal/gateway/process.go).
-			rt := cfg.Admission.RedisTimeout.D()
-			orc, err := redisconn.New(cfg.Redis, redisconn.RoundTrip(rt))
+			// order client.
+			orc, err := gateway.AdmissionClient(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { orc.Close() })
-			q := admission.New(admission.Options{ReplicaID: fmt.Sprintf("r%d", i), FailOpen: true,
-				Order: admission.NewRedisOrder(orc, cfg.Redis.KeyPrefix), Poll: cfg.Admission.Poll.D(),
-				StepTimeout: redisconn.RoundTripCall(rt), MaxQueue: cfg.Admission.MaxQueue, Metrics: admission.NewMetrics(reg),
-				Sessions: admission.NewRedisSessions(orc, cfg.Redis.KeyPrefix), SessionIdle: cfg.Admission.SessionIdle.D(),
-				SessionSpan: cfg.Admission.SessionSpan.D(), MaxSessions: cfg.Admission.MaxSessions})
+			aopts := gateway.AdmissionOptions(cfg, orc)
+			aopts.ReplicaID, aopts.Metrics = fmt.Sprintf("r%d", i), admission.NewMetrics(reg)
+			q := admission.New(aopts)
 			s.queues = append(s.queues, q)
 			opts.Queue = s.waits.wrap(wire.Queue(q))
 		}
