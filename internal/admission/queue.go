@@ -239,6 +239,12 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 	order := q.opts.Order
 	d, err := q.step(ctx, &order, &w.t, nil, pace, ready)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The client left during the step (waiting for a pooled
+			// connection, in a burst): not the order failing.
+			q.leave(order, &w.t)
+			return q.cancelled(req, start)
+		}
 		return q.refuse(req, ReasonOrderDown, ra, start)
 	}
 	if d.Admitted {
@@ -301,8 +307,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 				return q.admitted(w, paced)
 			}
 			q.leave(order, &w.t)
-			q.refused(req, ReasonCancelled)
-			return Result{Reason: ReasonCancelled, Waited: time.Since(start)}
+			return q.cancelled(req, start)
 		case <-deadline.C:
 			if q.stopWaiting(w) {
 				return q.admitted(w, paced)
@@ -331,6 +336,9 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 		q.endStep(w, batch, last.d)
 		if err != nil {
 			q.leave(order, &w.t)
+			if ctx.Err() != nil {
+				return q.cancelled(req, start)
+			}
 			return q.refuse(req, ReasonOrderDown, last.ra, start)
 		}
 		paced = paced || last.d.Wait > 0
@@ -475,6 +483,12 @@ func (q *Queue) step(ctx context.Context, order *Order, t *Ticket, next []*Ticke
 func (q *Queue) refuse(req Request, why Reason, retry time.Duration, start time.Time) Result {
 	q.refused(req, why)
 	return Result{Reason: why, RetryAfter: max(retry, time.Second), Waited: time.Since(start)}
+}
+
+// cancelled answers a request whose client went away while it waited.
+func (q *Queue) cancelled(req Request, start time.Time) Result {
+	q.refused(req, ReasonCancelled)
+	return Result{Reason: ReasonCancelled, Waited: time.Since(start)}
 }
 
 // refused counts a refusal in the metrics and for Snapshot.

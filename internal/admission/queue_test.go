@@ -225,3 +225,33 @@ func TestOrderDownKeepsLocalOrder(t *testing.T) {
 		t.Fatalf("%d steps reached the shared order after the down period, want 2", n)
 	}
 }
+
+// TestCancelledDuringAStep: a client that leaves while its order step is
+// under way (waiting for a pooled connection in a burst) is counted as
+// cancelled, not as the order failing, and its ticket leaves.
+func TestCancelledDuringAStep(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail open %v", failOpen), func(t *testing.T) {
+			shared := &slowOrder{}
+			q := New(Options{ReplicaID: "r0", Order: shared, FailOpen: failOpen, StepTimeout: time.Minute})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan Result)
+			go func() {
+				done <- q.Admit(ctx, Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, never)
+			}()
+			waitFor(t, func() bool { return shared.steps.Load() == 1 })
+			cancel()
+			r := <-done
+			c := q.Snapshot().Counters
+			if r.Reason != ReasonCancelled || c.Cancelled != 1 || c.OrderDown != 0 {
+				t.Fatalf("got %+v, counters %+v: want cancelled", r, c)
+			}
+			if shared.leaves.Load() != 1 {
+				t.Fatalf("%d leaves, want 1", shared.leaves.Load())
+			}
+			if q.orderDownUntil.Load() != 0 {
+				t.Fatal("a cancelled step marked the order down")
+			}
+		})
+	}
+}
