@@ -54,10 +54,7 @@ func TestQueueWaitsForReopenedKey(t *testing.T) {
 func TestQueueCancelLeavesAtOnce(t *testing.T) {
 	s := startStack(t, queueSpec("4s"))
 	base := s.sim.URL()
-	key := relayKeyID("relay-a", 0)
-	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 3 * time.Second})
-	_ = post(context.Background(), s.http, base, agentKey, "")
-	waitUntil(t, "key open", 2*time.Second, func() bool { return keyState(s.pools[0], "relay-a", key) == "open" })
+	restOnlyKey(t, s, 3*time.Second, 0)
 	before := s.relay("relay-a").Total().Requests
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan reply)
@@ -76,10 +73,7 @@ func TestQueueCancelLeavesAtOnce(t *testing.T) {
 func TestQueueTimeoutIs429WithRetryAfter(t *testing.T) {
 	s := startStack(t, queueSpec("300ms"))
 	base := s.sim.URL()
-	key := relayKeyID("relay-a", 0)
-	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 5 * time.Second})
-	_ = post(context.Background(), s.http, base, agentKey, "")
-	waitUntil(t, "key open", 2*time.Second, func() bool { return keyState(s.pools[0], "relay-a", key) == "open" })
+	restOnlyKey(t, s, 5*time.Second, 0)
 	r := post(context.Background(), s.http, base, agentKey, "")
 	if r.status != http.StatusTooManyRequests || r.header.Get("retry-after") == "" {
 		t.Fatalf("got %d retry-after %q: %s", r.status, r.header.Get("retry-after"), r.body)
@@ -97,12 +91,7 @@ func TestQueueDrainsThroughRedisOutage(t *testing.T) {
 	sp.routerOn = []int{0, 1}
 	s := startStack(t, sp)
 	base := s.sim.URL()
-	key := relayKeyID("relay-a", 0)
-	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 3 * time.Second})
-	_ = post(context.Background(), s.http, base, agentKey, "")
-	waitUntil(t, "key open", 2*time.Second, func() bool {
-		return keyState(s.pools[0], "relay-a", key) == "open" && keyState(s.pools[1], "relay-a", key) == "open"
-	})
+	key := restOnlyKey(t, s, 3*time.Second, 0, 1)
 
 	const n = 40
 	replies := make(chan reply, n)
@@ -136,4 +125,23 @@ func TestQueueDrainsThroughRedisOutage(t *testing.T) {
 	if r := post(context.Background(), s.http, base, agentKey, ""); r.status != http.StatusOK {
 		t.Errorf("after Redis returned: %d %.200s", r.status, r.body)
 	}
+}
+
+// restOnlyKey has relay-a's only key answer 429 with retryAfter, sends one
+// request so that it does, and waits until the key is open on the given
+// router replicas. It returns the key's id.
+func restOnlyKey(t *testing.T, s *stack, retryAfter time.Duration, routers ...int) string {
+	t.Helper()
+	key := relayKeyID("relay-a", 0)
+	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: retryAfter})
+	_ = post(context.Background(), s.http, s.sim.URL(), agentKey, "")
+	waitUntil(t, "key open", 2*time.Second, func() bool {
+		for _, i := range routers {
+			if keyState(s.pools[i], "relay-a", key) != "open" {
+				return false
+			}
+		}
+		return true
+	})
+	return key
 }

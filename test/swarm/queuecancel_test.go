@@ -27,12 +27,7 @@ func TestQueueCancelAtScale(t *testing.T) {
 	sp.routerOn = []int{0, 1}
 	s := startStack(t, sp)
 	base := s.sim.URL()
-	key := relayKeyID("relay-a", 0)
-	s.relay("relay-a").SetBehavior(key, mockupstream.Behavior{Action: mockupstream.ActRateLimit, RetryAfter: 5 * time.Second})
-	_ = post(context.Background(), s.http, base, agentKey, "")
-	waitUntil(t, "key open", 2*time.Second, func() bool {
-		return keyState(s.pools[0], "relay-a", key) == "open" && keyState(s.pools[1], "relay-a", key) == "open"
-	})
+	key := restOnlyKey(t, s, 5*time.Second, 0, 1)
 	before := s.relay("relay-a").Total().Requests
 
 	ctx, cancel := context.WithCancel(context.Background())
