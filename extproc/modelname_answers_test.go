@@ -8,6 +8,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 )
 
 // configWith is the test config with its YAML changed by edit.
@@ -86,7 +87,7 @@ func TestAnswersNameTheAlias(t *testing.T) {
 				}
 				return y
 			})
-			var buf lockedBuffer
+			var buf logbuf.Buffer
 			h := newHarness(t, cfg, withAccessLog(&buf))
 			st, cancel := h.stream(t, contract.RoleRouter)
 			defer cancel()
@@ -133,7 +134,7 @@ func TestAnswersNameTheAlias(t *testing.T) {
 			if e.Usage.TotalTokens == 0 {
 				t.Errorf("usage lost: %+v", e.Usage)
 			}
-			if lines := buf.lines(t); len(lines) != 1 || lines[0]["upstream_model"] != wantUp || lines[0]["model"] != "chat" {
+			if lines := logLines(t, &buf); len(lines) != 1 || lines[0]["upstream_model"] != wantUp || lines[0]["model"] != "chat" {
 				t.Errorf("access log %v", lines)
 			}
 		})

@@ -1,11 +1,9 @@
 package extproc_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -16,28 +14,15 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/keypool"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 	"github.com/swarmgate/swarmgate/internal/telemetry"
 )
 
-// lockedBuffer is an access log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines are the access-log lines written so far, decoded.
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+// logLines are the JSON log lines written to buf so far, decoded.
+func logLines(t *testing.T, buf *logbuf.Buffer) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, ln := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, ln := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		if ln == "" {
 			continue
 		}
@@ -50,7 +35,7 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-func withAccessLog(buf *lockedBuffer) func(*extproc.Options) {
+func withAccessLog(buf *logbuf.Buffer) func(*extproc.Options) {
 	return func(o *extproc.Options) {
 		o.AccessLog = telemetry.NewAccessLog(slog.New(slog.NewJSONHandler(buf, nil)), config.Telemetry{AccessLog: true})
 	}
@@ -90,7 +75,7 @@ func TestRefusalsCarryTheRequestID(t *testing.T) {
 		{"keys exhausted, Anthropic", "/v1/messages", keyBeta, "", `{"model":"secret-model","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, 429, "request-id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var buf lockedBuffer
+			var buf logbuf.Buffer
 			h := newHarness(t, testConfig(t), withAccessLog(&buf))
 			// Every key of "big" (secret-model's only backend) rests.
 			for _, k := range []string{"big-1", "big-2"} {
@@ -133,7 +118,7 @@ func TestRefusalsCarryTheRequestID(t *testing.T) {
 			if tc.status == 429 && !secondsLeft(hs["retry-after"], 31) { // 30 s and the EDS settle, rounded up
 				t.Errorf("retry-after %q, want 31", hs["retry-after"])
 			}
-			lines := buf.lines(t)
+			lines := logLines(t, &buf)
 			if len(lines) != 1 || lines[0]["request_id"] != id || lines[0]["client_request_id"] != "client-chosen" {
 				t.Errorf("access log %v, want one line with request_id %s", lines, id)
 			}
@@ -152,7 +137,7 @@ func TestAnswersCarryTheRequestIDEverywhere(t *testing.T) {
 		{"messages translated", "/v1/messages", `{"model":"chat","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`, "request-id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var buf lockedBuffer
+			var buf logbuf.Buffer
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			h := newHarness(t, testConfig(t), withAccessLog(&buf), func(o *extproc.Options) { o.Tracer = tp.Tracer("test") })
@@ -175,7 +160,7 @@ func TestAnswersCarryTheRequestIDEverywhere(t *testing.T) {
 			if e := h.cap.waitEntry(t); e.RequestID != id {
 				t.Errorf("ledger entry request id %q, want %q", e.RequestID, id)
 			}
-			if lines := buf.lines(t); len(lines) != 1 || lines[0]["request_id"] != id || lines[0]["upstream_request_id"] != "provider-id" {
+			if lines := logLines(t, &buf); len(lines) != 1 || lines[0]["request_id"] != id || lines[0]["upstream_request_id"] != "provider-id" {
 				t.Errorf("access log %v, want request_id %s and the provider's id", lines, id)
 			}
 			spans := rec.Ended()

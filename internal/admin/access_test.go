@@ -1,17 +1,16 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 )
 
 const testAdminToken = "admin-DISTINCTIVE-token-61be"
@@ -121,7 +120,7 @@ func TestReadOnly(t *testing.T) {
 }
 
 func TestToken(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	opts := fullOptions(t)
 	opts.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.Access = config.Admin{Token: config.SecretFromValue("env:T_ADMIN", testAdminToken)}
@@ -223,21 +222,4 @@ func TestHostAllowed(t *testing.T) {
 			t.Errorf("hostAllowed(%q) = %v, want %v", c.host, got, c.want)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/internal/subkey"
@@ -43,7 +44,7 @@ type keyEnv struct {
 	URL    string
 	store  *subkey.Store
 	rdb    *redis.Client
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 	client *http.Client
 }
 
@@ -56,7 +57,7 @@ func startKeyAPI(t testing.TB, change func(*Options)) *keyEnv {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
 	store := subkeytest.Run(t, rdb, "sg:")
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	opts := Options{
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Config:  func() *config.Config { return cfg },

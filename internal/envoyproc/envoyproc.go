@@ -5,7 +5,6 @@
 package envoyproc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -16,12 +15,13 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/childproc"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 )
 
 // Process is one running Envoy.
 type Process struct {
 	cmd    *exec.Cmd
-	log    syncBuffer
+	log    logbuf.Buffer
 	exited chan struct{}
 	once   sync.Once
 }
@@ -96,21 +96,4 @@ func WaitReady(ctx context.Context, adminURL string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

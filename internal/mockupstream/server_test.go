@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 	"github.com/swarmgate/swarmgate/internal/schema/openai"
 )
 
@@ -238,7 +239,7 @@ func TestAuthStyles(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s", tc.style, tc.header), func(t *testing.T) {
-			logs := &syncBuffer{}
+			logs := &logbuf.Buffer{}
 			s := start(t, Options{Auth: tc.style, Keys: testKeys(), Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			hdr := map[string]string{}
 			if tc.header != "" {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 )
 
@@ -221,7 +222,7 @@ func TestCommand(t *testing.T) {
 	t.Setenv("MOCK_CMD_KEY", keyA)
 	addr := porttest.Addr(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var out, errOut syncBuffer
+	var out, errOut logbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Command(ctx, []string{"--listen", addr, "--auth", "api-key", "--keys", "k=env:MOCK_CMD_KEY", "-v"}, &out, &errOut)

@@ -21,6 +21,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/envoytest"
 	"github.com/swarmgate/swarmgate/internal/gateway"
 	"github.com/swarmgate/swarmgate/internal/gatewaytest"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 )
@@ -259,7 +260,7 @@ func post(ctx context.Context, t *testing.T, url, key, body string) (int, http.H
 }
 
 // accessLines collects the gateway's JSON log lines.
-type accessLines struct{ syncBuffer }
+type accessLines struct{ logbuf.Buffer }
 
 // line is the access-log line of a request id (nil: none yet).
 func (a *accessLines) line(id string) map[string]any {

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +34,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/envoyproc"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
+	"github.com/swarmgate/swarmgate/internal/logbuf"
 	"github.com/swarmgate/swarmgate/internal/mockupstream"
 	"github.com/swarmgate/swarmgate/internal/porttest"
 	"github.com/swarmgate/swarmgate/internal/redistest"
@@ -133,7 +133,7 @@ tenants:
 
 	sg := childproc.Command(bin, "serve", "--config", cfgPath, "--log-level", "error", "--node-id", "bench")
 	sg.Env = env
-	var sgLog syncBuffer
+	var sgLog logbuf.Buffer
 	sg.Stdout, sg.Stderr = &sgLog, &sgLog
 	if err := sg.Start(); err != nil {
 		b.Fatal(err)
@@ -309,21 +309,4 @@ func poll(ctx context.Context, within time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
