@@ -453,6 +453,8 @@ func (k *keyHandlers) opError(op string, err error) *apiError {
 		return aerr
 	case errors.Is(err, subkey.ErrNotFound):
 		return &apiError{status: http.StatusNotFound, msg: "no such key"}
+	case errors.Is(err, subkey.ErrConflict):
+		return &apiError{status: http.StatusConflict, msg: "the key changed while it was updated; try again"}
 	}
 	return k.storeFailed(op, err)
 }

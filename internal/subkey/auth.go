@@ -119,6 +119,10 @@ func (a Auth) Authenticate(cfg *config.Config, presented string) (config.KeyOwne
 	switch {
 	case k.Revoked, minterRevoked(t, k, minter):
 		return o, Revoked
+	case minter != nil && minter.Expired(now()):
+		// A minter whose run ended (its ttl set after it minted keys
+		// without one) ends its keys' runs too.
+		return o, Expired
 	case k.Expired(now()):
 		return o, Expired
 	}

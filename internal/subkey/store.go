@@ -176,20 +176,61 @@ func (s *Store) Get(ctx context.Context, id string) (*Key, error) {
 	return &k, nil
 }
 
-// Update applies change to the stored key and saves it.
+// updateAttempts bounds how often Update re-reads a key another writer
+// changed between its read and its write.
+const updateAttempts = 8
+
+// ErrConflict: the key kept changing under Update; the caller may retry.
+var ErrConflict = errors.New("subkey: changed concurrently; try again")
+
+// casScript writes a key only if it is still what the writer read, and
+// announces it: KEYS[1] the keys hash; ARGV id, the value read, the new
+// value, the change channel. 1 written, 0 changed meanwhile.
+var casScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+return 1
+`)
+
+// Update applies change to the stored key and saves it. The write is a
+// compare-and-set on the value read: a plain read-modify-write let an
+// update that read the key before a revocation save it back unrevoked.
+// change may run more than once (on the key as re-read). A revocation is
+// final: no update takes it back.
 func (s *Store) Update(ctx context.Context, id string, change func(*Key) error) (*Key, error) {
-	k, err := s.Get(ctx, id)
-	if err != nil {
-		return nil, err
+	for range updateAttempts {
+		raw, err := s.rdb.HGet(ctx, s.hashKey(), id).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, fmt.Errorf("subkey: get %s: %w", id, err)
+		}
+		var k Key
+		if err := json.Unmarshal([]byte(raw), &k); err != nil {
+			return nil, fmt.Errorf("subkey: decode %s: %w", id, err)
+		}
+		revoked := k.Revoked
+		if err := change(&k); err != nil {
+			return nil, err
+		}
+		k.Revoked = k.Revoked || revoked
+		k.UpdatedAt = s.now().UTC()
+		next, err := json.Marshal(&k)
+		if err != nil {
+			return nil, fmt.Errorf("subkey: encode: %w", err)
+		}
+		written, err := casScript.Run(ctx, s.rdb, []string{s.hashKey()}, id, raw, next, s.channel()).Int()
+		if err != nil {
+			return nil, fmt.Errorf("subkey: save %s: %w", id, err)
+		}
+		if written == 1 {
+			s.cache.put(&k)
+			return &k, nil
+		}
 	}
-	if err := change(k); err != nil {
-		return nil, err
-	}
-	k.UpdatedAt = s.now().UTC()
-	if err := s.save(ctx, k); err != nil {
-		return nil, err
-	}
-	return k, nil
+	return nil, fmt.Errorf("subkey: update %s: %w", id, ErrConflict)
 }
 
 // Revoke marks the key revoked; it stays listed so requests on it answer

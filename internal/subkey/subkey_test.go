@@ -148,6 +148,9 @@ func TestAuthenticate(t *testing.T) {
 	_, ofRevoked, _ := s.Create(ctx, Key{Tenant: "demo", Parent: rk.ID})
 	_, ofConfig, _ := s.Create(ctx, Key{Tenant: "demo", Parent: "demo-1"})
 	_, orphan, _ := s.Create(ctx, Key{Tenant: "demo", Parent: "sk_gone"})
+	// A minter given a ttl after it minted a key without one.
+	ended, _, _ := s.Create(ctx, Key{Tenant: "demo", Minter: true, ExpiresAt: now.Add(time.Minute)})
+	_, ofEnded, _ := s.Create(ctx, Key{Tenant: "demo", Parent: ended.ID})
 	revokedCfg := testConfig(t)
 	revokedCfg.Tenants[0].Keys[0].Revoked = true
 	a := Auth{Store: s, Now: func() time.Time { return now.Add(2 * time.Minute) }}
@@ -168,6 +171,7 @@ func TestAuthenticate(t *testing.T) {
 		{"minted by a config key", ofConfig, cfg, OK},
 		{"minted by a config key revoked in the config", ofConfig, revokedCfg, Revoked},
 		{"minter gone", orphan, cfg, Revoked},
+		{"minted by an expired minter", ofEnded, cfg, Expired},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, r := a.Authenticate(tc.cfg, tc.key)
