@@ -88,6 +88,12 @@ func (r *routerStream) readHeaders(h *extprocv3.HttpHeaders, a *envoymsg.Answer)
 			// Strip every client-supplied internal header first: none of
 			// them may be spoofed.
 			a.Remove(k)
+		case k == "openai-organization" || k == "openai-project":
+			// Which provider organisation or project a request bills to
+			// and reads from is the backend's choice (its static
+			// headers), never the client's: a key of several projects
+			// would otherwise serve whichever the client names.
+			a.Remove(k)
 		}
 	}
 	return in

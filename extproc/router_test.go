@@ -172,10 +172,14 @@ func TestRouterAdmitsAndWritesRoutingHeaders(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st, cancel := h.stream(t, contract.RoleRouter)
 			defer cancel()
-			resp := roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha, "x-swarmgate-pool", "pool_evil", "X-Swarmgate-Tenant", "beta", "x-session-id", "s-1")...))
+			resp := roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha, "x-swarmgate-pool", "pool_evil", "X-Swarmgate-Tenant", "beta", "x-session-id", "s-1",
+				"openai-organization", "org-other", "openai-project", "proj_other")...))
 			rm := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
 			if !contains(rm, "x-swarmgate-pool") || !contains(rm, "x-swarmgate-tenant") {
 				t.Fatalf("client internal headers not stripped: %v", rm)
+			}
+			if !contains(rm, "openai-organization") || !contains(rm, "openai-project") {
+				t.Fatalf("the client chose the provider organisation or project: %v", rm)
 			}
 			resp = roundTrip(t, st, reqBody(tc.body))
 			cr := resp.GetRequestBody().GetResponse()
