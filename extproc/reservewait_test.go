@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,5 +279,36 @@ func TestReservationWaiterLeaves(t *testing.T) {
 	small := `{"model":"chat","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
 	if resp := roundTrip(t, newcomer, reqBody(small)); resp.GetRequestBody() == nil {
 		t.Fatalf("newcomer not admitted at once after the waiter left: %v", resp)
+	}
+}
+
+// TestReservationNeverFits: a request that needs more than the tenant's
+// whole TPM window is refused at once, queue on or off, without
+// Retry-After and with x-should-retry: false. Before, with the queue on,
+// its refusal (Retry-After 0) looked ready at once and the request asked
+// the reserver again in a loop for its whole wait.
+func TestReservationNeverFits(t *testing.T) {
+	const tooBig = `{"model":"chat","max_tokens":1200,"messages":[{"role":"user","content":"hi"}]}`
+	for _, maxWait := range []time.Duration{0, 2 * time.Second} {
+		t.Run("max_wait "+maxWait.String(), func(t *testing.T) {
+			s := newTPMStack(t, maxWait, time.Second)
+			st, cancel := s.stream(t, contract.RoleRouter)
+			defer cancel()
+			roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+			// The first answer is the refusal, not the wait's
+			// override_message_timeout.
+			ir := roundTrip(t, st, reqBody(tooBig)).GetImmediateResponse()
+			set := setOf(t, ir.GetHeaders())
+			if ir.GetStatus().GetCode() != 429 || set["retry-after"] != "" || set["x-should-retry"] != "false" ||
+				set["x-ratelimit-limit-tokens"] != "1000" || !strings.Contains(string(ir.GetBody()), "Request too large") {
+				t.Fatalf("want a final 429, got %v %v %s", ir.GetStatus(), set, ir.GetBody())
+			}
+			if n := s.queue.Waiting(); n != 0 {
+				t.Errorf("%d waiting", n)
+			}
+			if got := s.held(t); got != 0 {
+				t.Errorf("window holds %d", got)
+			}
+		})
 	}
 }

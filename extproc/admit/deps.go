@@ -131,6 +131,9 @@ type Reservation struct {
 	// Behind: the tokens would fit, but requests that wait for the
 	// window came first; RetryAfter is when it frees for them.
 	Behind bool
+	// Never: the request needs more than the scope's whole limit; no
+	// wait and no retry can let it through.
+	Never bool
 	// Handle is the reserver's own state, handed back to Settle/Release.
 	Handle any
 }

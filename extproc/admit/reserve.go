@@ -27,7 +27,7 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 		req.Wait = time.Until(deadline)
 	}
 	res, err := a.Reserver.Reserve(ctx, req)
-	if err == nil && !res.Granted && !res.Budget && waits {
+	if err == nil && !res.Granted && !res.Budget && !res.Never && waits {
 		// A TPM window may free within the request's wait.
 		res, err = a.reserveQueued(ctx, cfg, f, t, req, res, deadline)
 	}
@@ -43,6 +43,8 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 	case !res.Granted && res.Budget:
 		return (&Refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "budget_exceeded",
 			Message: "Tenant `" + tenant + "` has used its monthly budget."}).withRetryAfter(res.RetryAfter)
+	case !res.Granted && res.Never:
+		return TooLargeForLimit(f, tenant, res)
 	case !res.Granted:
 		msg := "Rate limit reached for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
 			"`: limit " + strconv.FormatInt(res.Limit, 10)
@@ -60,6 +62,19 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 	}
 	f.Reservation, f.Reserved = res, true
 	return nil
+}
+
+// TooLargeForLimit: the request's prompt estimate and output reserve
+// exceed a TPM limit's whole window, so it can never be served (OpenAI's
+// "Request too large" answer). 429 as the provider answers it, without
+// Retry-After and with x-should-retry: false, which the official SDKs
+// obey instead of retrying with backoff.
+func TooLargeForLimit(f *Facts, tenant string, res Reservation) *Refusal {
+	limit := strconv.FormatInt(res.Limit, 10)
+	return &Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded",
+		Message: "Request too large for `" + f.Alias + "` (tokens per minute, " + res.Scope + " limit) on tenant `" + tenant +
+			"`: limit " + limit + ", requested " + strconv.Itoa(f.Need()) + ". Reduce the input or max_tokens.",
+		Headers: []Header{{"x-ratelimit-limit-tokens", limit}, {"x-should-retry", "false"}}}
 }
 
 // KeyBudgetExceeded: a sub-key's budget (the caller's own, or that of the
@@ -144,7 +159,7 @@ func (a *Admitter) waitReserved(ctx context.Context, cfg *config.Config, f *Fact
 		// hold it back.
 		req.Queued, req.Wait = true, time.Until(deadline)
 		next, err := a.Reserver.Reserve(ctx, req)
-		if err != nil || next.Granted || next.Budget {
+		if err != nil || next.Granted || next.Budget || next.Never {
 			return next, err
 		}
 		// Someone took the window first (another replica, a request that

@@ -50,7 +50,7 @@ func (a reserver) Reserve(ctx context.Context, req extproc.ReserveRequest) (extp
 		return extproc.Reservation{ID: res.RequestID, Granted: true, Handle: res}, nil
 	case errors.As(err, &le):
 		return extproc.Reservation{Scope: le.Scope, RetryAfter: le.RetryAfter, Limit: le.Limit,
-			Remaining: max(le.Limit-le.Used, 0), Reset: le.RetryAfter, Behind: le.Behind}, nil
+			Remaining: max(le.Limit-le.Used, 0), Reset: le.RetryAfter, Behind: le.Behind, Never: le.Never()}, nil
 	case errors.As(err, &be):
 		return extproc.Reservation{Budget: true, RetryAfter: be.RetryAfter, BudgetKey: be.KeyID, BudgetPeriod: be.Budget}, nil
 	}

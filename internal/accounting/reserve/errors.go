@@ -33,6 +33,10 @@ type LimitError struct {
 	Behind bool
 }
 
+// Never reports whether the request can never fit the scope: it needs
+// more than the whole window's limit.
+func (e *LimitError) Never() bool { return !e.Behind && e.Requested > e.Limit }
+
 func (e *LimitError) Error() string {
 	who := fmt.Sprintf("tenant %q", e.Tenant)
 	switch e.Scope {
