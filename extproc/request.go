@@ -31,6 +31,11 @@ func (s *Server) requestHeaders(r *routerStream, h *extprocv3.HttpHeaders) *extp
 	in := r.readHeaders(h, a)
 	f.Path = pathOnly(f.RawPath)
 	f.Shape = family.ShapeForPath(f.Path)
+	if f.AnthropicVersion != "" && isModels(f.Path) {
+		// The model list is shared by both APIs: Anthropic's SDKs (which
+		// always send anthropic-version) get its refusals in their shape.
+		f.Shape = family.Anthropic
+	}
 	f.Spec = family.ForPath(f.Path)
 	if x := admit.Authenticate(r.cfg, s.opts.Authenticator, f, in.authorization, in.apiKey); x != nil {
 		return s.refused(r, x)
@@ -99,15 +104,17 @@ func (r *routerStream) readHeaders(h *extprocv3.HttpHeaders, a *envoymsg.Answer)
 	return in
 }
 
+// isModels: the model list or one model of it.
+func isModels(path string) bool {
+	return path == "/v1/models" || strings.HasPrefix(path, "/v1/models/")
+}
+
 // models answers GET /v1/models (and /v1/models/{id}) with the aliases the
 // caller may use, in OpenAI's list shape, or Anthropic's when the caller
 // sends anthropic-version (its SDKs always do).
 func (s *Server) models(r *routerStream) *extprocv3.ProcessingResponse {
 	f := &r.f
 	t := f.Owner.Tenant
-	if f.AnthropicVersion != "" {
-		f.Shape = family.Anthropic
-	}
 	one := strings.TrimPrefix(f.Path, "/v1/models/")
 	if f.Path == "/v1/models" {
 		one = ""

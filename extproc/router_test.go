@@ -153,6 +153,39 @@ func TestModelsListsOnlyAllowed(t *testing.T) {
 	}
 }
 
+// TestModelsRefusalsInAnthropicShape: the model list serves both APIs, so
+// an Anthropic client (anthropic-version) gets its refusals in Anthropic's
+// shape too, not only the list: a bad key, a wrong method, an unknown
+// model.
+func TestModelsRefusalsInAnthropicShape(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	for _, tc := range []struct {
+		name, method, path, key string
+		status                  int
+	}{
+		{"bad key", "GET", "/v1/models", "sk-nope", 401},
+		{"wrong method", "POST", "/v1/models", keyAlpha, 400},
+		{"unknown model", "GET", "/v1/models/secret-model", keyAlpha, 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, cancel := h.stream(t, contract.RoleRouter)
+			defer cancel()
+			resp := roundTrip(t, st, reqHeaders(true, ":method", tc.method, ":path", tc.path, "x-api-key", tc.key, "anthropic-version", "2023-06-01"))
+			ir := resp.GetImmediateResponse()
+			var body struct {
+				Type  string `json:"type"`
+				Error struct{ Type string } `json:"error"`
+			}
+			if err := json.Unmarshal(ir.GetBody(), &body); err != nil || int(ir.GetStatus().GetCode()) != tc.status || body.Type != "error" || body.Error.Type == "" {
+				t.Fatalf("status %v body %s: want %d in Anthropic's shape", ir.GetStatus(), ir.GetBody(), tc.status)
+			}
+			if set := setOf(t, ir.GetHeaders()); set["request-id"] == "" {
+				t.Errorf("no request-id header: %v", set)
+			}
+		})
+	}
+}
+
 func TestRouterAdmitsAndWritesRoutingHeaders(t *testing.T) {
 	h := newHarness(t, testConfig(t))
 	tests := []struct {
