@@ -34,8 +34,10 @@ func (s *Server) finish(r *routerStream, cut bool) {
 		// SDKs close the connection once they read the last event; when
 		// the provider's end of stream comes later, the stream ends here
 		// without it. The client had the whole answer: not a disconnect.
+		// A translator may send the client its last event before the
+		// backend's (message_stop at the chat usage chunk, [DONE] after).
 		r.parser.Flush()
-		if r.parser.Done() {
+		if r.parser.Done() || (r.tr != nil && r.tr.Done()) {
 			cut = false
 		}
 	}
@@ -76,7 +78,9 @@ func (s *Server) reportedUsage(r *routerStream, ok2xx bool) (Usage, bool) {
 
 // billedUsage is what the request is billed: the reported usage, or for a
 // cut stream what accounting.bill_on_disconnect says, or for a 2xx answer
-// without a report what was delivered (estimated).
+// without a report what was delivered (estimated). A report whose output
+// count is provisional (Anthropic's message_start, the stream cut or
+// failed before message_delta) counts as reported for its prompt only.
 func (s *Server) billedUsage(r *routerStream, u Usage, reported, ok2xx, cut bool) (_ Usage, estimated bool) {
 	if cut {
 		s.metrics.disconnects.Inc()
@@ -86,12 +90,20 @@ func (s *Server) billedUsage(r *routerStream, u Usage, reported, ok2xx, cut bool
 		case "delivered":
 			u, estimated = s.delivered(r), true
 		default: // "reported"
-			if !reported {
+			switch {
+			case !reported:
 				u, estimated = s.delivered(r), true
+			case r.provisional():
+				u, estimated = s.deliveredOutput(r, u), true
 			}
 		}
-	} else if ok2xx && !reported {
-		u, estimated = s.delivered(r), true
+	} else if ok2xx {
+		switch {
+		case !reported:
+			u, estimated = s.delivered(r), true
+		case r.provisional():
+			u, estimated = s.deliveredOutput(r, u), true
+		}
 	}
 	if u.TotalTokens == 0 {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
@@ -186,6 +198,18 @@ func (s *Server) cost(r *routerStream, backend string, u Usage) pricing.Money {
 		c = max(c, tc)
 	}
 	return c
+}
+
+// provisional reports whether the stream's usage report is only its
+// opening count: its prompt stands, its output is not the answer's.
+func (r *routerStream) provisional() bool { return r.parser != nil && r.parser.Provisional() }
+
+// deliveredOutput is a provisional report with its output raised to what
+// was delivered: the provider said ~1 token before it streamed hundreds.
+func (s *Server) deliveredOutput(r *routerStream, u Usage) Usage {
+	u.CompletionTokens = max(u.CompletionTokens, s.delivered(r).CompletionTokens)
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
 // delivered estimates usage from what reached the client: the prompt

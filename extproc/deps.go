@@ -41,6 +41,10 @@ type UsageStream interface {
 	// (a provider's last usage chunk, say) is still read.
 	Flush()
 	Usage() (Usage, bool)
+	// Provisional reports whether the usage is only the stream's opening
+	// count (Anthropic's message_start: the prompt, and ~1 output token
+	// before the answer's count in message_delta).
+	Provisional() bool
 	// Done reports whether the stream's last event was read ([DONE],
 	// message_stop, response.completed…).
 	Done() bool

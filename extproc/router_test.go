@@ -173,7 +173,7 @@ func TestModelsRefusalsInAnthropicShape(t *testing.T) {
 			resp := roundTrip(t, st, reqHeaders(true, ":method", tc.method, ":path", tc.path, "x-api-key", tc.key, "anthropic-version", "2023-06-01"))
 			ir := resp.GetImmediateResponse()
 			var body struct {
-				Type  string `json:"type"`
+				Type  string                `json:"type"`
 				Error struct{ Type string } `json:"error"`
 			}
 			if err := json.Unmarshal(ir.GetBody(), &body); err != nil || int(ir.GetStatus().GetCode()) != tc.status || body.Type != "error" || body.Error.Type == "" {

@@ -96,6 +96,8 @@ func NewErrorResponse(status int, to family.ErrorShape) Response {
 	return &errorResponse{status: status, to: to}
 }
 
+func (*errorResponse) Done() bool { return false }
+
 func (r *errorResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if !r.over {
 		if len(r.buf)+len(chunk) > MaxBuffered {

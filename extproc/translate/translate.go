@@ -115,6 +115,14 @@ type Response interface {
 	// means the backend's bytes could not be read in its family; what was
 	// returned before stands.
 	Write(dst, chunk []byte, end bool) ([]byte, error)
+	// Done reports whether the client has been sent the last event of its
+	// family's stream: message_stop (Messages), response.completed,
+	// response.incomplete or response.failed (Responses), data: [DONE]
+	// (chat). It may come before the backend's own last event, so the
+	// data path asks it, not the backend's bytes, whether a client that
+	// closed the stream had the whole answer. Always false for a JSON or
+	// error answer, which ends with the body.
+	Done() bool
 }
 
 // Unsupported is a request the backend family cannot express: a 400 in the

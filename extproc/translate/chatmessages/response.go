@@ -83,6 +83,8 @@ type messageAnswer struct {
 // errTooLarge: a JSON answer above translate.MaxBuffered.
 var errTooLarge = errors.New("translate: the backend's answer exceeds the translation buffer")
 
+func (*jsonResponse) Done() bool { return false }
+
 func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if len(r.buf)+len(chunk) > translate.MaxBuffered {
 		return dst, errTooLarge

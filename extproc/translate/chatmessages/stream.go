@@ -26,6 +26,7 @@ type sseResponse struct {
 	ntools  int
 	started bool // the prefix is set
 	done    bool // message_stop or an error written: nothing more is sent
+	ended   bool // data: [DONE] written: the client has the whole answer
 }
 
 // streamEvent is what one stream event holds for the client, as raw
@@ -62,6 +63,10 @@ func (e *streamEvent) read(data []byte) bool {
 
 // cutMessage: the backend's stream ended before message_stop.
 const cutMessage = "the backend's stream ended before the answer was complete"
+
+// Done: data: [DONE] was written (at the backend's message_stop); an
+// error ends the client's stream without it.
+func (s *sseResponse) Done() bool { return s.ended }
 
 func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if s.done {
@@ -122,7 +127,7 @@ func (s *sseResponse) event(ev translate.Event) error {
 			s.out = append(s.out, "}\n\n"...)
 		}
 		s.out = append(s.out, "data: [DONE]\n\n"...)
-		s.done = true
+		s.done, s.ended = true, true
 	case `"error"`:
 		var v struct {
 			Type    string `json:"type"`

@@ -88,6 +88,8 @@ type chatAnswer struct {
 	Usage *openai.Usage `json:"usage"`
 }
 
+func (*jsonResponse) Done() bool { return false }
+
 func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if !r.over {
 		if len(r.buf)+len(chunk) > translate.MaxBuffered {

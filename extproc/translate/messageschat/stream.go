@@ -26,6 +26,7 @@ type sseResponse struct {
 
 	started  bool
 	done     bool   // message_stop or error written: the rest is ignored
+	stopped  bool   // message_stop written: the client has the whole answer
 	finish   string // the finish_reason seen, "" before
 	usage    []byte // the last usage object seen, decoded at the end
 	next     int    // the next content block index
@@ -43,6 +44,10 @@ const legacyCall = -1
 func isString(r []byte) bool {
 	return len(r) > 2 && r[0] == '"'
 }
+
+// Done: message_stop was written, at the backend's usage chunk after its
+// finish_reason or at its [DONE], whichever came first.
+func (s *sseResponse) Done() bool { return s.stopped }
 
 func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	s.out = dst
@@ -314,7 +319,7 @@ func (s *sseResponse) stop() {
 		s.out = strconv.AppendInt(s.out, u.OutputTokens, 10)
 	}
 	s.out = append(s.out, "}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
-	s.done = true
+	s.done, s.stopped = true, true
 }
 
 // fail ends the stream with an Anthropic error event.

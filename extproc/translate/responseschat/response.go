@@ -367,6 +367,8 @@ func newResponse(o translate.ResponseOptions) translate.Response {
 
 var errTooLarge = errors.New("translate: the chat completion exceeds 16 MiB")
 
+func (*jsonResponse) Done() bool { return false }
+
 func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	if r.over {
 		return dst, errTooLarge

@@ -55,6 +55,10 @@ func newStream(o translate.ResponseOptions) *sseResponse {
 	return s
 }
 
+// Done: the final event (response.completed, .incomplete or .failed) was
+// written; completed comes at the backend's usage chunk, before its [DONE].
+func (s *sseResponse) Done() bool { return s.done }
+
 func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	s.out = dst
 	err := s.events.Feed(chunk, end, s.onEvt)

@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"bytes"
 	"os"
 	"testing"
 )
@@ -94,6 +95,57 @@ func TestStreamDone(t *testing.T) {
 			if p.Done() != tc.done {
 				t.Errorf("Done() = %v, want %v", p.Done(), tc.done)
 			}
+		})
+	}
+}
+
+// TestStreamProvisional: Anthropic's message_start usage is provisional
+// until message_delta states the answer's output: a stream cut or ended by
+// an error event before it has the prompt reported and the output not
+// (extproc bills that output by what was delivered). Every chunking agrees.
+func TestStreamProvisional(t *testing.T) {
+	body, err := os.ReadFile("testdata/families/anthropic_messages.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) int {
+		i := bytes.Index(body, []byte(s))
+		if i < 0 {
+			t.Fatalf("fixture lacks %q", s)
+		}
+		return i
+	}
+	overloaded := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	opening := Usage{PromptTokens: 40, CompletionTokens: 1, TotalTokens: 41, CachedTokens: 5, CacheWriteTokens: 10}
+	final := Usage{PromptTokens: 40, CompletionTokens: 15, TotalTokens: 55, CachedTokens: 5, CacheWriteTokens: 10}
+	for _, tc := range []struct {
+		name        string
+		stream      string
+		want        Usage
+		provisional bool
+		errors      bool
+	}{
+		{"cut after message_start", string(body[:at("event: content_block_start")]), opening, true, false},
+		{"cut before message_delta", string(body[:at("event: message_delta")]), opening, true, false},
+		{"error before message_delta", string(body[:at("event: message_delta")]) + overloaded, opening, true, true},
+		{"cut after message_delta", string(body[:at("event: message_stop")]), final, false, false},
+		{"whole stream", string(body), final, false, false},
+		{"chat usage chunk", "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n",
+			Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}, false, false},
+		{"no usage", "data: {\"choices\":[]}\n\n", Usage{}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p StreamParser
+			got := runParser(&p, [][]byte{[]byte(tc.stream)})
+			if got.usage != tc.want || got.provisional != tc.provisional || (got.err != "") != tc.errors {
+				t.Fatalf("usage %+v provisional %v err %q; want %+v %v, error %v", got.usage, got.provisional, got.err,
+					tc.want, tc.provisional, tc.errors)
+			}
+			splits([]byte(tc.stream), 10, func(split string, chunks [][]byte) {
+				if r := runParser(&p, chunks); r != got {
+					t.Fatalf("%s: %+v, unsplit %+v", split, r, got)
+				}
+			})
 		})
 	}
 }

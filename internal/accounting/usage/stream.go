@@ -27,6 +27,7 @@ type StreamParser struct {
 	done      bool
 	usage     Usage
 	hasUsage  bool
+	opening   bool // usage is message_start's: its output count is not the answer's
 	delivered int64
 	err       error
 	respID    []byte // the Responses API's response.id, first seen
@@ -51,6 +52,13 @@ func (p *StreamParser) ResponseID() []byte {
 
 // Usage returns the last usage object seen in the stream.
 func (p *StreamParser) Usage() (Usage, bool) { return p.usage, p.hasUsage }
+
+// Provisional reports whether the usage seen so far is only a stream's
+// opening count: Anthropic's message_start states the prompt but an output
+// of about 1 token, and the answer's output count comes in message_delta
+// near the end. A stream cut or failed before that reported its prompt
+// only; what it delivered tells its output (extproc).
+func (p *StreamParser) Provisional() bool { return p.hasUsage && p.opening }
 
 // Done reports whether the stream's last event was seen: chat's
 // "data: [DONE]", Anthropic's message_stop, or the Responses API's
@@ -141,6 +149,7 @@ type eventScan struct {
 	u         Usage
 	hasU      bool
 	hasInput  bool
+	opening   bool // the usage is message_start's message.usage
 	delivered int64
 	errSeen   bool
 	msg, typ  []byte
@@ -180,7 +189,9 @@ func (e *eventScan) member(k []byte, esc bool) error {
 		if s.Peek() == '{' { // Anthropic message_start: {"message":{...,"usage":{...}}}
 			return s.Object(func(k []byte, esc bool) error {
 				if jsonscan.KeyIs(k, esc, "usage") && s.Peek() == '{' {
-					return e.usage(s)
+					err := e.usage(s)
+					e.opening = true
+					return err
 				}
 				return s.Skip()
 			})
@@ -195,6 +206,7 @@ func (e *eventScan) member(k []byte, esc bool) error {
 func (e *eventScan) usage(s *jsonscan.Scanner) error {
 	var err error
 	e.u, e.hasInput, e.hasU, err = parseUsageInput(s)
+	e.opening = false
 	return err
 }
 
@@ -285,7 +297,7 @@ func (e *eventScan) apply() {
 			}
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		}
-		p.usage, p.hasUsage = u, true
+		p.usage, p.hasUsage, p.opening = u, true, e.opening
 	}
 	p.delivered += e.delivered
 	if e.errSeen || p.isError {

@@ -10,14 +10,15 @@ import (
 
 // parseResult is everything StreamParser reports, for comparing runs.
 type parseResult struct {
-	usage     Usage
-	hasU      bool
-	done      bool
-	events    int
-	bad       int
-	delivered int64
-	err       string
-	respID    string
+	usage       Usage
+	hasU        bool
+	provisional bool
+	done        bool
+	events      int
+	bad         int
+	delivered   int64
+	err         string
+	respID      string
 }
 
 func runParser(p *StreamParser, chunks [][]byte) parseResult {
@@ -27,7 +28,7 @@ func runParser(p *StreamParser, chunks [][]byte) parseResult {
 	}
 	p.Flush()
 	u, ok := p.Usage()
-	r := parseResult{usage: u, hasU: ok, done: p.Done(), events: p.Events(), bad: p.BadEvents(), delivered: p.DeliveredContentBytes(),
+	r := parseResult{usage: u, hasU: ok, provisional: p.Provisional(), done: p.Done(), events: p.Events(), bad: p.BadEvents(), delivered: p.DeliveredContentBytes(),
 		respID: string(p.ResponseID())}
 	if err := p.Err(); err != nil {
 		r.err = err.Error()
@@ -165,6 +166,13 @@ func TestStreamParserCases(t *testing.T) {
 			parseResult{events: 1, delivered: 2}},
 		{"anthropic-shaped usage", `data: {"usage":{"input_tokens":10,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":7}}` + "\n\n",
 			parseResult{events: 1, usage: Usage{PromptTokens: 115, CompletionTokens: 7, TotalTokens: 122, CachedTokens: 100, CacheWriteTokens: 5}, hasU: true}},
+		{"message_start usage is provisional", `data: {"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}` + "\n\n",
+			parseResult{events: 1, usage: Usage{PromptTokens: 25, CompletionTokens: 1, TotalTokens: 26}, hasU: true, provisional: true}},
+		{"message_delta makes it final", `data: {"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}` + "\n\n" +
+			`data: {"type":"message_delta","usage":{"output_tokens":9}}` + "\n\n",
+			parseResult{events: 2, usage: Usage{PromptTokens: 25, CompletionTokens: 9, TotalTokens: 34}, hasU: true}},
+		{"top-level usage after message.usage in one event wins", `data: {"message":{"usage":{"input_tokens":25,"output_tokens":1}},"usage":{"input_tokens":25,"output_tokens":4}}` + "\n\n",
+			parseResult{events: 1, usage: Usage{PromptTokens: 25, CompletionTokens: 4, TotalTokens: 29}, hasU: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
