@@ -78,6 +78,9 @@ func envRefs(cfg *config.Config) []string {
 		}
 	}
 	add(cfg.Redis.Password)
+	add(cfg.Admin.Token)
+	add(cfg.Security.FleetSecret)
+	add(cfg.Security.PreviousFleetSecret)
 	for _, b := range cfg.Backends {
 		for _, k := range b.Keys {
 			add(k.Secret)

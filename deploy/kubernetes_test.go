@@ -378,6 +378,13 @@ func checkSwarmgateContainer(t *testing.T, where string, c container, fileIn fun
 			t.Errorf("%s: want an httpGet probe on %s, port admin", where, pr.path)
 		}
 	}
+	// Every role serves the admin API, off loopback here, and resolves
+	// admin.token.
+	if cfg.Admin.Token.IsZero() {
+		t.Errorf("%s: listen.admin %s without admin.token", where, cfg.Listen.Admin)
+	} else if env, ok := strings.CutPrefix(cfg.Admin.Token.Ref(), "env:"); ok && !secretKeys[env] {
+		t.Errorf("%s: admin.token names env:%s, no Secret it reads holds it", where, env)
+	}
 	// ext_proc resolves the upstream keys; it must see every one.
 	if c.Args[0] == "extproc" || c.Args[0] == "serve" {
 		for _, env := range envRefs(cfg) {

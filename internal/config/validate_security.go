@@ -9,10 +9,11 @@ import (
 )
 
 // validateSecurity checks security.* and, for a config read from a file
-// (the one whose listen addresses this process binds), that no gRPC
-// listener is reachable from the network without TLS unless the operator
-// opted in. A config rebuilt from xDS on an ext_proc replica skips that
-// part: the replica's listeners follow its own file.
+// (the one whose listen addresses this process binds), that no listener is
+// reachable from the network without TLS (unless the operator opted in for
+// a mesh) or without authenticating its callers (validatePeerAuthentication).
+// A config rebuilt from xDS on an ext_proc replica skips that part: the
+// replica's listeners follow its own file.
 func (c *Config) validateSecurity(v *validator) {
 	s := &c.Security
 	s.baseDir = v.opts.BaseDir
@@ -87,6 +88,9 @@ func (c *Config) validateSecurity(v *validator) {
 				l.listen, l.name, l.name)
 		}
 	}
+	if v.opts.checkListeners {
+		c.validatePeerAuthentication(v)
+	}
 	for i, g := range s.XDS.NodeGroups {
 		p := fmt.Sprintf("security.xds.node_groups[%d]", i)
 		if !validIdentity(g.Identity) {
@@ -123,6 +127,68 @@ func (c *Config) validateSecurity(v *validator) {
 		v.add("security.envoy", "cert_file and key_file go together")
 	} else if e.CertFile != "" && e.CAFile == "" {
 		v.add("security.envoy.ca_file", "required with a client certificate: Envoy must verify swarmgate's servers")
+	}
+}
+
+// validatePeerAuthentication refuses a listener off loopback that would
+// serve a caller it cannot tell from any other (docs/security.md: every
+// listener off loopback authenticates its peers). TLS alone proves the
+// server to the client, not the client to the server:
+//
+//   - xDS needs mutual TLS and node_groups. It hands out the fleet secret
+//     (LDS, to Envoy) and every virtual-key hash (GatewayConfig, to
+//     ext_proc); a client certificate alone proves only that the CA signed
+//     it (with a mesh-wide or SPIFFE CA, every workload), and even an
+//     allow-listed Envoy could subscribe as ext_proc. Node groups tie each
+//     identity to the groups it may subscribe as and refuse any identity
+//     without a grant, so they are the allow-list too.
+//   - The rate-limit service needs mutual TLS and allowed_identities (the
+//     Envoy fleet and ext_proc): whoever reaches it spends tenants' windows.
+//   - The admin HTTP server has no TLS: it needs admin.token, at least 16
+//     characters when this process resolves it. /healthz and /readyz stay
+//     open for the kubelet.
+//
+// ext_proc's rule (allowed_identities under mutual TLS, or the fleet
+// secret) is in validateSecurity. A gRPC listener without TLS is reported
+// there (listen.*), and insecure_plaintext is the operator's statement that
+// a mesh authenticates pod to pod: neither is reported again here.
+func (c *Config) validatePeerAuthentication(v *validator) {
+	s := &c.Security
+	if l := s.Listener(ListenerXDS); !IsLoopback(c.Listen.XDS) && l.TLS() {
+		switch {
+		case !l.Mutual():
+			v.add("security.xds.client_ca_file", "required: listen.xds %s is not a loopback address and the listener asks for no client certificate, so anything that reaches it could subscribe as Envoy (routes, the fleet secret) or as ext_proc (every virtual-key hash): set security.tls.client_ca_file (or security.xds.client_ca_file) and security.xds.node_groups",
+				c.Listen.XDS)
+		case len(l.NodeGroups) == 0:
+			v.add("security.xds.node_groups", "required: listen.xds %s is not a loopback address, and without node groups any certificate the client CA signed may subscribe as any node group (an Envoy could read ext_proc's GatewayConfig with every virtual-key hash): grant each client identity its groups (envoy, extproc, ratelimit)",
+				c.Listen.XDS)
+		}
+	}
+	if l := s.Listener(ListenerRateLimit); !IsLoopback(c.Listen.RateLimit) && l.TLS() {
+		switch {
+		case !l.Mutual():
+			v.add("security.ratelimit.client_ca_file", "required: listen.ratelimit %s is not a loopback address and the listener asks for no client certificate, so anything that reaches it could spend tenants' rate-limit windows: set security.tls.client_ca_file (or security.ratelimit.client_ca_file) and security.ratelimit.allowed_identities",
+				c.Listen.RateLimit)
+		case len(l.AllowedIdentities) == 0:
+			v.add("security.ratelimit.allowed_identities", "required: listen.ratelimit %s is not a loopback address, and without an allow-list any certificate the client CA signed may spend tenants' rate-limit windows: list the identities of the Envoy fleet and of ext_proc",
+				c.Listen.RateLimit)
+		}
+	}
+	if !IsLoopback(c.Listen.Admin) {
+		tok := c.Admin.Token
+		switch {
+		case tok.IsZero():
+			v.add("admin.token", "required: listen.admin %s is not a loopback address, and without a token anything that reaches it reads tenants, key ids, spend and the config: set admin.token (env:SWARMGATE_ADMIN_TOKEN or file:PATH); /healthz and /readyz stay open for probes",
+				c.Listen.Admin)
+		case tok.Value() == "" && v.opts.SkipSecrets && !v.opts.ResolveAdminToken:
+			// This process does not resolve it: validateAdmin checks its form.
+		case tok.Value() != "" || tok.resolve(v.opts.LookupEnv, v.opts.BaseDir) == nil:
+			// tok is a copy: validateAdmin resolves the token itself and
+			// reports a reference that does not resolve.
+			if len(tok.Value()) < 16 {
+				v.add("admin.token", "resolves to fewer than 16 characters: too easy to guess for an admin port off loopback (listen.admin %s)", c.Listen.Admin)
+			}
+		}
 	}
 }
 
