@@ -162,18 +162,24 @@ func (s *Store) Create(ctx context.Context, k Key) (*Key, string, error) {
 
 // Get reads a key from Redis (the admin path; the data path uses Lookup).
 func (s *Store) Get(ctx context.Context, id string) (*Key, error) {
+	k, _, err := s.read(ctx, id)
+	return k, err
+}
+
+// read is Get with the stored value as read (Update's compare-and-set).
+func (s *Store) read(ctx context.Context, id string) (*Key, string, error) {
 	raw, err := s.rdb.HGet(ctx, s.hashKey(), id).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return nil, "", ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("subkey: get %s: %w", id, err)
+		return nil, "", fmt.Errorf("subkey: get %s: %w", id, err)
 	}
 	var k Key
 	if err := json.Unmarshal([]byte(raw), &k); err != nil {
-		return nil, fmt.Errorf("subkey: decode %s: %w", id, err)
+		return nil, "", fmt.Errorf("subkey: decode %s: %w", id, err)
 	}
-	return &k, nil
+	return &k, raw, nil
 }
 
 // updateAttempts bounds how often Update re-reads a key another writer
@@ -200,24 +206,17 @@ return 1
 // final: no update takes it back.
 func (s *Store) Update(ctx context.Context, id string, change func(*Key) error) (*Key, error) {
 	for range updateAttempts {
-		raw, err := s.rdb.HGet(ctx, s.hashKey(), id).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil, ErrNotFound
-		}
+		k, raw, err := s.read(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("subkey: get %s: %w", id, err)
-		}
-		var k Key
-		if err := json.Unmarshal([]byte(raw), &k); err != nil {
-			return nil, fmt.Errorf("subkey: decode %s: %w", id, err)
+			return nil, err
 		}
 		revoked := k.Revoked
-		if err := change(&k); err != nil {
+		if err := change(k); err != nil {
 			return nil, err
 		}
 		k.Revoked = k.Revoked || revoked
 		k.UpdatedAt = s.now().UTC()
-		next, err := json.Marshal(&k)
+		next, err := json.Marshal(k)
 		if err != nil {
 			return nil, fmt.Errorf("subkey: encode: %w", err)
 		}
@@ -226,8 +225,8 @@ func (s *Store) Update(ctx context.Context, id string, change func(*Key) error) 
 			return nil, fmt.Errorf("subkey: save %s: %w", id, err)
 		}
 		if written == 1 {
-			s.cache.put(&k)
-			return &k, nil
+			s.cache.put(k)
+			return k, nil
 		}
 	}
 	return nil, fmt.Errorf("subkey: update %s: %w", id, ErrConflict)
