@@ -8,17 +8,18 @@ import (
 )
 
 // Admission refusals come from the real reserver (Redis): a token limit the
-// request cannot fit, and a spent hard-capped budget. Both are 429s the SDK
-// parses, with Retry-After.
+// request can never fit (larger than the whole window: final, no
+// Retry-After, x-should-retry: false), and a spent hard-capped budget
+// (Retry-After: the month's end). Both are 429s the SDK parses.
 func TestAdmissionRefusals(t *testing.T) {
 	g := startGateway(t)
 	ctx := testCtx(t)
 	tests := []struct {
 		name, key, model, code string
-		limitHeader            bool
+		limitHeader, final     bool
 	}{
-		{"token limit", keyLimited, "solo", "rate_limit_exceeded", true},
-		{"budget hard cap", keyBroke, "gpt-4o-mini", "budget_exceeded", false},
+		{"token limit", keyLimited, "solo", "rate_limit_exceeded", true, true},
+		{"budget hard cap", keyBroke, "gpt-4o-mini", "budget_exceeded", false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,8 +31,10 @@ func TestAdmissionRefusals(t *testing.T) {
 				t.Fatalf("error %v", err)
 			}
 			h := apiErr.Response.Header
-			if apiErr.StatusCode != 429 || apiErr.Code != tc.code || h.Get("retry-after") == "" {
-				t.Errorf("got %d %q retry-after %q: %s", apiErr.StatusCode, apiErr.Code, h.Get("retry-after"), apiErr.Message)
+			if apiErr.StatusCode != 429 || apiErr.Code != tc.code || (h.Get("retry-after") == "") != tc.final ||
+				(h.Get("x-should-retry") == "false") != tc.final {
+				t.Errorf("got %d %q retry-after %q x-should-retry %q: %s", apiErr.StatusCode, apiErr.Code, h.Get("retry-after"),
+					h.Get("x-should-retry"), apiErr.Message)
 			}
 			if tc.limitHeader && h.Get("x-ratelimit-limit-tokens") != "60" {
 				t.Errorf("x-ratelimit-limit-tokens %q", h.Get("x-ratelimit-limit-tokens"))
