@@ -162,7 +162,7 @@ func TestUpstreamDropsHostedTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, cfg)
-	const body = `{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]},{"type":"file_search","vector_store_ids":["v"]}]}`
+	const body = `{"model":"m","input":"hi","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]},{"type":"code_interpreter","container":{"type":"auto"}}]}`
 	headers := []string{":method", "POST", ":path", "/v1/responses", ":authority", "gw", "authorization", "Bearer " + keyAlpha,
 		"x-request-id", "req-1", "content-type", "application/json"}
 	rst, cancel := h.stream(t, contract.RoleRouter)
@@ -182,12 +182,12 @@ func TestUpstreamDropsHostedTools(t *testing.T) {
 	}
 	resp = roundTrip(t, st, reqBody(body))
 	nb := string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody())
-	if strings.Contains(nb, "web_search") || strings.Contains(nb, "file_search") || !strings.Contains(nb, `"name":"ns__f"`) {
+	if strings.Contains(nb, "web_search") || strings.Contains(nb, "code_interpreter") || !strings.Contains(nb, `"name":"ns__f"`) {
 		t.Fatalf("translated body %s", nb)
 	}
 	resp = roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
-	if got := setOf(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[contract.HeaderDroppedTools]; got != "web_search,file_search" {
-		t.Errorf("%s = %q, want web_search,file_search", contract.HeaderDroppedTools, got)
+	if got := setOf(t, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())[contract.HeaderDroppedTools]; got != "web_search,code_interpreter" {
+		t.Errorf("%s = %q, want web_search,code_interpreter", contract.HeaderDroppedTools, got)
 	}
 }
 

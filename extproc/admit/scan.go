@@ -38,6 +38,9 @@ func (a *Admitter) Scan(ctx context.Context, cfg *config.Config, f *Facts, body 
 			return cr, BadRequest(v.Message, v.Code, v.Param)
 		}
 	}
+	if cr.StoredRef != "" {
+		return cr, StoredObject(cr.StoredRef)
+	}
 	if f.Spec == family.Responses && cr.PreviousResponse != "" {
 		o, r := a.previousOwner(ctx, cfg, f, cr.PreviousResponse, model)
 		if r != nil {
@@ -47,6 +50,19 @@ func (a *Admitter) Scan(ctx context.Context, cfg *config.Config, f *Facts, body 
 	}
 	size(cfg, f, model, cr)
 	return cr, nil
+}
+
+// StoredObject: the request refers to an object stored with the provider
+// (a file, vector store, container, conversation, stored prompt or item).
+// Every tenant's requests go out on the same provider accounts, so such an
+// id would read whatever the account holds under it, another tenant's or
+// another application's; the gateway serves none of the APIs that create
+// them. (previous_response_id, whose owner the gateway records, is
+// checked instead: previousOwner.)
+func StoredObject(param string) *Refusal {
+	return BadRequest("`"+param+"` refers to an object stored with the provider; this gateway serves many tenants on shared provider "+
+		"accounts and does not pass on references to stored files, vector stores, containers, conversations, prompts or items: "+
+		"send the content itself.", "unsupported_parameter", param)
 }
 
 // size fills the request's model and its token figures.

@@ -53,6 +53,13 @@ type Request struct {
 	PreviousResponseID bool
 	// PreviousResponse is its value (raw JSON string body).
 	PreviousResponse string
+	// StoredRef names the first member that refers to an object stored
+	// with the provider rather than sent in the request: a file
+	// ("file_id" in a content part or its "file"/"source"), a vector store
+	// ("vector_store_ids" of a file_search tool), a container
+	// ("container" as an id), a conversation, a stored prompt ("prompt"
+	// as an object) or a stored item ("item_reference"). "" when none.
+	StoredRef string
 
 	at edits // where WithIncludeUsage splices; set by Scan
 }
@@ -104,6 +111,7 @@ func Scan(body []byte) (Request, error) {
 		return Request{}, err
 	}
 	t.finish()
+	t.r.StoredRef = t.s.ref
 	switch {
 	case t.semErr != nil:
 		return t.r, t.semErr
@@ -116,7 +124,15 @@ func Scan(body []byte) (Request, error) {
 // reader is the JSON scanner with what the request walk keeps besides.
 type reader struct {
 	jsonscan.Scanner
-	cdepth int // nested content (tool_result blocks) being read
+	cdepth int    // nested content (tool_result blocks) being read
+	ref    string // Request.StoredRef
+}
+
+// stored records the first reference to a provider-stored object.
+func (s *reader) stored(name string) {
+	if s.ref == "" {
+		s.ref = name
+	}
 }
 
 // topScan is the state of one Scan's walk over the top-level members. It
@@ -170,8 +186,20 @@ func (t *topScan) member(key []byte, esc bool) error {
 	case "messages":
 		return t.messages()
 	case "prompt", "input", "instructions", "system":
+		if s.Peek() == '{' && string(name) == "prompt" {
+			// The Responses API's stored prompt template: {"id": …}.
+			s.stored("prompt")
+			return s.Skip()
+		}
 		// "system" is Anthropic's system prompt: a string or text blocks.
 		return s.promptValue(r, 0)
+	case "conversation", "container":
+		// The Responses API's stored conversation; Anthropic's code
+		// execution container, reused by id.
+		if s.Peek() != 'n' {
+			s.stored(string(name))
+		}
+		return s.Skip()
 	case "previous_response_id":
 		if s.Peek() == '"' {
 			raw, _, err := s.Str(nil)
@@ -251,7 +279,21 @@ func (t *topScan) tools(name []byte) error {
 	switch s.Peek() {
 	case '[':
 		n := 0
-		err := s.Array(func() error { n++; return s.Skip() })
+		err := s.Array(func() error {
+			n++
+			if s.Peek() != '{' {
+				return s.Skip()
+			}
+			return s.Object(func(k []byte, e bool) error {
+				switch {
+				case jsonscan.KeyIs(k, e, "vector_store_ids") && s.Peek() == '[':
+					s.stored("vector_store_ids")
+				case jsonscan.KeyIs(k, e, "container") && s.Peek() == '"':
+					s.stored("container") // code_interpreter on a stored container
+				}
+				return s.Skip()
+			})
+		})
 		if n > 0 {
 			r.HasTools = true
 		}
@@ -408,6 +450,16 @@ func (s *reader) message(r *Request) error {
 				_, _, err := s.Str(&st)
 				return err
 			}
+		case "type":
+			if s.Peek() == '"' {
+				v, esc, err := s.Str(nil)
+				if jsonscan.KeyIs(v, esc, "item_reference") {
+					s.stored("item_reference")
+				}
+				return err
+			}
+		case "file_id":
+			s.stored("file_id")
 		}
 		return s.Skip()
 	})
@@ -451,6 +503,20 @@ func (s *reader) content(st *jsonscan.TextStats) error {
 					if s.Peek() == '"' && jsonscan.KeyIs(k, e, "text") {
 						_, _, err := s.Str(st)
 						return err
+					}
+					if jsonscan.KeyIs(k, e, "file_id") {
+						s.stored("file_id") // input_file, input_image
+						return s.Skip()
+					}
+					if s.Peek() == '{' && (jsonscan.KeyIs(k, e, "file") || jsonscan.KeyIs(k, e, "source")) {
+						// chat's {"type":"file","file":{"file_id"}};
+						// Anthropic's {"source":{"type":"file","file_id"}}.
+						return s.Object(func(k []byte, e bool) error {
+							if jsonscan.KeyIs(k, e, "file_id") {
+								s.stored("file_id")
+							}
+							return s.Skip()
+						})
 					}
 					if jsonscan.KeyIs(k, e, "content") && s.cdepth < maxContentDepth {
 						// Anthropic tool_result blocks nest content.
