@@ -267,3 +267,11 @@ const (
 type Capacity struct {
 	Attempts, Refused float64
 }
+
+// MaxXDSMessageBytes bounds one xDS response the gateway's own xDS clients
+// (ext_proc replicas with --from-xds, the rate-limit service) accept.
+// grpc-go's default of 4 MiB is below what a large config produces: the
+// GatewayConfig of 100 models × 3 backends × 200 keys is 5.4 MB, of 1,000
+// models 7 MB, and the RateLimitConfig of 60,000 keys 3.6 MB. The server is
+// the gateway's own control plane, reached over mutual TLS off loopback.
+const MaxXDSMessageBytes = 256 << 20

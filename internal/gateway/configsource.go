@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/swarmgate/swarmgate/internal/config"
+	"github.com/swarmgate/swarmgate/internal/contract"
 	"github.com/swarmgate/swarmgate/internal/trust"
 	"github.com/swarmgate/swarmgate/xds/replica"
 	"github.com/swarmgate/swarmgate/xds/watch"
@@ -52,7 +53,8 @@ func (g *Gateway) startConfigSource(s *group, p *process) error {
 		if err != nil {
 			return err
 		}
-		conn, err := grpc.NewClient(p.cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(creds))
+		conn, err := grpc.NewClient(p.cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(contract.MaxXDSMessageBytes)))
 		if err != nil {
 			return fmt.Errorf("xds client: %w", err)
 		}

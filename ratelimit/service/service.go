@@ -175,7 +175,8 @@ func (s *Service) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ratelimit service: %w", err)
 		}
-		conn, err := grpc.NewClient(s.cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(xdsCreds))
+		conn, err := grpc.NewClient(s.cfg.Envoy.XDSAddress, grpc.WithTransportCredentials(xdsCreds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(contract.MaxXDSMessageBytes)))
 		if err != nil {
 			return fmt.Errorf("ratelimit service: xDS client for %s: %w", s.cfg.Envoy.XDSAddress, err)
 		}
