@@ -404,6 +404,10 @@ type VirtualKey struct {
 	derived bool // Hash was computed from Secret
 }
 
+// HashFromSecret reports whether Hash was computed at load from the key
+// Secret names (the wire form then sends the hash alone).
+func (k *VirtualKey) HashFromSecret() bool { return k.derived }
+
 // Limits are request and token rates. Zero means unlimited.
 type Limits struct {
 	RPM int `yaml:"rpm" json:"rpm"`

@@ -7,6 +7,7 @@ package gatewayconfig
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/swarmgate/swarmgate/internal/config"
 	pb "github.com/swarmgate/swarmgate/protos/swarmgate/v1"
@@ -28,6 +29,7 @@ func FromConfig(cfg *config.Config) (*pb.GatewayConfig, error) {
 	sent := *cfg
 	sent.Security = config.Security{}
 	sent.Admin = config.Admin{}
+	sent.Tenants = hashesOnly(cfg.Tenants)
 	// JSON, which config.Parse reads as YAML: the config's JSON form
 	// (the same field names, secrets as references) is orders of magnitude
 	// cheaper to write than YAML on a large config.
@@ -36,6 +38,34 @@ func FromConfig(cfg *config.Config) (*pb.GatewayConfig, error) {
 		return nil, fmt.Errorf("gateway config: encoding: %w", err)
 	}
 	return &pb.GatewayConfig{Name: ResourceName, Source: cfg.Source, Format: Format, Config: b}, nil
+}
+
+// hashesOnly returns tenants with every virtual key whose hash was computed
+// from its secret sent as that hash alone: a replica parses the pair as
+// "hash or secret, not both" and would refuse every update, and it needs
+// only the hash. tenants itself is shared, not written.
+func hashesOnly(tenants []config.Tenant) []config.Tenant {
+	out := tenants
+	for i := range tenants {
+		var keys []config.VirtualKey
+		for j := range tenants[i].Keys {
+			if !tenants[i].Keys[j].HashFromSecret() {
+				continue
+			}
+			if keys == nil {
+				keys = slices.Clone(tenants[i].Keys)
+			}
+			keys[j].Secret = config.Secret{}
+		}
+		if keys == nil {
+			continue
+		}
+		if &out[0] == &tenants[0] {
+			out = slices.Clone(tenants)
+		}
+		out[i].Keys = keys
+	}
+	return out
 }
 
 // ToConfig rebuilds a validated config from the wire form with config.Parse:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -368,5 +369,41 @@ func TestDeterministic(t *testing.T) {
 		if !proto.Equal(ga, gb) {
 			t.Errorf("%s: two loads gave different GatewayConfigs", name)
 		}
+	}
+}
+
+// TestVirtualKeySecretSentAsHash: a virtual key given by `secret:` is hashed
+// at load on a control plane that resolves secrets (`serve`); the wire form
+// carries that hash alone, so a replica accepts it without the secret.
+// Before, it carried hash and secret and every replica refused the update
+// ("set hash or secret, not both").
+func TestVirtualKeySecretSentAsHash(t *testing.T) {
+	raw, err := os.ReadFile("../translator/testdata/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(raw), "        hash: sha256:4855f154c11c373e2fdbfaa73255b7c171d898177ebea021b0ea7fa93d7a47b6\n",
+		"        secret: env:DEMO_VIRTUAL_KEY\n", 1)
+	cfg, err := config.Parse([]byte(y), "default.yaml", config.Options{LookupEnv: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.HashKey(secretValue)
+	if k := cfg.Tenants[0].Keys[0]; k.Hash != want || k.Secret.IsZero() {
+		t.Fatalf("test setup: key %+v", k)
+	}
+	for name, o := range map[string]config.Options{"replica with secrets": {LookupEnv: env}, "replica without": {LookupEnv: func(string) (string, bool) { return "", false }, SkipSecrets: true}} {
+		t.Run(name, func(t *testing.T) {
+			got, err := overWire(t, cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k := got.Tenants[0].Keys[0]; k.Hash != want || !k.Secret.IsZero() {
+				t.Fatalf("replica's key %+v, want hash %s alone", k, want)
+			}
+		})
+	}
+	if cfg.Tenants[0].Keys[0].Secret.IsZero() {
+		t.Error("FromConfig changed the control plane's own config")
 	}
 }
