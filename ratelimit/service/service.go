@@ -32,6 +32,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/ratelimit/src/limiter"
 	rlredis "github.com/envoyproxy/ratelimit/src/redis"
 	ratelimit "github.com/envoyproxy/ratelimit/src/service"
 	"github.com/envoyproxy/ratelimit/src/settings"
@@ -70,6 +71,8 @@ type Options struct {
 	// refused by one descriptor does not consume the others' windows
 	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): a swarm hammering a spent
 	// RPM window would otherwise burn its daily quota with refused calls.
+	// Envoy's stream-end token top-ups are charged in full either way
+	// (chargeCache): nothing is refused by them.
 	ChargeRefused bool
 	// ShutdownGrace bounds how long in-flight calls may finish at stop.
 	ShutdownGrace time.Duration
@@ -189,18 +192,27 @@ func (s *Service) Run(ctx context.Context) error {
 	// redis.read_timeout in all, dial and retries included: Envoy gave up
 	// after its own 20 ms long before, so longer only parks goroutines.
 	opTimeout := max(s.cfg.Redis.ReadTimeout.D(), 50*time.Millisecond)
-	cache := rlredis.NewFixedRateLimitCacheImpl(
-		&redisClient{rdb: rdb, opTimeout: opTimeout, onError: s.m.redisErrors.Inc},
-		nil, // no separate per-second Redis
-		utils.NewTimeSourceImpl(),
-		rand.New(utils.NewLockedSource(time.Now().UnixNano())),
-		s.settings.ExpirationJitterMaxSeconds,
-		nil, // no local over-limit cache: every replica must see Redis
-		s.settings.NearLimitRatio,
-		s.settings.CacheKeyPrefix,
-		statsManager,
-		s.settings.StopCacheKeyIncrementWhenOverlimit,
-	)
+	client := &redisClient{rdb: rdb, opTimeout: opTimeout, onError: s.m.redisErrors.Inc}
+	jitter := rand.New(utils.NewLockedSource(time.Now().UnixNano()))
+	newCache := func(stopIncrementWhenOverLimit bool) limiter.RateLimitCache {
+		return rlredis.NewFixedRateLimitCacheImpl(
+			client,
+			nil, // no separate per-second Redis
+			utils.NewTimeSourceImpl(),
+			jitter,
+			s.settings.ExpirationJitterMaxSeconds,
+			nil, // no local over-limit cache: every replica must see Redis
+			s.settings.NearLimitRatio,
+			s.settings.CacheKeyPrefix,
+			statsManager,
+			stopIncrementWhenOverLimit,
+		)
+	}
+	cache := newCache(s.settings.StopCacheKeyIncrementWhenOverlimit)
+	if s.settings.StopCacheKeyIncrementWhenOverlimit {
+		// Stream-end top-ups are charged in full (chargeCache).
+		cache = &chargeCache{refusable: cache, chargeAll: newCache(false)}
+	}
 
 	h := &handler{m: s.m, log: s.log}
 	node := &corev3.Node{Id: contract.NodeRateLimit, Cluster: contract.NodeRateLimit}

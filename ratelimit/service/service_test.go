@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/redistest"
 	"github.com/swarmgate/swarmgate/ratelimit/rlstest"
 	"github.com/swarmgate/swarmgate/ratelimit/service"
@@ -39,6 +40,7 @@ func desc(hits *uint64, kv ...string) *rlcommon.RateLimitDescriptor {
 func u64(n uint64) *uint64 { return &n }
 
 type env struct {
+	cfg   *config.Config
 	redis *redistest.Server
 	xds   *rlstest.XDS
 	svc   *rlstest.Running
@@ -47,8 +49,15 @@ type env struct {
 
 func start(t testing.TB, opts service.Options) *env {
 	t.Helper()
+	return startYAML(t, rlstest.GatewayYAML, opts)
+}
+
+// startYAML runs Redis, xDS and the service with the gateway config yaml.
+func startYAML(t testing.TB, yaml string, opts service.Options) *env {
+	t.Helper()
 	e := &env{redis: redistest.Start(t), xds: rlstest.StartXDS(t)}
-	cfg := rlstest.Config(t, rlstest.GatewayYAML, e.redis.Addr, e.xds.Addr)
+	cfg := rlstest.Config(t, yaml, e.redis.Addr, e.xds.Addr)
+	e.cfg = cfg
 	e.xds.Set(t, translator.RateLimitConfig(cfg))
 	e.svc = rlstest.StartService(t, cfg, opts)
 	rlstest.AvoidWindowEdge(t, 3*time.Second)

@@ -1,8 +1,10 @@
 package translator
 
 import (
+	"fmt"
 	"testing"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -74,6 +76,50 @@ func TestSubkeysAddDescriptorsOnly(t *testing.T) {
 		}
 		if rl.GetLimit() != nil {
 			t.Errorf("descriptor %d carries RateLimit.limit, which Envoy 1.38 refuses in filter-level rate_limits", i)
+		}
+	}
+}
+
+// The rate-limit service tells Envoy's stream-end call from a request-time
+// one by its descriptors (ratelimit/service isTopUp): a call made only of
+// token descriptors ([..., limit=tpm] once the service removed a sub-key's
+// quota) is a top-up and charges every window in full. That holds while
+// only token descriptors are apply_on_stream_done and every request-time
+// call carries [tenant, limit=rpm], which needs nothing but the tenant.
+func TestStreamDoneCallShape(t *testing.T) {
+	key := func(a *routev3.RateLimit_Action) (string, string) {
+		if m := a.GetMetadata(); m != nil {
+			return m.GetDescriptorKey(), ""
+		}
+		g := a.GetGenericKey()
+		return g.GetDescriptorKey(), g.GetDescriptorValue()
+	}
+	for _, g := range []*ir.Gateway{{}, {TokenLimits: true}, {Subkeys: true}, {TokenLimits: true, Subkeys: true}} {
+		name := fmt.Sprintf("token_limits=%v subkeys=%v", g.TokenLimits, g.Subkeys)
+		tenantRPM := false
+		for i, rl := range rateLimits(g) {
+			acts := rl.GetActions()
+			if !rl.GetApplyOnStreamDone() {
+				if len(acts) == 2 && rl.GetHitsAddend() == nil {
+					k0, _ := key(acts[0])
+					k1, v1 := key(acts[1])
+					m := acts[0].GetMetadata()
+					tenantRPM = tenantRPM || k0 == contract.DescTenant && !m.GetSkipIfAbsent() && m.GetDefaultValue() == "" &&
+						k1 == contract.DescLimit && v1 == contract.LimitRPM
+				}
+				continue
+			}
+			if k, _ := key(acts[0]); k == contract.DescSubkey {
+				if k, _ := key(acts[len(acts)-1]); k == contract.DescQuota {
+					acts = acts[:len(acts)-1] // removed by the service (applyQuotas)
+				}
+			}
+			if k, v := key(acts[len(acts)-1]); k != contract.DescLimit || v != contract.LimitTPM {
+				t.Errorf("%s: rate_limits[%d] is applied on stream done and does not end in limit=tpm: %v", name, i, rl)
+			}
+		}
+		if !tenantRPM {
+			t.Errorf("%s: no request-time [tenant, limit=rpm] descriptor that needs only the tenant", name)
 		}
 	}
 }
