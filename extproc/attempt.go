@@ -133,6 +133,11 @@ func (s *Server) pickKey(ctx context.Context, u *upstreamStream, b *config.Backe
 			}
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		// The attempt's stream ended during the pick (the client left):
+		// nobody reads the answer, and no key failed.
+		return lease, localError(errNoKey(u.alias, err).in(u.shape))
+	}
 	if err != nil {
 		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()
 		s.log.Warn("no upstream key for the attempt", "backend", b.Name, "request_id", u.requestID, "attempt", attempt, "err", err)

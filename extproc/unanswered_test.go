@@ -1,6 +1,7 @@
 package extproc_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -96,5 +97,74 @@ func waitCounter(t *testing.T, reg *prometheus.Registry, name string, labels map
 			t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leavingPicker picks a key, then holds the answer until the attempt's
+// stream is gone: the client left while the pick was finishing, after the
+// key pool last looked at the context.
+type leavingPicker struct {
+	extproc.KeyPicker
+	picked chan struct{}
+}
+
+func (p leavingPicker) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
+	l, err := p.KeyPicker.Pick(ctx, backend, req)
+	close(p.picked)
+	<-ctx.Done()
+	return l, err
+}
+
+// TestClientLeavesDuringPick: an attempt whose key was picked but whose
+// answer cannot be sent (the stream is gone) is reported unanswered, like
+// one whose stream ends later: its key's in-flight slot is free at once
+// and the router-level stream's word decides whether it counts. Before,
+// the failed send returned quietly and the slot stayed taken until the
+// lease expired (10-20 min by default).
+func TestClientLeavesDuringPick(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		clientGone bool
+		verdict    string
+	}{
+		{"client gone", true, "cancelled"},
+		{"stream lost, Envoy answers 503", false, "reset"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Breaker.ResetGrace = config.Duration{Duration: 50 * time.Millisecond}
+			reg := prometheus.NewRegistry()
+			pools, err := keypool.New(cfg, keypool.Options{Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			picker := leavingPicker{KeyPicker: wire.Keys(pools), picked: make(chan struct{})}
+			h := newHarness(t, cfg, func(o *extproc.Options) { o.Keys = picker })
+			rt, cancelRouter := h.stream(t, contract.RoleRouter)
+			defer cancelRouter()
+			roundTrip(t, rt, reqHeaders(false, chatHeaders(keyBeta, "x-request-id", "leaves")...))
+			admitted := roundTrip(t, rt, reqBody(agentBody))
+			md := admitted.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
+			if md == nil {
+				t.Fatalf("not admitted: %v", admitted)
+			}
+			up, cancelAttempt := h.stream(t, contract.RoleUpstream)
+			if err := up.Send(upstreamReq(t, "big", "", 1, true, md, routedHeaders()...)); err != nil {
+				t.Fatal(err)
+			}
+			<-picker.picked
+			cancelAttempt()
+			if tc.clientGone {
+				cancelRouter()
+			} else {
+				roundTrip(t, rt, respHeaders(false, ":status", "503", "content-type", "text/plain"))
+			}
+			waitCounter(t, reg, "swarmgate_keypool_unanswered_total", map[string]string{"backend": "big", "verdict": tc.verdict}, 1)
+			for _, k := range pools.Snapshot() {
+				if k.InFlight != 0 {
+					t.Errorf("key %s/%s: %d in flight after its attempt's stream went away", k.Backend, k.KeyID, k.InFlight)
+				}
+			}
+		})
 	}
 }

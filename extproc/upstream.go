@@ -78,11 +78,7 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 			// ends it the same way when the client went away, which is not
 			// the key's failure: the key pool waits for the router-level
 			// stream's word on that (Cancelled) before it counts.
-			if u.keyID != "" && !u.reported {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				s.opts.Keys.Unanswered(rctx, u.backend.Name, u.keyID, u.requestID)
-				cancel()
-			}
+			s.unanswered(ctx, u)
 			if streamEnded(err) {
 				return nil
 			}
@@ -106,9 +102,26 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 		}
 		s.opts.Metrics.ObservePhase(telemetry.FilterUpstream, phase(req), time.Since(start))
 		if err := st.Send(resp); err != nil {
+			// The stream is gone (the client left while the key was
+			// picked, most likely): no response headers will come, so
+			// the picked key's slot is given back as on a failed Recv,
+			// not held until its lease expires.
+			s.unanswered(ctx, u)
 			return nil
 		}
 	}
+}
+
+// unanswered reports an attempt that got a key and ends without response
+// headers. The key pool waits for the router-level stream's Cancelled
+// before counting it against the key.
+func (s *Server) unanswered(ctx context.Context, u *upstreamStream) {
+	if u.keyID == "" || u.reported {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	s.opts.Keys.Unanswered(rctx, u.backend.Name, u.keyID, u.requestID)
+	cancel()
 }
 
 func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {

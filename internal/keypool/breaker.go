@@ -248,6 +248,9 @@ type remoteState struct {
 	Until  time.Time
 	Trips  int
 	At     time.Time // when the transition happened at its origin
+	// Secret is the secretPrint of the key's secret an auth opening
+	// refused; "" for other states and from older releases.
+	Secret string
 }
 
 func (b *Breaker) export() remoteState {

@@ -1,6 +1,8 @@
 package keypool
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -14,6 +16,7 @@ import (
 type keyState struct {
 	cfg     config.APIKey
 	backend string
+	print   string // secretPrint of cfg.Secret
 	hash    uint64 // of the key id, for rendezvous hashing
 	current int    // smooth weighted round robin current weight
 	ok      bool   // scratch: eligible in the pick being computed
@@ -31,6 +34,7 @@ type keyState struct {
 	// larger than what is left skips the key instead of earning a 429.
 	tokensLeft  int
 	tokensReset time.Time
+	tokensSeq   uint32 // counts the provider's figures, so an undo adds back only to the one it took from
 	// learnedRPM and learnedTPM are the limits the provider last stated
 	// for the key (limits.go); 0: unknown. learnedRPM is per learnedWindow
 	// when that is known (learnedwindow.go), else per minute.
@@ -93,24 +97,35 @@ func newKeyPool(owner *Pools, b *config.Backend) *KeyPool {
 		name: b.Name, owner: owner, healthy: true,
 		rng: rand.New(rand.NewPCG(fnv64(b.Name), uint64(time.Now().UnixNano()))),
 	}
-	kp.setKeys(b.Keys)
+	kp.setKeys(b.Keys, time.Time{})
 	return kp
 }
 
-// setKeys installs a new key list, keeping the state of ids that remain.
-// Callers hold kp.mu (or own kp exclusively).
-func (kp *KeyPool) setKeys(keys []config.APIKey) (removed []*keyState) {
+// setKeys installs a new key list, keeping the state of ids that remain,
+// except that a key whose secret changed loses an open state its provider
+// refused the old secret with (401/403): that verdict was about the old
+// secret, and kept it parked the new one for the auth cooldown. Those keys
+// are returned in cleared, closed at now. Callers hold kp.mu (or own kp
+// exclusively).
+func (kp *KeyPool) setKeys(keys []config.APIKey, now time.Time) (removed, cleared []*keyState) {
 	old := kp.byID
 	kp.keys = make([]*keyState, 0, len(keys))
 	kp.byID = make(map[string]*keyState, len(keys))
 	for _, c := range keys {
 		k, ok := old[c.ID]
 		if !ok {
-			k = &keyState{backend: kp.name, hash: mix64(fnv64(c.ID))}
+			k = &keyState{backend: kp.name, hash: mix64(fnv64(c.ID)), print: secretPrint(c.Secret)}
 			k.m = kp.owner.metrics.forKey(kp.name, c.ID)
 		}
 		if ok && k.cfg.Weight != c.Weight {
 			k.current = 0
+		}
+		if ok && k.cfg.Secret.Value() != c.Secret.Value() {
+			k.print = secretPrint(c.Secret)
+			if k.br.open && k.br.reason == ReasonAuth {
+				k.br.close(now)
+				cleared = append(cleared, k)
+			}
 		}
 		k.cfg = c
 		kp.keys = append(kp.keys, k)
@@ -121,7 +136,29 @@ func (kp *KeyPool) setKeys(keys []config.APIKey) (removed []*keyState) {
 			removed = append(removed, k)
 		}
 	}
-	return removed
+	return removed, cleared
+}
+
+// secretPrint names a secret in shared state without revealing it: 32
+// bits of its SHA-256, enough to tell a rotated secret from the old one
+// and too few to confirm a guess of it.
+func secretPrint(s config.Secret) string {
+	v := s.Value()
+	if v == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte("swarmgate keypool secret\x00" + v))
+	return hex.EncodeToString(h[:4])
+}
+
+// exportLocked is k's breaker as shared with the other replicas: an auth
+// opening names the secret it refused. Caller holds kp.mu.
+func (k *keyState) exportLocked() remoteState {
+	rs := k.br.export()
+	if rs.Open && rs.Reason == ReasonAuth {
+		rs.Secret = k.print
+	}
+	return rs
 }
 
 // pickInput is what one selection needs besides the request.
@@ -342,8 +379,10 @@ func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, b
 	if k.firstSent.IsZero() {
 		k.firstSent, k.firstBlind = now, k.sharedWindow() <= 0
 	}
+	var tokens int
 	if now.Before(k.tokensReset) {
-		k.tokensLeft = max(k.tokensLeft-req.EstTokens, 0)
+		tokens = min(req.EstTokens, k.tokensLeft)
+		k.tokensLeft -= tokens
 	}
 	if k.limited() {
 		k.win.add(in.nowSec, 1, req.EstTokens)
@@ -358,10 +397,11 @@ func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, b
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
 	return Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
-		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked}
+		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked, tokens: tokens, tokensSeq: k.tokensSeq}
 }
 
-// undo takes back a pick the shared limiter or the key's pace refused.
+// undo takes back a pick the shared limiter or the key's pace refused, or
+// whose caller left before it was handed out.
 func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil, paceUntil time.Time) {
 	kp.mu.Lock()
 	k := l.key
@@ -371,6 +411,11 @@ func (kp *KeyPool) undo(now time.Time, l Lease, est int, limitedUntil, paceUntil
 	}
 	if k.limited() {
 		k.win.add(now.Unix(), -1, -est)
+	}
+	if l.tokens > 0 && l.tokensSeq == k.tokensSeq {
+		// Nothing was sent: the estimate goes back to what the provider
+		// said remains (unless it has said anew since, without it).
+		k.tokensLeft += l.tokens
 	}
 	k.picks--
 	if l.Probe {
@@ -648,6 +693,7 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 	}
 	if pol.br.honourRemaining && o.RemainingTokens >= 0 && o.ResetTokens > 0 {
 		k.tokensLeft, k.tokensReset = o.RemainingTokens, now.Add(o.ResetTokens)
+		k.tokensSeq++
 	}
 	k.syncProbe = false
 	if ob.cls == classSuccess {
@@ -663,9 +709,16 @@ func (kp *KeyPool) applyLocked(k *keyState, req string, o Outcome, now time.Time
 		// request retries on another key (tried above) and the key keeps
 		// serving its good share.
 		ob.changed = k.br.observe(now, o, &pol.br, kp.rng.Float64())
+	} else if ob.probe {
+		// Nor is it the probe's verdict: the key neither proved it
+		// recovered nor failed again (tripping it would double its open
+		// period for the provider's pace). Free the slot so the next pick
+		// probes; kept, it blocked the key for probeTTL.
+		k.br.releaseProbe()
+		ob.probe = false // neither ok nor fail in probes_total
 	}
 	ob.st = k.br.State(now)
-	ob.rs = k.br.export()
+	ob.rs = k.exportLocked()
 	if ob.changed {
 		ob.flipped = kp.refreshLocked(now)
 	}
@@ -759,7 +812,10 @@ func (kp *KeyPool) adopt(keyID string, rs remoteState) (applied bool) {
 	now := kp.owner.clock.Now()
 	kp.mu.Lock()
 	k, ok := kp.byID[keyID]
-	if !ok {
+	if !ok || rs.Open && rs.Reason == ReasonAuth && rs.Secret != "" && rs.Secret != k.print {
+		// Unknown key, or a refusal of a secret this replica no longer
+		// uses (rotated under the same id); a record without a print
+		// (older release) is adopted as before.
 		kp.mu.Unlock()
 		return false
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swarmgate/swarmgate/internal/config"
 )
 
 func TestSWRRSequence(t *testing.T) {
@@ -386,6 +388,49 @@ func TestRemainingTokensSkipLargeRequests(t *testing.T) {
 	}
 }
 
+// TestUndoGivesTokensBack: a pick that is undone (the shared limiter or
+// another replica's pace refused it, or its caller left) gives back the
+// estimate it took from what the provider said remains; before, picks
+// that lost such races drained the key's tokens without sending anything.
+// A figure the provider stated since the pick is kept as it is: the
+// undone pick was never in it.
+func TestUndoGivesTokensBack(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		remaining  int
+		est        int
+		bestEffort bool // picks past the budget, taking only what is left
+		since      int  // the provider's figure between pick and undo; 0 none
+		want       int
+	}{
+		{name: "undone pick", remaining: 1000, est: 800, want: 1000},
+		{name: "best effort past the budget gives back what it took", remaining: 500, est: 800, bestEffort: true, want: 500},
+		{name: "a figure since is kept", remaining: 1000, est: 800, since: 300, want: 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			cfg := testConfig(t, breakerYAML(10*time.Second, time.Minute, time.Second, 0, true), map[string][]key{"b": {{id: "a"}}})
+			p := newPools(t, cfg, Options{Clock: clk})
+			remain := func(n int) Outcome {
+				return Outcome{Status: 200, RemainingRequests: -1, RemainingTokens: n, ResetTokens: time.Minute}
+			}
+			_ = p.Report(t.Context(), "b", "a", "", remain(tc.remaining))
+			l := pick(t, p, "b", PickRequest{RequestID: "r1", Attempt: 1, EstTokens: tc.est, BestEffort: tc.bestEffort})
+			if tc.since > 0 {
+				_ = p.Report(t.Context(), "b", "a", "", remain(tc.since))
+			}
+			l.pool.undo(clk.Now(), l, tc.est, time.Time{}, time.Time{})
+			kp := p.pool("b")
+			kp.mu.Lock()
+			got := kp.byID["a"].tokensLeft
+			kp.mu.Unlock()
+			if got != tc.want {
+				t.Errorf("tokens left after the undo %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // When every key is over its RPM window or in-flight cap, a best-effort
 // pick still returns a closed key (the provider's 429 is retried by Envoy)
 // while a strict pick fails; an open key is never given out.
@@ -440,5 +485,63 @@ func TestLastResortPick(t *testing.T) {
 	l.Done(status(429))
 	if l, err := p.Pick(t.Context(), "b", PickRequest{Attempt: 2, LastResort: true, RequestID: "r1"}); err != nil || l.KeyID != "k1" {
 		t.Fatalf("second attempt %+v %v, want k1 (k2 tried by this request)", l, err)
+	}
+}
+
+// rotated is cfg with backend b's key id given another secret.
+func rotated(t testing.TB, cfg *config.Config, id string) *config.Config {
+	t.Helper()
+	for i := range cfg.Backends[0].Keys {
+		if k := &cfg.Backends[0].Keys[i]; k.ID == id {
+			k.Secret = config.SecretFromValue("env:KP_ROTATED", "sk-rotated-"+id)
+			return cfg
+		}
+	}
+	t.Fatalf("no key %s", id)
+	return nil
+}
+
+// TestSecretRotationClearsAuthRefusal: a reload that gives a key a new
+// secret under the same id clears its provider's 401/403 refusal, which
+// was about the old secret (before, the new one sat out the auth
+// cooldown, 30 min by default). Other openings stay: a new secret does
+// not fix a failing upstream.
+func TestSecretRotationClearsAuthRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answers   []int
+		rotate    bool
+		wantState string
+	}{
+		{"refused, rotated", []int{401}, true, "closed"},
+		{"forbidden, rotated", []int{403}, true, "closed"},
+		{"refused, same secret", []int{401}, false, "open"},
+		{"failing, rotated", []int{503, 503}, true, "open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			keys := map[string][]key{"b": {{id: "a"}}}
+			yaml := breakerYAML(time.Minute, time.Hour, time.Second, 0, false)
+			p := newPools(t, testConfig(t, yaml, keys), Options{Clock: clk})
+			for _, s := range tc.answers {
+				_ = p.Report(t.Context(), "b", "a", "", status(s))
+			}
+			if st := stateOf(t, p, "a"); st.State != "open" {
+				t.Fatalf("before the reload: %+v", st)
+			}
+			next := testConfig(t, yaml, keys)
+			if tc.rotate {
+				next = rotated(t, next, "a")
+			}
+			p.SetConfig(next)
+			if st := stateOf(t, p, "a"); st.State != tc.wantState {
+				t.Fatalf("after the reload: %+v, want %s", st, tc.wantState)
+			}
+			if tc.wantState == "closed" {
+				if l := pick(t, p, "b", PickRequest{Attempt: 1}); l.Secret.Value() != "sk-rotated-a" {
+					t.Fatal("picked without the new secret")
+				}
+			}
+		})
 	}
 }

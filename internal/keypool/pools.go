@@ -207,6 +207,7 @@ func (p *Pools) SetConfig(cfg *config.Config) {
 	p.pol.Store(p.policyFor(cfg))
 	old := *p.pools.Load()
 	next := make(map[string]*KeyPool, len(cfg.Backends))
+	now := p.clock.Now()
 	for i := range cfg.Backends {
 		b := &cfg.Backends[i]
 		kp, ok := old[b.Name]
@@ -215,10 +216,22 @@ func (p *Pools) SetConfig(cfg *config.Config) {
 			continue
 		}
 		kp.mu.Lock()
-		removed := kp.setKeys(b.Keys)
+		removed, cleared := kp.setKeys(b.Keys, now)
+		states := make([]remoteState, len(cleared))
+		for j, k := range cleared {
+			states[j] = k.exportLocked()
+		}
 		kp.mu.Unlock()
 		for _, k := range removed {
 			p.metrics.forget(b.Name, k.cfg.ID)
+		}
+		for j, k := range cleared {
+			p.log.Info("keypool: key's secret changed; its auth refusal is cleared", "backend", b.Name, "key", k.cfg.ID)
+			if p.sync != nil {
+				// Closed and newer: replaces the refusal in Redis, so a
+				// replica that starts now does not adopt it.
+				p.sync.publish(b.Name, k.cfg.ID, states[j])
+			}
 		}
 		next[b.Name] = kp
 	}
@@ -308,16 +321,14 @@ func (p *Pools) Pick(ctx context.Context, backend string, req PickRequest) (Leas
 			paced += waited
 		}
 		if in.enforceWindow || in.bypass {
-			p.granted(&l, req.Attempt)
-			return l, nil
+			return p.hand(ctx, kp, &in, &req, &l)
 		}
 		ok, err := p.allowShared(ctx, kp, backend, &in, &req, &l)
 		switch {
 		case err != nil:
 			return Lease{}, err
 		case ok:
-			p.granted(&l, req.Attempt)
-			return l, nil
+			return p.hand(ctx, kp, &in, &req, &l)
 		case in.bypass:
 			continue // every key is over its shared limit: send anyway (see BestEffort)
 		}
@@ -375,6 +386,19 @@ func (p *Pools) extend(in *pickInput, req *PickRequest, d time.Duration) {
 	p.metrics.paceExtended.Inc()
 }
 
+// hand gives l to the caller, unless the caller left during the pick:
+// a Redis or limiter round trip cut short by ctx reads as "no answer" and
+// the pick goes on, but nobody would send that attempt or free its slot,
+// which stayed taken until the lease expired (a probe's until probeTTL).
+func (p *Pools) hand(ctx context.Context, kp *KeyPool, in *pickInput, req *PickRequest, l *Lease) (Lease, error) {
+	if err := ctx.Err(); err != nil {
+		kp.undo(in.now, *l, req.EstTokens, time.Time{}, time.Time{})
+		return Lease{}, fmt.Errorf("keypool: pick: %w", err)
+	}
+	p.granted(l, req.Attempt)
+	return *l, nil
+}
+
 // granted counts a pick that stands, before its lease is handed out.
 func (p *Pools) granted(l *Lease, attempt int) {
 	l.key.m.picks.Inc()
@@ -399,7 +423,7 @@ func (p *Pools) readShared(ctx context.Context, in *pickInput, req *PickRequest)
 // false when other replicas took the key's slots further ahead than the
 // pick may wait: the pick is undone and the key skipped until its next
 // slot. Without Redis, or when it does not answer, this replica's
-// booking stands. err: ctx ended during the wait (the lease is released).
+// booking stands. err: ctx ended during the wait (the pick is undone).
 func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *pickInput, req *PickRequest, l *Lease) (waited time.Duration, taken bool, err error) {
 	wait := l.booked
 	if p.sync != nil {
@@ -417,7 +441,7 @@ func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *
 	}
 	p.extend(in, req, wait)
 	if err := sleepCtx(ctx, wait); err != nil {
-		l.Release()
+		kp.undo(in.now, *l, req.EstTokens, time.Time{}, time.Time{}) // the booked slot stays spent
 		return 0, false, fmt.Errorf("keypool: pick: %w", err)
 	}
 	return wait, true, nil
@@ -428,10 +452,16 @@ func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *
 // caller picks again: on the local windows for a second when the limiter
 // is unreachable; past every refused key in in.skip, or with in.bypass
 // set when a best-effort pick already overflowed (every key is over its
-// shared limit). err is an *ExhaustedError once in.skip is full.
+// shared limit). err is an *ExhaustedError once in.skip is full, or ctx's
+// error when the caller left.
 func (p *Pools) allowShared(ctx context.Context, kp *KeyPool, backend string, in *pickInput, req *PickRequest, l *Lease) (bool, error) {
 	ok, retryAfter, err := p.limiter.Allow(ctx, l.KeyID, req.EstTokens)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller left: that says nothing about the limiter, whose
+		// being off lets N replicas send N times a key's limit.
+		kp.undo(in.now, *l, req.EstTokens, time.Time{}, time.Time{})
+		return false, fmt.Errorf("keypool: pick: %w", ctx.Err())
 	case err != nil:
 		// The shared limiter is unreachable: let the local windows
 		// decide for a second, then ask it again.

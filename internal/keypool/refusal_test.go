@@ -183,3 +183,56 @@ func TestRetryShareRefusalOnAnotherBackend(t *testing.T) {
 		t.Errorf("set {a} alone: retry share %.3f, want 0.5 (the refusals were b's)", got)
 	}
 }
+
+// TestShortRefusalOnProbe: a half-open key's probe answered by a short
+// refusal (the provider's pace: neither recovered nor failed) frees the
+// probe slot, so the next pick probes again at once; before, the key kept
+// its probe out for probeTTL (two minutes by default) and strict picks
+// failed meanwhile. Other answers still decide the probe.
+func TestShortRefusalOnProbe(t *testing.T) {
+	refuse := Outcome{Status: 429, RetryAfter: time.Second, RemainingRequests: 12, RemainingTokens: -1}
+	for _, tc := range []struct {
+		name      string
+		answer    Outcome
+		viaLease  bool   // Lease.Done rather than Report
+		wantState string // after the answer
+		wantProbe bool   // the next strict pick gets the key as its probe
+	}{
+		{name: "short refusal, reported", answer: refuse, wantState: "half-open", wantProbe: true},
+		{name: "short refusal, lease done", answer: refuse, viaLease: true, wantState: "half-open", wantProbe: true},
+		{name: "success closes", answer: status(200), wantState: "closed"},
+		{name: "5xx reopens", answer: status(503), wantState: "open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			cfg := testConfig(t, breakerYAML(time.Second, time.Minute, time.Second, 0, false), map[string][]key{"b": {{id: "k1"}}})
+			p := newPools(t, cfg, Options{Clock: clk})
+			_ = p.Report(t.Context(), "b", "k1", "", status(500))
+			_ = p.Report(t.Context(), "b", "k1", "", status(500))
+			clk.Advance(2 * time.Second)
+			l := pick(t, p, "b", PickRequest{RequestID: "r1", Attempt: 1})
+			if !l.Probe {
+				t.Fatal("first pick at half-open is not the probe")
+			}
+			if tc.viaLease {
+				l.Done(tc.answer)
+			} else {
+				_ = p.Report(t.Context(), "b", "k1", "r1", tc.answer)
+			}
+			if st := stateOf(t, p, "k1"); st.State != tc.wantState || st.InFlight != 0 {
+				t.Fatalf("after the probe's answer: %+v, want %s, nothing in flight", st, tc.wantState)
+			}
+			l, err := p.Pick(t.Context(), "b", PickRequest{RequestID: "r2", Attempt: 1})
+			switch {
+			case tc.wantState == "open":
+				if err == nil {
+					t.Fatalf("reopened key picked: %+v", l)
+				}
+			case err != nil:
+				t.Fatalf("next pick: %v (probe slot still taken?)", err)
+			case l.Probe != tc.wantProbe:
+				t.Fatalf("next pick probe %v, want %v", l.Probe, tc.wantProbe)
+			}
+		})
+	}
+}

@@ -392,7 +392,7 @@ func (s *syncer) republishOpen() {
 		kp.mu.Lock()
 		for _, k := range kp.keys {
 			if k.br.open && k.br.until.After(now) {
-				rs := k.br.export()
+				rs := k.exportLocked()
 				ops = append(ops, syncOp{backend: name, key: k.cfg.ID, state: &rs})
 			}
 		}
@@ -447,7 +447,10 @@ func (s *syncer) apply(v, path string) {
 	}
 }
 
-// encodeState: v1|replica|backend|key|open|reason|untilUnixMilli|trips|atUnixNano.
+// encodeState: v1|replica|backend|key|open|reason|untilUnixMilli|trips|atUnixNano,
+// and |secretPrint for an auth opening only: releases before it read
+// exactly nine fields, so they skip auth openings (and find the refused
+// key by their own 401) but keep reading every other state.
 // Backend names and key ids cannot contain '|' (config validates them).
 func encodeState(replica, backend, key string, rs remoteState) string {
 	open := "0"
@@ -458,13 +461,17 @@ func encodeState(replica, backend, key string, rs remoteState) string {
 	if !rs.Until.IsZero() {
 		until = rs.Until.UnixMilli()
 	}
-	return strings.Join([]string{"v1", replica, backend, key, open, string(rs.Reason),
-		strconv.FormatInt(until, 10), strconv.Itoa(rs.Trips), strconv.FormatInt(rs.At.UnixNano(), 10)}, "|")
+	f := []string{"v1", replica, backend, key, open, string(rs.Reason),
+		strconv.FormatInt(until, 10), strconv.Itoa(rs.Trips), strconv.FormatInt(rs.At.UnixNano(), 10)}
+	if rs.Secret != "" {
+		f = append(f, rs.Secret)
+	}
+	return strings.Join(f, "|")
 }
 
 func decodeState(v string) (replica, backend, key string, rs remoteState, ok bool) {
 	f := strings.Split(v, "|")
-	if len(f) != 9 || f[0] != "v1" {
+	if len(f) != 9 && len(f) != 10 || f[0] != "v1" {
 		return "", "", "", rs, false
 	}
 	until, err1 := strconv.ParseInt(f[6], 10, 64)
@@ -476,6 +483,9 @@ func decodeState(v string) (replica, backend, key string, rs remoteState, ok boo
 	rs = remoteState{Open: f[4] == "1", Reason: Reason(f[5]), Trips: trips, At: time.Unix(0, at)}
 	if until != 0 {
 		rs.Until = time.UnixMilli(until)
+	}
+	if len(f) == 10 {
+		rs.Secret = f[9]
 	}
 	return f[1], f[2], f[3], rs, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,5 +281,83 @@ func TestNewestOnly(t *testing.T) {
 	want := []string{"state a@2", "tried r1", "limits a 120 0", "refused c", "cancel r2", "state c@1"}
 	if fmt.Sprint(desc) != fmt.Sprint(want) {
 		t.Errorf("sent %v, want %v", desc, want)
+	}
+}
+
+// TestRotatedSecretNotReadopted: a key's auth refusal is shared with a
+// print of the refused secret (never the secret), so a replica that
+// starts with the key's new secret does not adopt it, while one with the
+// same secret still does; a record from an older release (no print) is
+// adopted as before. The replica whose reload rotates the secret clears
+// the shared record, so even those are not adopted afterwards.
+func TestRotatedSecretNotReadopted(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := func(rotate bool) *config.Config {
+		c := syncConfig(t, time.Hour, "") // polls only when the test says
+		if rotate {
+			c = rotated(t, c, "a")
+		}
+		return c
+	}
+	record := func() remoteState {
+		t.Helper()
+		v, err := srv.Client().HGet(t.Context(), "sg:keypool:breakers", "a").Result()
+		if err != nil {
+			return remoteState{}
+		}
+		_, _, _, rs, ok := decodeState(v)
+		if !ok {
+			t.Fatalf("undecodable record %q", v)
+		}
+		return rs
+	}
+	// adopted reports whether a replica starting now with cfg(rotate)
+	// takes key a as open from Redis.
+	adopted := func(rotate bool) bool {
+		t.Helper()
+		p := newPools(t, cfg(rotate), Options{Redis: redisClient(t, srv.Addr), ReplicaID: "late"})
+		p.sync.poll(t.Context())
+		return stateOf(t, p, "a").State == "open"
+	}
+
+	r0 := replicas(t, srv, cfg(false), 1)[0]
+	_ = r0.Report(t.Context(), "b", "a", "", status(401))
+	waitFor(t, 5*time.Second, "refusal shared", func() bool { return record().Open })
+	if rs := record(); rs.Reason != ReasonAuth || rs.Secret == "" || strings.Contains(rs.Secret, "sk-") {
+		t.Fatalf("shared refusal %+v: want reason auth with a print of the secret", rs)
+	}
+	for _, tc := range []struct {
+		name   string
+		rotate bool
+		want   bool
+	}{
+		{"same secret adopts", false, true},
+		{"new secret does not", true, false},
+	} {
+		if got := adopted(tc.rotate); got != tc.want {
+			t.Errorf("%s: adopted %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// An older release's record (nine fields, no print) is adopted.
+	legacy := record()
+	legacy.Secret, legacy.At = "", time.Now()
+	if v := encodeState("old", "b", "a", legacy); strings.Count(v, "|") != 8 {
+		t.Fatalf("record without a print %q: want nine fields", v)
+	} else if err := srv.Client().HSet(t.Context(), "sg:keypool:breakers", "a", v).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !adopted(true) {
+		t.Error("record without a print not adopted")
+	}
+
+	// r0's reload rotates the secret: closed here, and the record with it.
+	r0.SetConfig(cfg(true))
+	if st := stateOf(t, r0, "a"); st.State != "closed" {
+		t.Fatalf("after the rotation: %+v", st)
+	}
+	waitFor(t, 5*time.Second, "record cleared", func() bool { return !record().Open })
+	if adopted(false) {
+		t.Error("a replica with the old secret adopted the cleared refusal")
 	}
 }
