@@ -616,6 +616,37 @@ func TestReserve(t *testing.T) {
 	}
 }
 
+// The money hold is priced at the target whose worst case for this
+// request is dearest, counting the output the reserver will hold: with no
+// max output (an embeddings request) that is the default, not nothing.
+func TestReservePricesTheDearestWorstCase(t *testing.T) {
+	a := config.Price{InputPerMTok: 10, OutputPerMTok: 10}
+	b := config.Price{InputPerMTok: 1, OutputPerMTok: 30}
+	tests := []struct {
+		name           string
+		prompt, maxOut int
+		want           config.Price
+	}{
+		{"long prompt, short answer", 100_000, 100, a},
+		{"short prompt, long answer", 100, 100_000, b},
+		// 40 tokens and the default 100: A 0.0014, B 0.00304.
+		{"no max output: the default is held", 40, 0, b},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "reserve", "0s")
+			cfg.Models[0].Targets[0].Price, cfg.Models[0].Targets[1].Price = a, b
+			rs := &reserver{res: []admit.Reservation{{ID: "r1", Granted: true}}}
+			f := facts(t, cfg, "/v1/chat/completions", keyAlpha)
+			f.Alias, f.Model, f.Backends, f.EstTokens, f.MaxOut = "chat", &cfg.Models[0], []string{"big", "ant"}, tc.prompt, tc.maxOut
+			wantRefusal(t, (&admit.Admitter{Reserver: rs}).Reserve(context.Background(), cfg, f, nil), 0, "")
+			if got := rs.seen[0]; got.Price != tc.want || got.PromptTokens != tc.prompt || got.MaxOutputTokens != tc.maxOut {
+				t.Fatalf("reserve request %+v, want the price %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 // A key budget's refusal names whose budget is spent and its period; a run
 // budget, which never resets, sends no Retry-After.
 func TestKeyBudgetExceeded(t *testing.T) {

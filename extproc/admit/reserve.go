@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/swarmgate/swarmgate/internal/accounting/pricing"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -21,8 +22,14 @@ func (a *Admitter) Reserve(ctx context.Context, cfg *config.Config, f *Facts, t 
 	}
 	tenant := f.Tenant()
 	deadline, waits := a.tpmDeadline(cfg, f, t)
+	// The reserver reads a missing output reserve as the default; the
+	// dearest target must be chosen for the figures it holds.
+	maxOut := f.MaxOut
+	if maxOut <= 0 {
+		maxOut = cfg.Request.DefaultMaxOutputTokens
+	}
 	req := ReserveRequest{RequestID: f.RequestID, Tenant: tenant, KeyID: f.KeyID(),
-		Model: f.Alias, PromptTokens: f.EstTokens, MaxOutputTokens: f.MaxOut, Price: dearest(f.Model, f.Backends)}
+		Model: f.Alias, PromptTokens: f.EstTokens, MaxOutputTokens: f.MaxOut, Price: dearest(f.Model, f.Backends, f.EstTokens, maxOut)}
 	if waits {
 		req.Wait = time.Until(deadline)
 	}
@@ -187,15 +194,20 @@ func (a *Admitter) tpmDeadline(cfg *config.Config, f *Facts, t Timer) (time.Time
 	return time.Now().Add(d), true
 }
 
-// dearest is the highest price among the targets on the backends.
-func dearest(m *config.Model, backends []string) config.Price {
+// dearest is the price of the target on the backends whose worst case for
+// this request (prompt and maxOut tokens, as the reserver prices the hold)
+// is highest. Ranking by price per million alone could pick a target with
+// dear output for a long prompt with a short answer, and hold less than
+// the target that serves may cost.
+func dearest(m *config.Model, backends []string, prompt, maxOut int) config.Price {
 	var p config.Price
+	var most pricing.Money
 	for _, t := range m.Targets {
 		if !slices.Contains(backends, t.Backend) {
 			continue
 		}
-		if t.Price.InputPerMTok+t.Price.OutputPerMTok > p.InputPerMTok+p.OutputPerMTok {
-			p = t.Price
+		if c := pricing.RateOf(t.Price).Estimate(int64(prompt), int64(maxOut)); c > most {
+			p, most = t.Price, c
 		}
 	}
 	return p

@@ -44,9 +44,11 @@ type Budgets struct {
 	m    *metrics
 
 	// known holds alert keys this replica has seen claimed (by anyone), so
-	// the data path asks Redis at most once per crossing. A key budget's
-	// day or month alert is forgotten after its window (Run sweeps): keys
-	// are many, and a late repeat is still stopped by the claim in Redis.
+	// the data path asks Redis at most once per crossing. Each is
+	// forgotten after a while (Run sweeps), so the map stays bounded: a
+	// month's or day's after its window, a run's (which never ends) after
+	// runMemory. A later repeat costs one claim that the claim in Redis
+	// stops.
 	known sync.Map
 	queue chan Alert
 	// claiming counts alerts Run took off the queue and has not finished.
@@ -144,7 +146,8 @@ func (b *Budgets) Observe(_ context.Context, tenant, month string, spent pricing
 	if !ok || t.Budget == nil {
 		return
 	}
-	if month == ledger.MonthOf(b.opts.Now()) {
+	now := b.opts.Now()
+	if month == ledger.MonthOf(now) {
 		b.m.spend.WithLabelValues(tenant).Set(spent.Float())
 	}
 	for _, pct := range thresholds(t.Budget) {
@@ -154,7 +157,7 @@ func (b *Budgets) Observe(_ context.Context, tenant, month string, spent pricing
 		}
 		a := Alert{Type: "budget_threshold", Tenant: tenant, Month: month, ThresholdPercent: pct,
 			Spent: spent, Budget: pricing.FromFloat(t.Budget.Monthly), Currency: cfg.Accounting.Currency,
-			HardCap: t.Budget.HardCap && pct >= 100}
+			HardCap: t.Budget.HardCap && pct >= 100, forget: windowEnd("month", now)}
 		b.enqueue(a)
 	}
 }
@@ -214,7 +217,7 @@ func (b *Budgets) Run(ctx context.Context) {
 // Pending counts alerts queued or being claimed and delivered.
 func (b *Budgets) Pending() int { return len(b.queue) + int(b.inflight.Load()) }
 
-// forgetPast drops the known key alerts whose window is over.
+// forgetPast drops the known alerts whose time to be forgotten has come.
 func (b *Budgets) forgetPast(now time.Time) {
 	b.known.Range(func(k, v any) bool {
 		if t, ok := v.(time.Time); ok && now.After(t) {
@@ -231,7 +234,7 @@ func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 	cfg := b.cfg.Load()
 	key := ledger.TenantKey(cfg.Redis.KeyPrefix, a.Tenant, a.claimKey())
 	cctx, cancel := context.WithTimeout(ctx, cfg.Redis.ReadTimeout.D()+time.Second)
-	won, err := b.rdb.SetNX(cctx, key, b.opts.Now().UTC().Format(time.RFC3339), alertTTL).Result()
+	won, err := b.claim(cctx, key, a)
 	cancel()
 	if err != nil {
 		// Unclaimed: the next write that sees the spend queues it again.
@@ -254,4 +257,25 @@ func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 	if cfg.Alerts.WebhookURL != "" {
 		b.post(ctx, cfg.Alerts, a)
 	}
+}
+
+// claim sets the alert's claim unless it is set. A run's claim never
+// expires, as the run's spend counter does not: an expired claim would let
+// a replica fire every threshold the counter passed again. PERSIST in the
+// same round trip also removes the 40-day TTL claims were set with before.
+func (b *Budgets) claim(ctx context.Context, key string, a Alert) (bool, error) {
+	at := b.opts.Now().UTC().Format(time.RFC3339)
+	if !a.run() {
+		return b.rdb.SetNX(ctx, key, at, alertTTL).Result()
+	}
+	var set *redis.BoolCmd
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.SetNX(ctx, key, at, 0)
+		p.Persist(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return set.Val(), nil
 }

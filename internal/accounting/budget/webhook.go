@@ -30,10 +30,14 @@ type Alert struct {
 	Currency         string        `json:"currency"`
 	// HardCap is set on the 100% alert of a capped budget: new requests
 	// are refused from now on.
-	HardCap bool      `json:"hard_cap"`
-	Time    time.Time `json:"time"`
+	HardCap bool `json:"hard_cap"`
+	// Requested is set when the 100% alert fired because the cap refused
+	// a request on spend alone: Spent plus this worst case is over the
+	// budget, so Spent may be below it.
+	Requested pricing.Money `json:"requested,omitempty"`
+	Time      time.Time     `json:"time"`
 	// forget is when this replica may stop remembering the alert was
-	// claimed (zero: never).
+	// claimed (windowEnd).
 	forget time.Time
 }
 

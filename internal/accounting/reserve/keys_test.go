@@ -120,6 +120,7 @@ func TestKeyBudgetsHoldAcrossReplicas(t *testing.T) {
 	var mu sync.Mutex
 	settled := map[string]pricing.Money{}
 	refusedBy := map[string]int{}
+	capReached := map[string]int{} // hard caps that refused on spend alone: their 100% alert fires
 	var wg sync.WaitGroup
 	var seq atomic.Int64
 	who := []string{"c1", "c2", "c3", "c4", "v5"}
@@ -137,6 +138,9 @@ func TestKeyBudgetsHoldAcrossReplicas(t *testing.T) {
 				if errors.As(err, &ee) {
 					mu.Lock()
 					refusedBy[ee.KeyID]++
+					if ee.Spent+ee.Requested > ee.Cap {
+						capReached[fmt.Sprintf("%s/%s/100", ee.KeyID, ee.Month)] = 1
+					}
 					mu.Unlock()
 					continue
 				}
@@ -207,8 +211,9 @@ func TestKeyBudgetsHoldAcrossReplicas(t *testing.T) {
 		}
 	}
 
-	// Alerts: every threshold a key's final spend reached, once.
-	want := map[string]int{}
+	// Alerts: every threshold a key's final spend reached, and the 100% of
+	// every cap that refused a request on spend alone, once.
+	want := capReached
 	for k, s := range map[string]pricing.Money{"c1": settled["c1"], "c2": settled["c2"], "c3": settled["c3"], "minter": under} {
 		b := keys[k].Budget
 		for _, pct := range []float64{50, 100} {
@@ -345,6 +350,110 @@ func TestKeySpendCountedThroughAnOutage(t *testing.T) {
 	down := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}), closed, Options{Logger: quietLog(), Keys: keys})
 	if _, err := down.Reserve(ctx, Request{RequestID: "x", Tenant: "tree", Model: "big", KeyID: "c", PromptTokens: 1, Price: price}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("fail closed: %v", err)
+	}
+}
+
+// A hard cap's 100% alert fires once the cap refuses a request on spend
+// alone: admission keeps spend + holds + worst case within the cap, so
+// spend alone seldom reaches it (cap 0.01, requests of 0.003: spend stops
+// at 0.009). A refusal only because of other requests' holds, or of a
+// request larger than the whole cap, fires nothing; the alert fires once.
+func TestHardCapAlertOnRefusal(t *testing.T) {
+	srv := redistest.Start(t)
+	hook := &alertHook{}
+	hs := hook.server(t)
+	cfg := testConfig(t, srv.Addr, "1m", fmt.Sprintf("alerts: {webhook_url: %q, timeout: 2s}", hs.URL))
+	month := ledger.MonthOf(time.Now())
+	tests := []struct {
+		name, tenant, key string
+		keys              fakeKeys
+		budget, window    string // whose budget alerts ("": the tenant's), and its window
+	}{
+		{"tenant", "capped", "", nil, "", month},
+		{"run key", "tree", "c", fakeKeys{"c": capped(0.01, "run", 50, 75, 90)}, "c", "run"},
+		{"month key's minter", "tree", "c2", fakeKeys{"m2": capped(0.01, "month", 50, 75, 90), "c2": child("m2", KeyInfo{Tenant: "tree"})}, "m2", month},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			hook.mu.Lock()
+			hook.alerts = nil
+			hook.mu.Unlock()
+			b := budget.New(srv.Client(), cfg, budget.Options{Logger: quietLog()})
+			go b.Run(ctx)
+			lo := ledger.OptionsFrom(cfg)
+			lo.Logger, lo.AfterWrite = quietLog(), b.AfterWrite
+			l := ledger.New(srv.Client(), lo)
+			r := New(srv.Client(), cfg, Options{Logger: quietLog(), Keys: tc.keys, ObserveKey: b.ObserveKey})
+			req := func(id string, prompt int) Request {
+				return Request{RequestID: tc.name + id, Tenant: tc.tenant, Model: "big", KeyID: tc.key, PromptTokens: prompt, MaxOutputTokens: 1000, Price: price}
+			}
+			refused := func(id string, prompt int) {
+				t.Helper()
+				var be *budget.ExceededError
+				if _, err := r.Reserve(ctx, req(id, prompt)); !errors.As(err, &be) {
+					t.Fatalf("reserve %s: %v, want a budget refusal", id, err)
+				}
+			}
+			// 0.003 each: three fit the 0.01 cap. The third is held while
+			// the fourth asks: refused for the holds, no alert yet.
+			var last Reservation
+			for i := range 3 {
+				if i == 2 {
+					res, err := r.Reserve(ctx, req("2", 1000))
+					if err != nil {
+						t.Fatal(err)
+					}
+					last = res
+					refused("held", 1000)
+					refused("never", 1e7) // more than the whole cap
+					break
+				}
+				res, err := r.Reserve(ctx, req(fmt.Sprint(i), 1000))
+				if err != nil {
+					t.Fatal(err)
+				}
+				settle(t, r, l, res, tc.name+fmt.Sprint(i))
+			}
+			settle(t, r, l, last, tc.name+"2")
+			waitFor(t, "alerts delivered", func() bool { return b.Pending() == 0 })
+			if got := hook.fired()[tc.budget+"/"+tc.window+"/100"]; got != 0 {
+				t.Fatalf("100%% fired before a refusal on spend: %v", hook.fired())
+			}
+			// Spent 0.009: the fourth is refused on spend alone, twice.
+			refused("3", 1000)
+			refused("4", 1000)
+			waitFor(t, "alerts delivered", func() bool { return b.Pending() == 0 && len(hook.fired()) == 4 })
+			want := map[string]int{}
+			for _, pct := range []string{"50", "75", "90", "100"} {
+				want[tc.budget+"/"+tc.window+"/"+pct] = 1
+			}
+			if fmt.Sprint(hook.fired()) != fmt.Sprint(want) {
+				t.Fatalf("alerts %v, want %v", hook.fired(), want)
+			}
+			hook.mu.Lock()
+			defer hook.mu.Unlock()
+			for _, a := range hook.alerts {
+				full := a.ThresholdPercent == 100
+				if a.HardCap != full || (a.Requested == pricing.FromFloat(0.003)) != full || (full && a.Spent != pricing.FromFloat(0.009)) {
+					t.Errorf("alert %+v", a)
+				}
+			}
+		})
+	}
+}
+
+// settle records a request's cost (0.003) and settles it, as ext_proc does.
+func settle(t *testing.T, r *Reserver, l *ledger.Ledger, res Reservation, id string) {
+	t.Helper()
+	cost := pricing.FromFloat(0.003)
+	u := pricing.Usage{PromptTokens: 1000, CompletionTokens: 1000}
+	if err := l.Record(t.Context(), ledger.Entry{RequestID: id, Tenant: res.Tenant, Model: "big", KeyID: res.KeyID, Usage: u, Cost: cost}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Settle(t.Context(), res, u, cost); err != nil {
+		t.Fatal(err)
 	}
 }
 

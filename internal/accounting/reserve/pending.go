@@ -19,8 +19,50 @@ type pendingSettle struct {
 	keys   []string
 	args   []any
 	// expires is when the hold frees itself anyway (queued + reservation
-	// TTL, an upper bound of admission + TTL): replaying later is pointless.
+	// TTL, an upper bound of admission + TTL): a later replay only counts
+	// the key budgets' spend (spendOnly).
 	expires time.Time
+	// ttl is the reservation TTL the settle was made with; the settled
+	// marker lives ttl + window from when the script ran.
+	ttl time.Duration
+	// markedUntil is set when an attempt may have run in Redis though it
+	// failed (its reply lost): until then the settled marker of the first
+	// such attempt surely still stops a second count (a window's margin
+	// short of its expiry). Zero: no attempt may have run, so a replay is
+	// the first to count.
+	markedUntil time.Time
+}
+
+// tried notes an attempt that started at start and failed with err. The
+// first that may have run counts: a later one found its marker.
+func (p *pendingSettle) tried(start time.Time, err error) {
+	if p.markedUntil.IsZero() && mayHaveRun(err) {
+		p.markedUntil = start.Add(p.ttl)
+	}
+}
+
+// spendOnly is p without its holds, for a replay after they freed
+// themselves: only the key budgets' spend counters, which nothing else
+// keeps, as 'c' scopes (counted, no hold touched). ok is false when p
+// counts no spend (a release, no key budget).
+func (p pendingSettle) spendOnly() (q pendingSettle, ok bool) {
+	if p.cost <= 0 {
+		return p, false
+	}
+	q = p
+	q.keys = []string{p.keys[0]}
+	q.args = append([]any(nil), p.args[:4]...)
+	q.res.Scopes = nil
+	for i, name := range p.res.Scopes {
+		if name != ScopeKeyBudget {
+			continue
+		}
+		q.keys = append(q.keys, p.keys[1+3*i:4+3*i]...)
+		q.args = append(q.args, "c", p.args[5+3*i], p.args[6+3*i])
+		q.res.Scopes = append(q.res.Scopes, name)
+	}
+	q.args[3] = len(q.res.Scopes)
+	return q, len(q.res.Scopes) > 0
 }
 
 // pendingSettles holds settles waiting for Redis, oldest first, bounded by

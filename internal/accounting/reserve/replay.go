@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -86,13 +87,28 @@ func (r *Reserver) replayOnce(ctx context.Context) bool {
 			return true
 		}
 		for i, p := range batch {
-			if r.opts.Now().After(p.expires) {
-				// The hold has freed itself; nothing left to settle.
-				r.pending.done(1)
-				r.m.buffer.WithLabelValues("expired").Inc()
-				expired++
-				continue
+			now := r.opts.Now()
+			if now.After(p.expires) {
+				// The holds have freed themselves, but the cost still
+				// belongs in the key budgets' counters (the ledger does
+				// not keep them): replay that part alone.
+				sp, ok := p.spendOnly()
+				switch {
+				case !ok:
+					r.pending.done(1)
+					r.m.buffer.WithLabelValues("expired").Inc()
+					expired++
+					continue
+				case !p.markedUntil.IsZero() && !now.Before(p.markedUntil):
+					// An earlier attempt may have counted it and its
+					// marker may be gone: counting again could count twice.
+					r.pending.done(1)
+					r.dropped([]pendingSettle{p}, "expired after a lost reply")
+					continue
+				}
+				p, batch[i] = sp, sp
 			}
+			start := r.opts.Now()
 			err := r.runSettle(ctx, p)
 			switch {
 			case err == nil:
@@ -100,6 +116,7 @@ func (r *Reserver) replayOnce(ctx context.Context) bool {
 				r.m.buffer.WithLabelValues("replayed").Inc()
 				replayed++
 			case retryable(err):
+				batch[i].tried(start, err)
 				r.healthy.Store(false)
 				dropped, n := r.pending.pushFront(batch[i:])
 				r.m.buffered.Set(float64(n))
@@ -143,6 +160,20 @@ func (r *Reserver) dropped(ps []pendingSettle, why string) {
 		r.log.Error("reserve: settles dropped; their holds count until the reservation TTL", "count", len(ps),
 			"why", why, "tenant", ps[0].res.Tenant, "request_id", ps[0].res.RequestID)
 	}
+}
+
+// mayHaveRun reports whether a failed call may still have run in Redis
+// (its reply lost): not when Redis answered with an error, nor when the
+// client never got a connection to send it on.
+func mayHaveRun(err error) bool {
+	var re redis.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &re), errors.As(err, &oe) && oe.Op == "dial",
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return false
+	}
+	return true
 }
 
 // retryable tells an unreachable or recovering Redis (worth buffering and

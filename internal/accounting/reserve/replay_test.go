@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,6 +185,118 @@ func TestSettlesReplayedOnEmptyRedis(t *testing.T) {
 	}
 }
 
+// loseReply makes the next settle script run in Redis but fail on the
+// client, as a reply lost to a timeout or a reset would.
+type loseReply struct{ armed atomic.Bool }
+
+func (h *loseReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); err == nil && (n == "evalsha" || n == "eval") && h.armed.CompareAndSwap(true, false) {
+			err = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// A settle buffered longer than reservation_ttl has nothing left to hold,
+// but its cost still belongs in the key budgets' spend counters, which
+// the ledger does not keep: the replay counts it there, once, and leaves
+// the holds alone. Only when an earlier attempt may have counted it (its
+// reply lost) and its settled marker may be gone is it dropped, rather
+// than counted twice.
+func TestExpiredSettleStillCountsKeySpend(t *testing.T) {
+	cost := pricing.FromFloat(0.003)
+	u := pricing.Usage{PromptTokens: 1000, CompletionTokens: 1000}
+	tests := []struct {
+		name      string
+		degraded  bool // Redis is already down at admission (failure_modes.budget: open)
+		release   bool
+		lostReply bool // the settle ran in Redis, its reply was lost
+		want      pricing.Money
+		event     string // the settle's swarmgate_reserve_settle_buffer_total event
+	}{
+		{"admitted unreserved, settled during the outage", true, false, false, cost, "replayed"},
+		{"reserved, settled during the outage", false, false, false, cost, "replayed"},
+		{"released during the outage", false, true, false, 0, "expired"},
+		{"counted, reply lost, marker gone", false, false, true, cost, "dropped"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			// Holds and settled markers live 1 s + one 100 ms window.
+			cfg := testConfig(t, srv.Addr, "1s", "failure_modes: {budget: open}")
+			keys := fakeKeys{"minter": capped(1, "month"), "c": child("minter", capped(0.5, "run"))}
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+			lose := &loseReply{}
+			c.AddHook(lose)
+			t.Cleanup(func() { _ = c.Close() })
+			reg := prometheus.NewRegistry()
+			r := New(c, cfg, Options{Logger: quietLog(), Registerer: reg, Keys: keys, Window: 100 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
+			ctx := t.Context()
+			rdb := srv.Client()
+			if tc.degraded {
+				srv.Stop()
+			}
+			res, err := r.Reserve(ctx, Request{RequestID: "out", Tenant: "tree", Model: "big", KeyID: "c", PromptTokens: 1000, MaxOutputTokens: 1000, Price: price})
+			if err != nil || res.Degraded != tc.degraded || len(res.Keys) != 2 {
+				t.Fatalf("reserve: %+v %v", res, err)
+			}
+			lose.armed.Store(tc.lostReply)
+			if !tc.degraded && !tc.lostReply {
+				if err := rdb.Save(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				srv.Stop()
+			}
+			if tc.release {
+				err = r.Release(ctx, res)
+			} else {
+				err = r.Settle(ctx, res, u, cost)
+			}
+			if err != nil || r.Pending() != 1 {
+				t.Fatalf("settle: %v, %d pending; want it buffered", err, r.Pending())
+			}
+			if tc.lostReply {
+				if err := rdb.Save(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				srv.Stop()
+			}
+			time.Sleep(1300 * time.Millisecond) // past the TTL and the marker
+			srv.Restart()
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { r.Run(rctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+			waitFor(t, "the buffered settle handled", func() bool { return r.Pending() == 0 })
+			for _, k := range []struct{ id, period string }{{"c", "run"}, {"minter", "month"}} {
+				if got := spent(t, rdb, cfg, k.id, k.period); got != tc.want {
+					t.Errorf("%s spent %s after the outage, want %s", k.id, got, tc.want)
+				}
+			}
+			if v := bufferEvents(t, reg, tc.event); v != 1 {
+				t.Errorf("%s events %g, want 1", tc.event, v)
+			}
+			if tc.event != "replayed" {
+				return
+			}
+			// The replay left its marker: a duplicate counts nothing more.
+			if err := r.Settle(ctx, res, u, cost); err != nil {
+				t.Fatal(err)
+			}
+			if got := spent(t, rdb, cfg, "c", "run"); got != tc.want {
+				t.Errorf("after a duplicate settle: spent %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestCloseDropsWhatRedisNeverTakes: at shutdown with Redis still down,
 // Close gives up within its context and counts the settles dropped.
 func TestCloseDropsWhatRedisNeverTakes(t *testing.T) {
@@ -265,23 +379,32 @@ type redisErr string
 func (e redisErr) Error() string { return string(e) }
 func (redisErr) RedisError()     {}
 
+// retryable: worth buffering; mayHaveRun: the script may have run though
+// the call failed, so a replay long after may find no marker to stop it.
 func TestRetryable(t *testing.T) {
 	tests := []struct {
-		err  error
-		want bool
+		err       error
+		want, ran bool
 	}{
-		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
-		{context.DeadlineExceeded, true},
-		{redis.ErrClosed, true},
-		{fmt.Errorf("wrapped: %w", redisErr("LOADING Redis is loading the dataset in memory")), true},
-		{redisErr("READONLY You can't write against a read only replica."), true},
-		{redisErr("CLUSTERDOWN The cluster is down"), true},
-		{redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
-		{redisErr("ERR Error running script"), false},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true, false},
+		{fmt.Errorf("wrapped: %w", &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}), true, false},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, true, true},
+		{io.EOF, true, true},
+		{context.DeadlineExceeded, true, true},
+		{redis.ErrClosed, true, false},
+		{redis.ErrPoolTimeout, true, false},
+		{fmt.Errorf("wrapped: %w", redisErr("LOADING Redis is loading the dataset in memory")), true, false},
+		{redisErr("READONLY You can't write against a read only replica."), true, false},
+		{redisErr("CLUSTERDOWN The cluster is down"), true, false},
+		{redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"), false, false},
+		{redisErr("ERR Error running script"), false, false},
 	}
 	for _, tc := range tests {
 		if got := retryable(tc.err); got != tc.want {
 			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+		if got := mayHaveRun(tc.err); got != tc.ran {
+			t.Errorf("mayHaveRun(%v) = %v, want %v", tc.err, got, tc.ran)
 		}
 	}
 }

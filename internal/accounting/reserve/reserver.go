@@ -105,7 +105,9 @@ type Options struct {
 	// Keys resolves sub-keys and their parents (nil: no key budgets).
 	Keys Keys
 	// ObserveKey, when set, sees a key budget's spend after every settle
-	// that counted toward it (budget alerts). It must not block.
+	// that counted toward it, and every refusal by a hard cap (a key's or
+	// the tenant's, KeySpend.Refused) on spend alone (budget alerts). It
+	// must not block.
 	ObserveKey func(ctx context.Context, s budget.KeySpend)
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -268,7 +270,26 @@ func (r *Reserver) Reserve(ctx context.Context, req Request) (Reservation, error
 	if le, ok := err.(*LimitError); ok && len(out) > 6 && out[6] == 1 {
 		le.Behind = true
 	}
+	if out[2] == -2 {
+		r.capReached(ctx, req, res, s, out[3]-held)
+	}
 	return Reservation{}, err
+}
+
+// capReached tells budgets that a hard cap refused a request on spend
+// alone (the script's -2: only the period's reset frees room): that fires
+// the budget's 100% alert. Spend itself seldom reaches the cap, as every
+// admission keeps spend + holds + worst case within it.
+func (r *Reserver) capReached(ctx context.Context, req Request, res Reservation, s scope, spent int64) {
+	if r.opts.ObserveKey == nil || (s.kind != "m" && s.kind != "k") {
+		return
+	}
+	ks := budget.KeySpend{Tenant: req.Tenant, Window: res.Month, Spent: pricing.Money(spent), Budget: pricing.Money(s.limit),
+		HardCap: true, Refused: true, Requested: pricing.Money(s.amount)}
+	if h := s.hold; h != nil {
+		ks.KeyID, ks.Period, ks.Window, ks.Alerts = h.KeyID, h.Period, h.Window, h.Alerts
+	}
+	r.opts.ObserveKey(ctx, ks)
 }
 
 func (r *Reserver) scopesFor(cfg *config.Config, t *config.Tenant, req Request, res *Reservation) []scope {
@@ -463,7 +484,7 @@ func (r *Reserver) settle(ctx context.Context, res Reservation, tokens int64, co
 			args = append(args, "t", tokens, 0)
 		}
 	}
-	p := pendingSettle{res: res, tokens: tokens, cost: cost, keys: keys, args: args, expires: r.opts.Now().Add(ttl)}
+	p := pendingSettle{res: res, tokens: tokens, cost: cost, keys: keys, args: args, expires: r.opts.Now().Add(ttl), ttl: ttl}
 	if !r.healthy.Load() {
 		// Redis failed moments ago: queue behind the settles already
 		// waiting instead of making this one wait for a timeout too.
@@ -472,11 +493,13 @@ func (r *Reserver) settle(ctx context.Context, res Reservation, tokens int64, co
 	}
 	// Settle runs at stream end, possibly after the client went away: the
 	// caller's cancellation must not skip it.
+	start := r.opts.Now()
 	err := r.runSettle(context.WithoutCancel(ctx), p)
 	if err == nil {
 		return nil
 	}
 	if retryable(err) {
+		p.tried(start, err)
 		r.enqueue(p, err)
 		return nil
 	}

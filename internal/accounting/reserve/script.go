@@ -154,7 +154,8 @@ return n
 // KEYS[1] settled marker, then per scope i: KEYS[3i-1] zset, KEYS[3i] hash,
 // KEYS[3i+1] spend base. ARGV[1] member, ARGV[2] marker ttl ms, ARGV[3]
 // window ms, ARGV[4] n, then per scope i: ARGV[3i+2] kind ('c' counts a
-// key's spend without a hold), ARGV[3i+3] actual amount, ARGV[3i+4] the
+// key's spend and touches no hold: a replay after the holds expired),
+// ARGV[3i+3] actual amount, ARGV[3i+4] the
 // spend counter's expiry in ms (0: none; key scopes only).
 // Returns {0} when already settled, else {1, reserved_1, ..., reserved_n,
 // spent_1, ..., spent_n}: reserved is 0 for a scope whose reservation had
@@ -172,7 +173,8 @@ local out = {1}
 for i = 1, n do
   local z, h, base = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local kind, actual, basettl = ARGV[3 * i + 2], tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4])
-  local reserved, at = amount_of(redis.call('HGET', h, member))
+  local reserved, at = 0, 0
+  if kind ~= 'c' then reserved, at = amount_of(redis.call('HGET', h, member)) end
   out[i + 1] = reserved
   out[n + i + 1] = 0
   if at ~= 0 then
