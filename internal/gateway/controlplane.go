@@ -32,12 +32,12 @@ func (g *Gateway) startControlPlane(s *group, p *process, pools *keypool.Pools) 
 	if !cfg.Security.FleetSecret.IsZero() && cfg.Security.FleetSecret.Value() == "" {
 		return fmt.Errorf("security.fleet_secret %s does not resolve on the control plane, which hands it to Envoy", cfg.Security.FleetSecret.Ref())
 	}
-	creds, err := trust.ListenerCredentials(&cfg.Security, config.ListenerXDS, g.log.With("component", "xds"))
+	tl, err := g.listenerTrust(cfg, config.ListenerXDS, "xds")
 	if err != nil {
 		return err
 	}
 	copts := xdsserver.Options{Logger: g.log.With("component", "xds"), Registerer: p.reg,
-		ServerOptions: []grpc.ServerOption{grpc.Creds(creds)}, NodeGroups: cfg.Security.XDS.NodeGroups}
+		ServerOptions: []grpc.ServerOption{grpc.Creds(tl.Credentials)}, NodeGroups: cfg.Security.XDS.NodeGroups}
 	if pools != nil {
 		copts.Health = pools
 	}
@@ -47,11 +47,28 @@ func (g *Gateway) startControlPlane(s *group, p *process, pools *keypool.Pools) 
 	}
 	// The control plane validates first: a config it refuses is not given
 	// to anyone else.
-	g.onConfigFirst(cp.SetConfig)
+	g.onConfigFirst(func(c *config.Config) error { return reloadControlPlane(cp, tl, c) })
 	lis, err := bind(g.opts.Listeners.XDS, cfg.Listen.XDS, "listen.xds")
 	if err != nil {
 		return err
 	}
 	s.start(&controlPlane{cp, lis})
+	return nil
+}
+
+// reloadControlPlane applies a reloaded config to the control plane. The
+// node group grants change before the push, so an identity the reload
+// revokes gets none of the new config; a config the control plane refuses
+// leaves the previous grants in force. An identity left without any node
+// group loses its connections: a client that kept its connection across a
+// certificate renewal (Envoy) comes back with its new certificate instead
+// of having every stream refused on the old one.
+func reloadControlPlane(cp *xdsserver.ControlPlane, tl *trust.Listener, c *config.Config) error {
+	prev := cp.SetNodeGroups(c.Security.XDS.NodeGroups)
+	if err := cp.SetConfig(c); err != nil {
+		cp.SetNodeGroups(prev)
+		return err
+	}
+	tl.CloseUnless(cp.Granted, "its client identity has no xDS node group any more")
 	return nil
 }

@@ -69,11 +69,11 @@ func (g *Gateway) startExtProc(s *group, p *process, pools *keypool.Pools) (*ext
 		return nil, fmt.Errorf("ext_proc: %w", err)
 	}
 	g.onConfig(func(c *config.Config) error { ep.SetConfig(c); return nil })
-	creds, err := trust.ListenerCredentials(&cfg.Security, config.ListenerExtProc, g.log.With("component", "extproc"))
+	tl, err := g.listenerTrust(cfg, config.ListenerExtProc, "extproc")
 	if err != nil {
 		return nil, err
 	}
-	e.server = grpc.NewServer(append(extproc.GRPCServerOptions(cfg), grpc.Creds(creds),
+	e.server = grpc.NewServer(append(extproc.GRPCServerOptions(cfg), grpc.Creds(tl.Credentials),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))...)
 	ep.Register(e.server)
 	if e.lis, err = bind(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc, "listen.extproc"); err != nil {
@@ -108,4 +108,19 @@ func (g *Gateway) extProcProof(cfg *config.Config) *trust.SwappableProof {
 		})
 	}
 	return proof
+}
+
+// listenerTrust is the named gRPC listener's transport security. Its
+// allowed identities follow reloads of this process's own file; a
+// replica's configs from xDS carry no security section, so they leave
+// them alone (as extProcProof).
+func (g *Gateway) listenerTrust(cfg *config.Config, name, component string) (*trust.Listener, error) {
+	tl, err := trust.NewListener(&cfg.Security, name, g.log.With("component", component))
+	if err != nil {
+		return nil, err
+	}
+	if !g.opts.FromXDS {
+		g.onConfig(func(c *config.Config) error { tl.SetConfig(&c.Security); return nil })
+	}
+	return tl, nil
 }

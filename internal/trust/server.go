@@ -2,6 +2,7 @@ package trust
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,6 +17,9 @@ type ServerPolicy struct {
 	// AllowedIdentities, when set, are the only client identities accepted;
 	// the handshake fails for any other.
 	AllowedIdentities []string
+	// Allowed, when set, replaces AllowedIdentities with a list a config
+	// reload can change while the listener serves (AllowList.Set).
+	Allowed *AllowList
 	// ReloadInterval: how often the files may be re-read (default 1 s).
 	ReloadInterval time.Duration
 	Logger         *slog.Logger
@@ -26,25 +30,39 @@ type ServerPolicy struct {
 // it also has a client CA. The certificate and CA are taken from the files
 // at each handshake (re-read when they changed), so a rotated certificate is
 // served to new connections without a restart; connections already open
-// keep the certificate they were made with.
+// keep the certificate they were made with. The allowed identities are
+// checked at each handshake against the list of the moment, and a change
+// of the list closes the connections it no longer allows (AllowList).
 func ServerCredentials(p ServerPolicy) (credentials.TransportCredentials, error) {
 	if p.Cert == "" {
 		return insecure.NewCredentials(), nil
 	}
-	cfg, err := ServerTLSConfig(p)
+	allow := p.allowList()
+	cfg, err := serverTLSConfig(p, allow)
 	if err != nil {
 		return nil, err
 	}
-	return credentials.NewTLS(cfg), nil
+	return &allowListCreds{TransportCredentials: credentials.NewTLS(cfg), list: allow}, nil
 }
 
-// ServerTLSConfig is the tls.Config behind ServerCredentials.
+// ServerTLSConfig is the tls.Config behind ServerCredentials (without the
+// closing of connections a changed allow-list no longer admits).
 func ServerTLSConfig(p ServerPolicy) (*tls.Config, error) {
+	return serverTLSConfig(p, p.allowList())
+}
+
+func (p ServerPolicy) allowList() *AllowList {
+	if p.Allowed != nil {
+		return p.Allowed
+	}
+	return NewAllowList(p.AllowedIdentities, p.Logger)
+}
+
+func serverTLSConfig(p ServerPolicy, allow *AllowList) (*tls.Config, error) {
 	log := p.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	allowed := append([]string(nil), p.AllowedIdentities...)
 	st, err := newStore(p.Files, p.ReloadInterval, log, func(m *material) {
 		c := &tls.Config{
 			MinVersion:   tls.VersionTLS12,
@@ -57,18 +75,18 @@ func ServerTLSConfig(p ServerPolicy) (*tls.Config, error) {
 			c.ClientCAs = m.pool
 			c.ClientAuth = tls.RequireAndVerifyClientCert
 		}
-		if len(allowed) > 0 {
-			// Runs after chain verification: the leaf is signed by the CA.
-			c.VerifyConnection = func(cs tls.ConnectionState) error {
-				if len(cs.PeerCertificates) == 0 {
-					return errNoClientCert
-				}
-				if _, ok := FirstMatch(cs.PeerCertificates[0], allowed); !ok {
-					log.Warn("TLS client refused: identity not allowed", "identities", Describe(cs.PeerCertificates[0]))
-					return fmt.Errorf("client identity %v is not allowed", Describe(cs.PeerCertificates[0]))
-				}
+		// Runs after chain verification (the leaf is signed by the CA) and
+		// reads the list in force, which a reload may have changed.
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			var leaf *x509.Certificate
+			if len(cs.PeerCertificates) > 0 {
+				leaf = cs.PeerCertificates[0]
+			}
+			if allow.Allows(leaf) {
 				return nil
 			}
+			log.Warn("TLS client refused: identity not allowed", "identities", Describe(leaf))
+			return errNotAllowed(leaf)
 		}
 		m.server = c
 	})
@@ -91,3 +109,10 @@ var (
 	errNoCert       = fmt.Errorf("trust: a TLS server needs a certificate and key")
 	errNoClientCert = fmt.Errorf("trust: no client certificate")
 )
+
+func errNotAllowed(cert *x509.Certificate) error {
+	if cert == nil {
+		return errNoClientCert
+	}
+	return fmt.Errorf("client identity %v is not allowed", Describe(cert))
+}

@@ -195,6 +195,9 @@ func (cp *ControlPlane) resolveLoop(ctx context.Context) {
 		cp.mu.Unlock()
 		addrs := cp.resolveAll(ctx, names)
 		cp.mu.Lock()
+		// A SetConfig during the pass may have changed the names and
+		// resolved the new ones: the pass's answers go into that state.
+		addrs = mergeAddrs(cp.dnsNames, addrs, cp.state.Addrs)
 		if !equalAddrs(addrs, cp.state.Addrs) {
 			cp.state.Addrs = addrs
 			cp.log.Info("backend addresses changed, pushing endpoints")
@@ -225,6 +228,21 @@ func (cp *ControlPlane) resolveAll(ctx context.Context, names []string) map[stri
 		}
 		slices.Sort(ips)
 		out[n] = slices.Compact(ips)
+	}
+	return out
+}
+
+// mergeAddrs is the addresses of names: a pass's answer where it has one,
+// else the current one (a name the pass did not know of keeps what
+// SetConfig resolved; a name no longer configured is dropped).
+func mergeAddrs(names []string, pass, current map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(names))
+	for _, n := range names {
+		if a, ok := pass[n]; ok {
+			out[n] = a
+		} else if a, ok := current[n]; ok {
+			out[n] = a
+		}
 	}
 	return out
 }

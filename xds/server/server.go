@@ -59,7 +59,8 @@ type Options struct {
 	// internal/trust.ListenerCredentials).
 	ServerOptions []grpc.ServerOption
 	// NodeGroups, when set, are the node groups each client certificate
-	// identity may subscribe as (security.xds.node_groups; needs mutual TLS).
+	// identity may subscribe as (security.xds.node_groups; needs mutual
+	// TLS) until SetNodeGroups replaces them.
 	NodeGroups []config.NodeGroupGrant
 }
 
@@ -120,8 +121,8 @@ func New(opts Options) *ControlPlane {
 	// ads=false: grpc-go asks for a subset of a type; with ads=true the
 	// cache would wait until every resource is named and never answer.
 	cp.groups = &nodeGroup{grpc: cp.grpcGroup}
-	cp.authz = &nodeAuthorizer{grants: opts.NodeGroups, groups: cp.groups, log: cp.log, streams: map[int64]*streamAuth{}}
-	cp.cache = cachev3.NewSnapshotCache(false, cp.groups, cacheLogger{cp.log})
+	cp.authz = newNodeAuthorizer(opts.NodeGroups, cp.groups, cp.log)
+	cp.cache = cachev3.NewSnapshotCache(false, cacheHash{cp.groups}, cacheLogger{cp.log})
 	if cp.health != nil {
 		cp.state.Unhealthy = unhealthySet(cp.health.BackendHealth())
 		cp.state.Capacity = cp.capacity()
@@ -157,6 +158,26 @@ func (h *nodeGroup) ID(n *corev3Node) string {
 	}
 	return envoy
 }
+
+// envoyCacheKey is the cache key of the Envoy gateway group, whatever
+// envoy.node_cluster calls it (not a valid node cluster, so no group's
+// name). The cache files each watch under its node's key; were that the
+// name, a rename would strand the watches open under the old name and file
+// nodes connecting mid-rename there, and they would get no further push.
+const envoyCacheKey = "(envoy gateway)"
+
+// cacheKey is the cache key of a node group's snapshot.
+func (h *nodeGroup) cacheKey(group string) string {
+	if group == contract.NodeRateLimit || group == contract.NodeExtProc || (group != "" && group == h.grpc) {
+		return group
+	}
+	return envoyCacheKey
+}
+
+// cacheHash is the cache's NodeHash: a node's group's cache key.
+type cacheHash struct{ groups *nodeGroup }
+
+func (h cacheHash) ID(n *corev3Node) string { return h.groups.cacheKey(h.groups.ID(n)) }
 
 // ErrNoConfig: Run was called before a config was set.
 var ErrNoConfig = errors.New("xds: no config set; call SetConfig before Run")
@@ -257,11 +278,12 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 
 	ctx := context.Background()
 	if cp.envoyGroup != "" && cp.envoyGroup != group {
-		cp.cache.ClearSnapshot(cp.envoyGroup)
+		// A rename keeps the cache key (cacheKey): the watches open under
+		// it get the new snapshot below.
 		delete(cp.snaps, cp.envoyGroup)
 	}
 	for _, g := range slices.Sorted(maps.Keys(snaps)) {
-		if err := cp.cache.SetSnapshot(ctx, g, snaps[g]); err != nil {
+		if err := cp.cache.SetSnapshot(ctx, cp.groups.cacheKey(g), snaps[g]); err != nil {
 			return fmt.Errorf("setting snapshot of %s: %w", g, err)
 		}
 		cp.snaps[g] = snaps[g]
@@ -311,7 +333,7 @@ func (cp *ControlPlane) pushEndpointsLocked(changed map[string]bool) error {
 			continue
 		}
 		next := s.with(resource.EndpointType, t)
-		if err := cp.cache.SetSnapshot(context.Background(), g, next); err != nil {
+		if err := cp.cache.SetSnapshot(context.Background(), cp.groups.cacheKey(g), next); err != nil {
 			cp.log.Error("setting endpoints snapshot", "group", g, "err", err)
 			return err
 		}
@@ -365,6 +387,8 @@ func (cp *ControlPlane) Run(ctx context.Context, lis net.Listener) error {
 		grpc.MaxConcurrentStreams(1 << 20),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Lets SetNodeGroups stop the responses of a revoked stream.
+		grpc.ChainStreamInterceptor(guardStreams),
 	}, cp.serverOptions...)...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, srv)

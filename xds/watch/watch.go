@@ -31,18 +31,28 @@ type Options struct {
 	// half written) then keeps it, logged and counted like any rejected
 	// change, instead of ending Run: the save's next write is applied.
 	Serving bool
+	// Retry bounds the wait between attempts at a config that failed to
+	// load (default 30s; the waits double from 1s, or from Retry when that
+	// is shorter). What it lacked may appear without the file changing: a
+	// file: secret whose Secret volume is updated after the ConfigMap, an
+	// env: variable.
+	Retry time.Duration
 }
 
 // Run loads path, calls apply, then calls it again for every change until ctx
 // is done. A config that fails to load or that apply refuses is logged and
-// counted, and the previous one stays in force. The first load's error is
-// returned (nothing to serve yet) unless Options.Serving.
+// counted, and the previous one stays in force; one that failed to load is
+// tried again (Options.Retry) until it loads or the file changes. The first
+// load's error is returned (nothing to serve yet) unless Options.Serving.
 func Run(ctx context.Context, path string, apply func(*config.Config) error, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = 30 * time.Second
 	}
 	log := opts.Logger.With("path", path)
 	m := newMetrics(opts.Registerer)
@@ -59,12 +69,34 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 		return fmt.Errorf("watching %s: %w", filepath.Dir(abs), err)
 	}
 
-	last, err := fingerprint(abs)
-	if err != nil && !opts.Serving {
-		return fmt.Errorf("reading config: %w", err)
-	}
-	if err := reload(abs, apply, opts.Load, log, m); err != nil && !opts.Serving {
+	l := &loader{path: abs, apply: apply, opts: opts.Load, log: log, m: m,
+		firstWait: min(time.Second, opts.Retry), maxWait: opts.Retry}
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	load := func() error {
+		wait, err := l.load()
+		if retry != nil {
+			retry.Stop()
+		}
+		retryC = nil
+		if wait > 0 {
+			retry = time.NewTimer(wait)
+			retryC = retry.C
+		}
 		return err
+	}
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	if err := load(); err != nil {
+		if !opts.Serving {
+			return err
+		}
+		if errors.Is(err, errUnreadable) {
+			log.Warn("config file unreadable; keeping the current config", "err", err)
+		}
 	}
 
 	var timer *time.Timer
@@ -93,17 +125,12 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 			fire = timer.C
 		case <-fire:
 			fire = nil
-			fp, err := fingerprint(abs)
-			if err != nil {
+			if err := load(); errors.Is(err, errUnreadable) {
 				// Mid-rename or deleted: wait for the next event.
 				log.Warn("config file unreadable; keeping the current config", "err", err)
-				continue
 			}
-			if fp == last {
-				continue // touched, not changed
-			}
-			last = fp
-			_ = reload(abs, apply, opts.Load, log, m)
+		case <-retryC:
+			_ = load()
 		}
 	}
 }
@@ -122,21 +149,73 @@ func relevant(ev fsnotify.Event, abs string) bool {
 	return base == "..data" || (len(base) > 2 && base[:2] == "..")
 }
 
-func reload(path string, apply func(*config.Config) error, load config.Options, log *slog.Logger, m *metrics) error {
-	cfg, err := config.Load(path, load)
+var errUnreadable = errors.New("reading config")
+
+// loader loads the file and remembers what came of it: only the content
+// applied is skipped when a save changes nothing, and content that failed
+// to load is tried again with a bounded backoff, logged again only when its
+// error changes. Content apply refused is not retried: that verdict is the
+// content's (the control plane's translation), not the environment's.
+type loader struct {
+	path               string
+	apply              func(*config.Config) error
+	opts               config.Options
+	log                *slog.Logger
+	m                  *metrics
+	firstWait, maxWait time.Duration
+
+	applied  *string // content in force
+	rejected *string // content last rejected
+	refused  bool    // by apply (else it failed to load)
+	lastErr  string  // its last error
+	wait     time.Duration
+}
+
+// load applies the file unless its content is in force or was refused, and
+// returns how long to wait before trying again (0: not to).
+func (l *loader) load() (time.Duration, error) {
+	fp, err := fingerprint(l.path)
 	if err != nil {
-		m.rejected.Inc()
-		log.Error("config rejected; keeping the current config", "err", err)
-		return err
+		return 0, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
-	if err := apply(cfg); err != nil {
-		m.rejected.Inc()
-		log.Error("config not applied; keeping the current config", "err", err)
-		return err
+	if l.applied != nil && fp == *l.applied {
+		l.rejected = nil // a rejected edit undone
+		return 0, nil
 	}
-	m.reloads.Inc()
-	log.Info("config loaded")
-	return nil
+	again := l.rejected != nil && fp == *l.rejected
+	if again && l.refused {
+		return 0, nil // touched, not changed
+	}
+	cfg, err := config.Load(l.path, l.opts)
+	refused := false
+	if err == nil {
+		err = l.apply(cfg)
+		refused = err != nil
+	}
+	if err == nil {
+		l.applied, l.rejected = &fp, nil
+		l.m.reloads.Inc()
+		l.log.Info("config loaded")
+		return 0, nil
+	}
+	if !again {
+		l.m.rejected.Inc() // once per content: a version of the file
+		l.wait = 0
+	}
+	switch {
+	case refused:
+		l.log.Error("config not applied; keeping the current config", "err", err)
+	case !again || err.Error() != l.lastErr:
+		l.log.Error("config rejected; keeping the current config", "err", err)
+	default:
+		l.log.Debug("config still rejected", "err", err)
+	}
+	l.rejected, l.refused, l.lastErr = &fp, refused, err.Error()
+	if refused {
+		return 0, err
+	}
+	l.wait = min(max(2*l.wait, l.firstWait), l.maxWait)
+	return l.wait, err
 }
 
 // fingerprint is the file's content (resolved through symlinks); configs

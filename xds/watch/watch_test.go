@@ -3,9 +3,11 @@ package watch
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,12 +33,16 @@ type harness struct {
 	reg     *prometheus.Registry
 }
 
-func start(t *testing.T, refuse func(*config.Config) error) *harness {
+func start(t *testing.T, refuse func(*config.Config) error, retry ...time.Duration) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{t: t, path: filepath.Join(dir, "gateway.yaml"), applied: make(chan string, 16), reg: prometheus.NewRegistry()}
 	if err := os.WriteFile(h.path, []byte(cfgYAML("m1")), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	opts := Options{Load: config.Options{SkipSecrets: true}, Registerer: h.reg, Debounce: 20 * time.Millisecond}
+	if len(retry) > 0 {
+		opts.Retry = retry[0]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -49,7 +55,7 @@ func start(t *testing.T, refuse func(*config.Config) error) *harness {
 			}
 			h.applied <- c.Models[0].Name
 			return nil
-		}, Options{Load: config.Options{SkipSecrets: true}, Registerer: h.reg, Debounce: 20 * time.Millisecond})
+		}, opts)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -198,4 +204,124 @@ func TestWatchFirstLoadFailsWhileServing(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// logRecorder keeps every log record.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec)
+	return nil
+}
+
+func (r *logRecorder) count(level slog.Level, msg string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.recs {
+		if rec.Level == level && rec.Message == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWatchRetriesUntilSecretsResolve: a config naming a secret that is not
+// there yet is rejected once (one log line, one count) and tried again,
+// quietly, without the file changing; it is applied once the secret
+// appears.
+func TestWatchRetriesUntilSecretsResolve(t *testing.T) {
+	secretDir := t.TempDir() // not the watched directory: its changes are not seen
+	var envMu sync.Mutex
+	env := map[string]string{"K": "old-key"}
+	for _, tc := range []struct {
+		name    string
+		secret  string
+		provide func(t *testing.T)
+	}{
+		{"file secret written later", "file:" + filepath.Join(secretDir, "new-key"), func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(secretDir, "new-key"), []byte("s3cret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"env variable set later", "env:NEW_KEY", func(*testing.T) {
+			envMu.Lock()
+			env["NEW_KEY"] = "s3cret"
+			envMu.Unlock()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &logRecorder{}
+			h := &harness{t: t, path: filepath.Join(t.TempDir(), "gateway.yaml"), applied: make(chan string, 16), reg: prometheus.NewRegistry()}
+			if err := os.WriteFile(h.path, []byte(cfgYAML("m1")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			lookup := func(k string) (string, bool) {
+				envMu.Lock()
+				defer envMu.Unlock()
+				v, ok := env[k]
+				return v, ok
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, h.path, func(c *config.Config) error { h.applied <- c.Models[0].Name; return nil },
+					Options{Load: config.Options{LookupEnv: lookup}, Logger: slog.New(rec), Registerer: h.reg,
+						Debounce: 20 * time.Millisecond, Retry: 40 * time.Millisecond})
+			}()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+			h.expect("m1")
+
+			h.renameSave(strings.Replace(cfgYAML("m2"), "env:K", tc.secret, 1))
+			h.waitRejected(1)
+			for deadline := time.Now().Add(10 * time.Second); rec.count(slog.LevelDebug, "config still rejected") < 2; {
+				if time.Now().After(deadline) {
+					t.Fatal("the rejected config was not tried again")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			tc.provide(t)
+			h.expect("m2")
+			if n := h.rejected(); n != 1 {
+				t.Errorf("rejections counted %v, want 1 (one file version)", n)
+			}
+			if n := rec.count(slog.LevelError, "config rejected; keeping the current config"); n != 1 {
+				t.Errorf("rejection logged %d times, want once", n)
+			}
+		})
+	}
+}
+
+// TestWatchRefusedNotRetried: a config apply refuses is the content's
+// fault: it is not tried again until the file changes.
+func TestWatchRefusedNotRetried(t *testing.T) {
+	refusals := make(chan struct{}, 16)
+	h := start(t, func(c *config.Config) error {
+		if c.Models[0].Name == "bad" {
+			refusals <- struct{}{}
+			return errors.New("translation failed")
+		}
+		return nil
+	}, 20*time.Millisecond)
+	h.renameSave(cfgYAML("bad"))
+	<-refusals
+	time.Sleep(200 * time.Millisecond) // ten retry periods
+	if n := len(refusals); n != 0 {
+		t.Errorf("refused config applied %d more times", n)
+	}
+	h.renameSave(cfgYAML("good"))
+	h.expect("good")
 }
