@@ -57,6 +57,7 @@ func TestChatMessagesRequestRefusals(t *testing.T) {
 		{`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"x","input":"y"}}]}]}`, "messages[0].tool_calls[0].type"},
 		{`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"x","arguments":"{broken"}}]}]}`, "messages[0].tool_calls[0].function.arguments"},
 		{`{"messages":[{"role":"critic","content":"x"}]}`, "messages[0].role"},
+		{`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure."},{"role":"system","content":"s"},{"role":"assistant","content":""}]}`, "messages[1].role"},
 		{`{"messages":"hello"}`, "messages"},
 		{`{"messages":[{"role":"user","content":"hi"}],"user":5}`, "user"},
 		{`{"messages":[{"role":7}]}`, "messages.role"},
@@ -178,7 +179,7 @@ func FuzzChatMessagesRequest(f *testing.F) {
 }
 
 func FuzzChatMessagesResponseSSE(f *testing.F) {
-	for _, name := range []string{"stream_text_usage", "stream_tool_use", "stream_overloaded_error", "thinking_dropped"} {
+	for _, name := range []string{"stream_text_usage", "stream_tool_use", "stream_tool_use_no_arguments", "stream_overloaded_error", "thinking_dropped"} {
 		if b, err := readChatMessagesCase(name, "response.in.sse"); err == nil {
 			f.Add(b, uint8(7), true)
 		}

@@ -282,6 +282,7 @@ func mapTools(in *chatRequest, out *anthropic.Request) error {
 // turns (consecutive turns of one role merge).
 func mapMessages(msgs []chatMessage, out *anthropic.Request) error {
 	var system []string
+	last := 0 // the message that wrote the last turn
 	for i := range msgs {
 		m := &msgs[i]
 		p := "messages[" + strconv.Itoa(i) + "]"
@@ -321,11 +322,18 @@ func mapMessages(msgs []chatMessage, out *anthropic.Request) error {
 		if len(blocks) == 0 {
 			continue // nothing to say: Anthropic refuses an empty turn
 		}
+		last = i
 		if n := len(out.Messages); n > 0 && out.Messages[n-1].Role == role {
 			out.Messages[n-1].Content = append(out.Messages[n-1].Content, blocks...)
 		} else {
 			out.Messages = append(out.Messages, anthropic.MessageParam{Role: role, Content: blocks})
 		}
+	}
+	if n := len(out.Messages); n > 0 && out.Messages[n-1].Role == "assistant" {
+		// Anthropic continues a final assistant turn (a prefill, and a 400
+		// if it ends in white space); chat answers after it.
+		return refuse("messages["+strconv.Itoa(last)+"].role",
+			"a final assistant message has no equivalent in Anthropic Messages, which would continue it (a prefill) instead of answering after it")
 	}
 	for i := range out.Messages {
 		if out.Messages[i].Role == "user" {

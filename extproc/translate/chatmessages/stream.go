@@ -22,11 +22,22 @@ type sseResponse struct {
 
 	prefix  []byte // `{"id":…,"object":"chat.completion.chunk","created":…,"model":…`
 	tokens  tokenCounts
-	tools   []int // content block index → tool call index + 1 (0: not a tool)
+	tools   []toolBlock // by content block index
+	inputs  []byte      // the non-empty content_block_start inputs, as JSON strings
 	ntools  int
 	started bool // the prefix is set
 	done    bool // message_stop or an error written: nothing more is sent
 	ended   bool // data: [DONE] written: the client has the whole answer
+}
+
+// toolBlock is what a stream keeps of a content block that may be a tool
+// call.
+type toolBlock struct {
+	call int  // the tool call index + 1 (0: not a tool call)
+	sent bool // argument bytes were sent
+	// input is the block's content_block_start input, inputs[input[0]:input[1]]
+	// (empty for {}): the arguments when no input_json_delta follows.
+	input [2]int
 }
 
 // streamEvent is what one stream event holds for the client, as raw
@@ -101,8 +112,15 @@ func (s *sseResponse) event(ev translate.Event) error {
 		s.messageStart(e.message)
 	case `"content_block_start"`:
 		s.blockStart(&e)
+	case `"content_block_stop"`:
+		if index, ok := chatMessagesInt(e.index); ok && index < int64(len(s.tools)) {
+			s.endArguments(&s.tools[index])
+		}
 	case `"message_delta"`:
 		s.start(nil, nil)
+		for i := range s.tools { // a backend that left a block unstopped
+			s.endArguments(&s.tools[i])
+		}
 		s.tokens.read(e.usage)
 		var stop []byte
 		for m := (chatMessagesMembers{b: e.delta}); m.next(); {
@@ -143,7 +161,7 @@ func (s *sseResponse) event(ev translate.Event) error {
 		s.out = s.appendError(s.out, v.Type, v.Message)
 		s.done = true
 	}
-	// content_block_stop, ping and unknown types carry nothing for the client.
+	// ping and unknown types carry nothing for the client.
 	return nil
 }
 
@@ -252,18 +270,14 @@ func (s *sseResponse) delta(e *streamEvent) {
 		s.out = append(s.out, chunkClose...)
 	case `"input_json_delta"`:
 		index, ok := chatMessagesInt(e.index)
-		if !ok || index >= int64(len(s.tools)) || s.tools[index] == 0 {
+		if !ok || index >= int64(len(s.tools)) || s.tools[index].call == 0 {
 			return
 		}
 		if len(partial) <= 2 || !chatMessagesIsString(partial) {
 			return
 		}
-		s.out = s.appendChunkOpen(s.out)
-		s.out = append(s.out, `{"tool_calls":[{"index":`...)
-		s.out = strconv.AppendInt(s.out, int64(s.tools[index]-1), 10)
-		s.out = append(s.out, `,"function":{"arguments":`...)
-		s.out = append(s.out, partial...)
-		s.out = append(s.out, `}}]`+chunkClose...)
+		s.tools[index].sent = true
+		s.appendArguments(s.tools[index].call, partial)
 	}
 	// thinking_delta, signature_delta, citations_delta: not the client's.
 }
@@ -274,7 +288,7 @@ const maxBlocks = 4096
 
 func (s *sseResponse) blockStart(e *streamEvent) {
 	s.start(nil, nil)
-	var typ, id, name, text []byte
+	var typ, id, name, text, input []byte
 	for m := (chatMessagesMembers{b: e.block}); m.next(); {
 		switch string(m.key) {
 		case "type":
@@ -285,6 +299,8 @@ func (s *sseResponse) blockStart(e *streamEvent) {
 			name = m.val
 		case "text":
 			text = m.val
+		case "input":
+			input = m.val
 		}
 	}
 	switch string(typ) {
@@ -294,10 +310,10 @@ func (s *sseResponse) blockStart(e *streamEvent) {
 			return
 		}
 		for int64(len(s.tools)) <= index {
-			s.tools = append(s.tools, 0)
+			s.tools = append(s.tools, toolBlock{})
 		}
 		s.ntools++
-		s.tools[index] = s.ntools
+		s.tools[index] = toolBlock{call: s.ntools, input: s.startInput(input)}
 		s.out = s.appendChunkOpen(s.out)
 		s.out = append(s.out, `{"tool_calls":[{"index":`...)
 		s.out = strconv.AppendInt(s.out, int64(s.ntools-1), 10)
@@ -316,6 +332,49 @@ func (s *sseResponse) blockStart(e *streamEvent) {
 		}
 	}
 	// thinking, redacted_thinking, server tool blocks: not the client's.
+}
+
+// startInput keeps a content_block_start input that is not {} (Anthropic
+// sends {} and streams the input; some compatible backends send it whole
+// here) as the JSON string the client would get, and returns its span in
+// s.inputs.
+func (s *sseResponse) startInput(input []byte) [2]int {
+	if len(input) == 0 || input[0] != '{' || string(input) == "{}" {
+		return [2]int{}
+	}
+	args := compactInput(input)
+	if args == "{}" {
+		return [2]int{}
+	}
+	start := len(s.inputs)
+	s.inputs = jsonstr.Append(s.inputs, args)
+	return [2]int{start, len(s.inputs)}
+}
+
+// endArguments sends the arguments of a tool block that streamed none:
+// its start input, or {}. A chat client parses arguments as JSON, and ""
+// (a tool without parameters) is not.
+func (s *sseResponse) endArguments(b *toolBlock) {
+	if b.call == 0 || b.sent {
+		return
+	}
+	b.sent = true
+	if b.input[1] > b.input[0] {
+		s.appendArguments(b.call, s.inputs[b.input[0]:b.input[1]])
+	} else {
+		s.appendArguments(b.call, []byte(`"{}"`))
+	}
+}
+
+// appendArguments writes a chunk with a tool call's next arguments (a raw
+// JSON string); call is the tool call index + 1.
+func (s *sseResponse) appendArguments(call int, args []byte) {
+	s.out = s.appendChunkOpen(s.out)
+	s.out = append(s.out, `{"tool_calls":[{"index":`...)
+	s.out = strconv.AppendInt(s.out, int64(call-1), 10)
+	s.out = append(s.out, `,"function":{"arguments":`...)
+	s.out = append(s.out, args...)
+	s.out = append(s.out, `}}]`+chunkClose...)
 }
 
 // appendRawString appends a raw JSON string literal, or ""

@@ -42,9 +42,12 @@ func anthropicUsage(u *openai.Usage) anthropic.Usage {
 }
 
 // stopReason maps a chat finish_reason to a Messages
-// stop_reason. Chat does not say which stop sequence ended the answer, so
-// a stop sequence reads as end_turn.
-func stopReason(finish string) string {
+// stop_reason; called says the answer has a tool call. Chat does not say
+// which stop sequence ended the answer, so a stop sequence reads as
+// end_turn. Some backends (OpenAI with a named tool_choice, vLLM, Ollama,
+// Gemini) end tool calls with stop: an answer with a tool_use block that
+// stopped is tool_use, or the client never runs the tool.
+func stopReason(finish string, called bool) string {
 	switch finish {
 	case "length":
 		return "max_tokens"
@@ -52,6 +55,9 @@ func stopReason(finish string) string {
 		return "tool_use"
 	case "content_filter":
 		return "refusal"
+	}
+	if called {
+		return "tool_use"
 	}
 	return "end_turn"
 }
@@ -118,7 +124,8 @@ func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 			break
 		}
 	}
-	stop := stopReason(c.FinishReason)
+	called := len(c.Message.ToolCalls) > 0 || c.Message.FunctionCall != nil
+	stop := stopReason(c.FinishReason, called)
 	m := anthropic.Message{
 		ID: messageID(a.ID, r.o.RequestID), Type: "message", Role: "assistant", Model: a.Model,
 		Content: []any{}, StopReason: &stop,

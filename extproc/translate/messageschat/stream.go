@@ -304,7 +304,7 @@ func (s *sseResponse) closeBlock() {
 func (s *sseResponse) stop() {
 	s.closeBlock()
 	s.out = append(s.out, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
-	s.out = append(s.out, stopReason(s.finish)...)
+	s.out = append(s.out, stopReason(s.finish, len(s.tools) > 0)...)
 	s.out = append(s.out, "\",\"stop_sequence\":null},\"usage\":{"...)
 	var usage openai.Usage
 	if len(s.usage) == 0 || json.Unmarshal(s.usage, &usage) != nil {

@@ -126,6 +126,8 @@ func TestStreamDoneAtTheClientsLastEvent(t *testing.T) {
 			[]string{chatContent, chatFinish, chatDone}, true, 2},
 		{"Responses on chat: cut", config.FamilyResponses, config.FamilyChatCompletions,
 			[]string{chatContent, chatContent}, false, -1},
+		{"Responses on chat: [DONE] without a finish is response.failed", config.FamilyResponses, config.FamilyChatCompletions,
+			[]string{chatContent, chatDone}, false, 1},
 		{"Responses on chat: error chunk is response.failed", config.FamilyResponses, config.FamilyChatCompletions,
 			[]string{chatContent, chatError}, false, 1},
 		{"chat on Messages: [DONE] at message_stop", config.FamilyChatCompletions, config.FamilyAnthropicMessages,

@@ -187,15 +187,23 @@ func translateRequest(body []byte, o translate.RequestOptions) ([]byte, error) {
 	b = jsonstr.Append(b, model)
 	b = append(b, `,"messages":`...)
 	b = appendMessages(b, msgs)
+	mark := len(b)
 	if b, err = appendTools(b, r.Tools, o); err != nil {
 		return nil, err
 	}
+	tools := len(b) > mark
 	if !isNull(r.ToolChoice) {
+		mark = len(b)
 		if b, err = appendToolChoice(b, r.ToolChoice, o.Hosted); err != nil {
 			return nil, err
 		}
+		if !tools {
+			// Checked, but not sent: OpenAI refuses a tool_choice
+			// without tools (none given, or every one dropped).
+			b = b[:mark]
+		}
 	}
-	if b, err = appendOptions(b, &r, o); err != nil {
+	if b, err = appendOptions(b, &r, o, tools); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
@@ -224,11 +232,12 @@ func refuseState(r *responsesRequest) error {
 }
 
 // appendOptions appends the request's options after its tools:
-// parallel_tool_calls, the text format, the reasoning effort, the output
-// cap, sampling, the end user and streaming.
-func appendOptions(b []byte, r *responsesRequest, o translate.RequestOptions) ([]byte, error) {
+// parallel_tool_calls (only with tools, which OpenAI requires of it), the
+// text format, the reasoning effort, the output cap, sampling, the end
+// user and streaming.
+func appendOptions(b []byte, r *responsesRequest, o translate.RequestOptions, tools bool) ([]byte, error) {
 	var err error
-	if r.ParallelToolCalls != nil {
+	if r.ParallelToolCalls != nil && tools {
 		b = append(b, `,"parallel_tool_calls":`...)
 		b = strconv.AppendBool(b, *r.ParallelToolCalls)
 	}

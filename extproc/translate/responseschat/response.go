@@ -429,16 +429,17 @@ func (r *jsonResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	return res.appendResponse(dst), nil
 }
 
-func callItemID(base string, chatIndex int) string {
-	return "fc_" + base + "_" + fmt.Sprint(chatIndex)
+// callItemID names the answer's n-th function_call item.
+func callItemID(base string, n int) string {
+	return "fc_" + base + "_" + fmt.Sprint(n)
 }
 
 // callIDOf is the call id the client answers with: the chat
-// tool call's id, or one derived from the answer when the backend sent
-// none.
-func callIDOf(id, base string, chatIndex int) string {
+// tool call's id, or one derived from the answer (n: the call's order)
+// when the backend sent none.
+func callIDOf(id, base string, n int) string {
 	if id != "" {
 		return id
 	}
-	return "call_" + base + "_" + fmt.Sprint(chatIndex)
+	return "call_" + base + "_" + fmt.Sprint(n)
 }

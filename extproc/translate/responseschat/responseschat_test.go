@@ -46,6 +46,12 @@ func TestResponsesChatStreamShapes(t *testing.T) {
 				chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`) +
 				chunk(`{"tool_calls":[{"index":1,"function":{"arguments":"2}"}}]}`) + finish,
 			[]string{`"id":"fc_x_0","call_id":"call_a","name":"f","arguments":"{\"x\":1}"`, `"id":"fc_x_1","call_id":"call_b","name":"g","arguments":"{\"y\":2}"`}},
+		{"a new id under the same index opens another call",
+			chunk(`{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"f","arguments":"{\"x\":"}}]}`) +
+				chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`) +
+				chunk(`{"tool_calls":[{"index":0,"id":"call_b","function":{"name":"g","arguments":"{\"y\":"}}]}`) +
+				chunk(`{"tool_calls":[{"index":0,"id":"call_b","function":{"arguments":"2}"}}]}`) + finish,
+			[]string{`"id":"fc_x_0","call_id":"call_a","name":"f","arguments":"{\"x\":1}"`, `"id":"fc_x_1","call_id":"call_b","name":"g","arguments":"{\"y\":2}"`}},
 		{"text after a call opens another message",
 			chunk(`{"content":"a"}`) + chunk(`{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{}"}}]}`) + chunk(`{"content":"b"}`) + finish,
 			[]string{`"id":"msg_x",`, `"call_id":"call_x_0"`, `"id":"msg_x_2",`}},

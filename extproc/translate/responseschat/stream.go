@@ -63,17 +63,24 @@ func (s *sseResponse) Write(dst, chunk []byte, end bool) ([]byte, error) {
 	s.out = dst
 	err := s.events.Feed(chunk, end, s.onEvt)
 	if err == nil && end && !s.done {
-		if !s.started {
-			s.start()
-		}
-		if s.finishing {
-			s.complete()
-		} else {
-			s.fail("server_error", "the backend's stream ended before its answer was complete")
-		}
+		s.last()
 	}
 	dst, s.out = s.out, nil
 	return dst, err
+}
+
+// last writes the final event at the backend's [DONE] or the stream's
+// end: response.completed (or .incomplete) after a finish_reason, else
+// response.failed, as the answer was cut short.
+func (s *sseResponse) last() {
+	if !s.started {
+		s.start()
+	}
+	if s.finishing {
+		s.complete()
+	} else {
+		s.fail("server_error", "the backend's stream ended before its answer was complete")
+	}
 }
 
 func (s *sseResponse) event(e translate.Event) error {
@@ -81,10 +88,7 @@ func (s *sseResponse) event(e translate.Event) error {
 		return nil
 	}
 	if string(e.Data) == "[DONE]" {
-		if !s.started {
-			s.start()
-		}
-		s.complete()
+		s.last()
 		return nil
 	}
 	// Most chunks are one delta: read without encoding/json.
@@ -330,22 +334,28 @@ func (s *sseResponse) closeMessage(status string) {
 }
 
 // toolCall translates one tool call delta (args escaped JSON string
-// contents): the first of its index opens a function_call item.
+// contents): the first of its index opens a function_call item, and so
+// does a new id under an index already seen (some backends number every
+// call 0). Items are named by their order among the calls, as in a JSON
+// answer, so two calls under one index do not share an id.
 func (s *sseResponse) toolCall(index int, id, name string, args []byte) {
 	i := -1
-	for _, k := range s.calls {
-		if s.res.items[k].chatIndex == index {
-			i = k
+	for k := len(s.calls) - 1; k >= 0; k-- { // the latest call of the index
+		if it := &s.res.items[s.calls[k]]; it.chatIndex == index {
+			if id == "" || id == it.callID {
+				i = s.calls[k]
+			}
 			break
 		}
 	}
 	if i < 0 {
 		s.closeMessage("completed")
 		i = len(s.res.items)
+		n := len(s.calls)
 		s.calls = append(s.calls, i)
 		s.res.items = append(s.res.items, outputItem{
-			kind: callItem, id: callItemID(s.base, index), status: "in_progress",
-			chatIndex: index, callID: callIDOf(id, s.base, index), name: name,
+			kind: callItem, id: callItemID(s.base, n), status: "in_progress",
+			chatIndex: index, callID: callIDOf(id, s.base, n), name: name,
 			textPart: -1, refusalPart: -1,
 		})
 		s.itemEvent("response.output_item.added", i, false)
@@ -365,11 +375,8 @@ func (s *sseResponse) toolCall(index int, id, name string, args []byte) {
 }
 
 // complete closes every open item and writes response.completed (or
-// response.incomplete).
+// response.incomplete), after a finish_reason.
 func (s *sseResponse) complete() {
-	if s.res.status == "in_progress" {
-		s.res.status = "completed" // [DONE] without a finish_reason
-	}
 	s.closeMessage(s.res.itemStatus())
 	for _, i := range s.calls {
 		it := &s.res.items[i]
