@@ -78,8 +78,9 @@ func (k *keysThenRoom) Available([]string) (bool, time.Duration) {
 func (k *keysThenRoom) Failing([]string) bool { return false }
 
 // A request that waited in the admission queue and is refused at the end
-// of its wait is told the time left now, not what was left when it began
-// to wait.
+// of its wait is told the later of the queue's figure (its place in line
+// counted at the deadline) and the keys' time left now, not what was left
+// when it began to wait.
 func TestQueueTimeoutRetryAfterIsFresh(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Admission.MaxWait = config.Duration{Duration: 5 * time.Second}
@@ -90,15 +91,17 @@ func TestQueueTimeoutRetryAfterIsFresh(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		keys  extproc.KeyPicker
+		queue time.Duration
 		retry string
 	}{
-		{"keys still out", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, false}, "3"},
+		{"keys out longer than the line", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, false}, time.Second, "3"},
+		{"line longer than the keys are out", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, false}, 9 * time.Second, "9"},
 		// The keys have room (others were ahead, or the pace): the
 		// queue's own figure stands.
-		{"keys have room", &keysThenRoom{KeyPicker: wire.Keys(pools)}, "9"},
+		{"keys have room", &keysThenRoom{KeyPicker: wire.Keys(pools)}, 9 * time.Second, "9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := queueAnswer{extproc.QueueResult{Reason: "timeout", Waited: 5 * time.Second, RetryAfter: 9 * time.Second}}
+			q := queueAnswer{extproc.QueueResult{Reason: "timeout", Waited: 5 * time.Second, RetryAfter: tc.queue}}
 			srv, err := extproc.New(extproc.Options{Config: cfg, Keys: tc.keys, Usage: wire.Usage(), Queue: q})
 			if err != nil {
 				t.Fatal(err)

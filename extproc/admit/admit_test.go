@@ -298,9 +298,23 @@ func TestWait(t *testing.T) {
 		{name: "failing is not queued", maxWait: "5s", keys: keys{failing: true, retry: 2 * time.Second}, queue: &admit.QueueResult{Admitted: true},
 			status: 503, code: "upstream_keys_exhausted", retryAfter: 2 * time.Second},
 		{name: "queued and admitted", maxWait: "5s", keys: keys{retry: time.Second}, queue: &admit.QueueResult{Admitted: true}, class: "fast"},
-		{name: "queued, waited out, keys still out", maxWait: "5s", keys: keys{retry: 4 * time.Second},
-			queue:  &admit.QueueResult{Waited: 3 * time.Second, Reason: "timeout", RetryAfter: 9 * time.Second},
+		// A wait that ended: the later of the queue's place (a paced order)
+		// and the keys' reopening now. Before, the keys' figure replaced the
+		// queue's: 300 ahead at 5/s told the client 1 s.
+		{name: "queued, waited out, place after the keys", maxWait: "5s", keys: keys{retry: 4 * time.Second},
+			queue:  &admit.QueueResult{Waited: 3 * time.Second, Reason: "timeout", RetryAfter: 60 * time.Second},
+			status: 429, code: "upstream_keys_exhausted", retryAfter: 60 * time.Second, class: "fast"},
+		{name: "queued, waited out, keys later than the place", maxWait: "5s", keys: keys{retry: 4 * time.Second},
+			queue:  &admit.QueueResult{Waited: 3 * time.Second, Reason: "timeout", RetryAfter: time.Second},
 			status: 429, code: "upstream_keys_exhausted", retryAfter: 4 * time.Second, class: "fast"},
+		// Refusals at once keep their own Retry-After (the queue reports how
+		// long they took, so Waited is set).
+		{name: "sessions full", maxWait: "5s", keys: keys{retry: time.Second},
+			queue:  &admit.QueueResult{Waited: time.Millisecond, Reason: "sessions_full", RetryAfter: 4 * time.Second},
+			status: 429, code: "upstream_keys_exhausted", retryAfter: 4 * time.Second, class: "fast"},
+		{name: "queue full after a session's look-up", maxWait: "5s", keys: keys{retry: 3 * time.Second},
+			queue:  &admit.QueueResult{Waited: time.Millisecond, Reason: "queue_full", RetryAfter: 2 * time.Second},
+			status: 429, code: "upstream_keys_exhausted", retryAfter: 2 * time.Second, class: "fast"},
 		{name: "queue full at once", maxWait: "5s", keys: keys{retry: time.Second}, queue: &admit.QueueResult{Reason: "full", RetryAfter: 2 * time.Second},
 			status: 429, code: "upstream_keys_exhausted", retryAfter: 2 * time.Second, class: "fast"},
 	}

@@ -119,12 +119,15 @@ func (a *Admitter) exhausted(f *Facts, retry time.Duration, failing bool) *Refus
 // waitedOut is the refusal of a request the queue did not admit.
 func (a *Admitter) waitedOut(f *Facts, res QueueResult) *Refusal {
 	retry := res.RetryAfter
-	if res.Waited > 0 {
-		// The queue's figure is as old as its last look at the keys (a
-		// waiter behind the first looks only when the wait begins): when
-		// the keys are still out, what they say now is the time left.
+	if res.Reason == "timeout" {
+		// A wait that ended: the later of the queue's figure (its place in
+		// a paced order, which the keys know nothing of) and the keys'
+		// reopening as they see it now. A refusal at once (queue_full,
+		// sessions_full, too_long) keeps its own: replacing it with the
+		// keys' told a client refused for its session bound to come back
+		// in a second.
 		if ok, ra := a.keysReady(f); !ok {
-			retry = ra
+			retry = max(retry, ra)
 		}
 	}
 	if _, ok := a.pinnedKeys(f); ok {

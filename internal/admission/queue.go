@@ -82,9 +82,10 @@ type Options struct {
 	// each key's own pace spaces the picks (keypool/keypace.go).
 	Burst int
 	// Sessions, when set, puts the calls of sessions under way first and
-	// bounds how many are under way (sessions.go). SessionIdle ends a
-	// session without an admitted call (default 5s); MaxSessions bounds
-	// them (0: pace × SessionSpan; SessionSpan 0: unbounded).
+	// bounds how many are under way on each scope (sessions.go).
+	// SessionIdle ends a session without an admitted call (default 5s);
+	// MaxSessions bounds them (0: the scope's pace × SessionSpan;
+	// SessionSpan 0: unbounded).
 	Sessions    SessionStore
 	SessionIdle time.Duration
 	SessionSpan time.Duration
@@ -208,12 +209,13 @@ func (q *Queue) Admit(ctx context.Context, req Request, capacity Capacity) Resul
 	if !res.Admitted && req.newSession {
 		q.endSession(req)
 	}
-	if res.Admitted && time.Since(start) > q.opts.Poll && !q.sessionsDown() {
-		// Begin stamped the session when the call arrived; a call that
-		// waited stamps it again when admitted (admitted at once, the
-		// arrival's stamp stands: one Redis round trip less per call).
+	if res.Admitted && (req.underWay || time.Since(start) > q.opts.Poll) && !q.sessionsDown() {
+		// Only an admitted call keeps a session under way: Begin does not
+		// renew one (a client retrying refused calls held its place for
+		// good). A session started by this call and admitted at once
+		// keeps the stamp of its start.
 		sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
-		if err := q.opts.Sessions.Touch(sctx, req.Session, q.opts.SessionIdle); err != nil && ctx.Err() == nil {
+		if err := q.opts.Sessions.Touch(sctx, req.Scope, req.Session, q.opts.SessionIdle); err != nil && ctx.Err() == nil {
 			q.sessionsFailed(err)
 		}
 		cancel()
@@ -245,6 +247,13 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 			q.leave(order, &w.t)
 			return q.cancelled(req, start)
 		}
+		// Failing closed: a step that timed out may still run in Redis and
+		// join the ticket, which would then hold a place ahead of every
+		// replica's waiters until its deadline (admission only within the
+		// lead of the front). (Failing open, step took it out and went on
+		// in the local order.)
+		t := w.t
+		go q.leaveShared(order, &t)
 		return q.refuse(req, ReasonOrderDown, ra, start)
 	}
 	if d.Admitted {
@@ -270,7 +279,7 @@ func (q *Queue) admit(ctx context.Context, req Request, capacity Capacity) Resul
 	}
 	q.opts.Metrics.waiting(req, 1)
 	defer q.opts.Metrics.waiting(req, -1)
-	return q.wait(ctx, w, order, capacity, stepState{d: d, ready: ready, ra: ra, pace: pace}, head)
+	return q.wait(ctx, w, order, capacity, stepState{d: d, ready: ready, ra: ra, pace: pace, at: time.Now()}, head)
 }
 
 // stepState is the last order step of a waiting request and the capacity
@@ -280,6 +289,8 @@ type stepState struct {
 	ready bool
 	ra    time.Duration
 	pace  Pace
+	// at is when the step was taken (zero: now).
+	at time.Time
 }
 
 // wait holds enqueued waiter w until the order admits it, its maximum
@@ -313,7 +324,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 				return q.admitted(w, paced)
 			}
 			q.leave(order, &w.t)
-			return q.refuse(req, ReasonTimeout, last.timeoutRetry(), start)
+			return q.refuse(req, ReasonTimeout, q.timedOut(capacity, &last), start)
 		case <-w.granted:
 			return q.admitted(w, paced)
 		case <-turn:
@@ -333,6 +344,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, order Order, capacity Capac
 		shared := order
 		last.ready, last.ra, last.pace = q.capacity(capacity)
 		last.d, err = q.step(ctx, &order, &w.t, tickets(batch), last.pace, last.ready)
+		last.at = time.Now()
 		q.endStep(w, batch, last.d)
 		if err != nil {
 			q.leave(order, &w.t)
@@ -428,13 +440,33 @@ func (q *Queue) pollInterval(head bool, last *stepState) time.Duration {
 
 // timeoutRetry is the Retry-After of a request that waited its maximum:
 // when the keys return, or when the pace reaches its place in the order,
-// whichever is later.
+// whichever is later, as of now (the step was taken at s.at).
 func (s *stepState) timeoutRetry() time.Duration {
 	retry := s.ra
 	if s.pace.Rate > 0 {
 		retry = max(retry, time.Duration(float64(s.d.Ahead+1)/s.pace.Rate*float64(time.Second)))
 	}
-	return max(retry, s.d.Wait)
+	retry = max(retry, s.d.Wait)
+	if !s.at.IsZero() {
+		retry = max(retry-time.Since(s.at), 0)
+	}
+	return retry
+}
+
+// timedOut is the Retry-After of a waiter whose maximum wait ended after
+// last: its place in the order as of now, and the keys as they are now. A
+// waiter behind the first steps only when its wait begins (and at the
+// backstop), so its last step can be as old as the wait; extproc/admit
+// takes the later of this and the keys' reopening, so a stale figure
+// would stand.
+func (q *Queue) timedOut(capacity Capacity, last *stepState) time.Duration {
+	s := *last
+	s.ra = 0 // the keys are asked again
+	retry := s.timeoutRetry()
+	if ready, ra, _ := q.capacity(capacity); !ready {
+		retry = max(retry, ra)
+	}
+	return retry
 }
 
 // capacity asks the keys, applying Options.Burst to the scope's pace.

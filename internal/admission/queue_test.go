@@ -255,3 +255,60 @@ func TestCancelledDuringAStep(t *testing.T) {
 		})
 	}
 }
+
+// lateOrder is a shared order whose steps run but answer too late: the
+// client stopped waiting (the step's timeout) after Redis ran the step.
+type lateOrder struct{ Order }
+
+func (o lateOrder) Step(_ context.Context, t *Ticket, next []*Ticket, p Pace, ready bool) (Decision, error) {
+	_, _ = o.Order.Step(context.Background(), t, next, p, ready)
+	return Decision{}, context.DeadlineExceeded
+}
+
+// TestFailClosedStepLeaves: failing closed, a first step that failed after
+// Redis ran it (the ticket joined) takes the ticket out of the shared
+// order. Left there, it stayed ahead of every replica's waiters until its
+// deadline; four such at the front and nobody was admitted.
+func TestFailClosedStepLeaves(t *testing.T) {
+	shared := NewRedisOrder(redistest.Start(t).Client(), "closed:")
+	q := New(Options{ReplicaID: "r0", Order: lateOrder{shared}})
+	r := q.Admit(context.Background(), Request{Scope: "s", Tenant: "a", Weight: 1, MaxWait: time.Minute}, never)
+	if r.Reason != ReasonOrderDown {
+		t.Fatalf("got %+v, want order_down", r)
+	}
+	waitFor(t, func() bool {
+		n, err := shared.Depth(context.Background(), "s")
+		return err == nil && n == 0
+	})
+}
+
+// TestTimeoutRetryAsOfNow: a waiter behind the first steps only when its
+// wait begins; when its wait ends, its Retry-After is its place in the
+// order as of now, with the keys as they are now, not as when it joined
+// (extproc/admit takes the later of this and the keys' reopening, so a
+// stale figure would stand).
+func TestTimeoutRetryAsOfNow(t *testing.T) {
+	q := New(Options{ReplicaID: "r0"})
+	joined := time.Now().Add(-2 * time.Second)
+	for _, c := range []struct {
+		name     string
+		last     stepState
+		keys     Capacity
+		min, max time.Duration
+	}{
+		{"keys open since", stepState{ra: 1900 * time.Millisecond, at: joined},
+			func() (bool, time.Duration, Pace) { return true, 0, Pace{} }, 0, 0},
+		{"keys out for longer now", stepState{ra: 500 * time.Millisecond, at: joined},
+			func() (bool, time.Duration, Pace) { return false, 3 * time.Second, Pace{} }, 3 * time.Second, 3 * time.Second},
+		{"place in a paced order, 2s on", stepState{d: Decision{Ahead: 29}, pace: Pace{Rate: 10}, at: joined},
+			func() (bool, time.Duration, Pace) { return true, 0, Pace{} }, 900 * time.Millisecond, time.Second},
+		{"pace's next slot, 2s on", stepState{d: Decision{Wait: 5 * time.Second}, at: joined},
+			func() (bool, time.Duration, Pace) { return false, time.Second, Pace{} }, 2900 * time.Millisecond, 3 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := q.timedOut(c.keys, &c.last); got < c.min || got > c.max {
+				t.Fatalf("got %v, want %v-%v", got, c.min, c.max)
+			}
+		})
+	}
+}

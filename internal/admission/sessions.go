@@ -25,28 +25,38 @@ import (
 //     the ticket's class is 2·class for those, 2·class+1 for new ones, so
 //     configured classes keep their order and tenants their weighted
 //     shares within each;
-//   - at most MaxSessions sessions are under way at once (0: what the
-//     scope's pace can carry, pace × SessionSpan); a new session over the
-//     bound waits for one to end, up to its maximum wait, then gets 429
-//     with the time until the oldest session's idle end as Retry-After.
+//   - at most MaxSessions sessions are under way at once on a scope (0:
+//     what the scope's pace can carry, pace × SessionSpan); a new session
+//     over the bound waits for one to end, up to its maximum wait, then
+//     gets 429 with the time until the oldest session's idle end as
+//     Retry-After.
 //
-// The sessions under way live in one Redis sorted set for every replica
-// (SessionStore); a session ends when SessionIdle passes without an
-// admitted call (clients do not say when a task ends).
+// The sessions under way live in Redis for every replica (SessionStore); a
+// session ends when SessionIdle passes without an admitted call (clients
+// do not say when a task ends). Under way is one view over every scope (a
+// task's worker calls go first once its planner call was admitted), but
+// each scope's bound counts only the sessions with an admitted call (or a
+// start) on that scope: the bound is the scope's pace × SessionSpan, and
+// counted against every scope's sessions a slow model's bound was spent by
+// a fast model's sessions.
 
 // SessionStore tracks the sessions under way.
 type SessionStore interface {
-	// Begin reports whether session is under way (active), else starts it
-	// when fewer than bound (0: no bound; negative: none may start now)
-	// are (started); otherwise retry is when the oldest goes idle. It refreshes an active session.
-	Begin(ctx context.Context, session string, bound int, idle time.Duration) (active, started bool, retry time.Duration, err error)
-	// Touch marks an admitted call of session, under way from now also
-	// when its wait outlasted SessionIdle (its next calls must go first).
-	Touch(ctx context.Context, session string, idle time.Duration) error
-	// End removes session: its first call was not admitted, so it never
-	// got under way and must not hold a place (nor pass as under way when
-	// its client retries).
-	End(ctx context.Context, session string) error
+	// Begin reports whether session is under way on any scope (active),
+	// else starts it on scope when fewer than bound (0: no bound;
+	// negative: none may start now) are under way there (started);
+	// otherwise retry is when the oldest of them goes idle. It does not
+	// renew an active session: only an admitted call does (Touch), so a
+	// session whose calls are all refused ends after the idle time.
+	Begin(ctx context.Context, scope, session string, bound int, idle time.Duration) (active, started bool, retry time.Duration, err error)
+	// Touch marks an admitted call of session on scope, under way from now
+	// also when its wait outlasted SessionIdle (its next calls must go
+	// first).
+	Touch(ctx context.Context, scope, session string, idle time.Duration) error
+	// End removes session: its first call, on scope, was not admitted, so
+	// it never got under way and must not hold a place (nor pass as under
+	// way when its client retries).
+	End(ctx context.Context, scope, session string) error
 }
 
 // ReasonSessions: the sessions under way already use the capacity.
@@ -88,7 +98,7 @@ func (q *Queue) beginSession(ctx context.Context, req *Request, capacity Capacit
 		err := errSessionsDown
 		if !q.sessionsDown() {
 			sctx, cancel := context.WithTimeout(ctx, q.opts.StepTimeout)
-			active, started, retry, err = q.opts.Sessions.Begin(sctx, req.Session, q.sessionBound(pace.Rate), q.opts.SessionIdle)
+			active, started, retry, err = q.opts.Sessions.Begin(sctx, req.Scope, req.Session, q.sessionBound(pace.Rate), q.opts.SessionIdle)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				q.sessionsFailed(err)
@@ -156,7 +166,7 @@ func (q *Queue) sessionsFailed(err error) {
 func (q *Queue) endSession(req Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.opts.StepTimeout)
 	defer cancel()
-	if err := q.opts.Sessions.End(ctx, req.Session); err != nil {
+	if err := q.opts.Sessions.End(ctx, req.Scope, req.Session); err != nil {
 		q.sessionsWarn.warn(q.opts.Logger, "admission: sessions unavailable", err)
 	}
 }
@@ -209,59 +219,100 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // LocalSessions is a SessionStore in this process (tests, one replica).
 type LocalSessions struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	now  func() time.Time
+	mu sync.Mutex
+	// last: each session's last admitted call (or start), on any scope;
+	// scopes: the same per scope, for its bound.
+	last   map[string]time.Time
+	scopes map[string]map[string]time.Time
+	now    func() time.Time
 }
 
 // NewLocalSessions returns an empty store.
 func NewLocalSessions() *LocalSessions {
-	return &LocalSessions{last: map[string]time.Time{}, now: time.Now}
+	return &LocalSessions{last: map[string]time.Time{}, scopes: map[string]map[string]time.Time{}, now: time.Now}
 }
 
-func (s *LocalSessions) Begin(_ context.Context, session string, bound int, idle time.Duration) (bool, bool, time.Duration, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	var oldest time.Time
-	for id, t := range s.last {
+// expire drops the sessions idle at now from m; oldest is the earliest
+// call of those left.
+func expire(m map[string]time.Time, now time.Time, idle time.Duration) (oldest time.Time) {
+	for id, t := range m {
 		if !now.Before(t.Add(idle)) {
-			delete(s.last, id)
+			delete(m, id)
 		} else if oldest.IsZero() || t.Before(oldest) {
 			oldest = t
 		}
 	}
+	return oldest
+}
+
+func (s *LocalSessions) Begin(_ context.Context, scope, session string, bound int, idle time.Duration) (bool, bool, time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	expire(s.last, now, idle)
+	var oldest time.Time
+	for name, m := range s.scopes {
+		if o := expire(m, now, idle); name == scope {
+			oldest = o
+		}
+		if len(m) == 0 {
+			delete(s.scopes, name)
+		}
+	}
 	if _, ok := s.last[session]; ok {
-		s.last[session] = now
+		// Not renewed: only an admitted call keeps a session under way.
 		return true, false, 0, nil
 	}
-	if bound < 0 || bound > 0 && len(s.last) >= bound {
+	if bound < 0 || bound > 0 && len(s.scopes[scope]) >= bound {
 		if oldest.IsZero() {
 			return false, false, 0, nil
 		}
 		return false, false, oldest.Add(idle).Sub(now), nil
 	}
-	s.last[session] = now
+	s.stamp(scope, session, now)
 	return false, true, 0, nil
 }
 
-func (s *LocalSessions) Touch(_ context.Context, session string, _ time.Duration) error {
+// stamp records a call of session on scope at t.
+func (s *LocalSessions) stamp(scope, session string, t time.Time) {
+	s.last[session] = t
+	m := s.scopes[scope]
+	if m == nil {
+		m = map[string]time.Time{}
+		s.scopes[scope] = m
+	}
+	m[session] = t
+}
+
+func (s *LocalSessions) Touch(_ context.Context, scope, session string, _ time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last[session] = s.now() // under way from its admitted call, also after a long wait
+	s.stamp(scope, session, s.now()) // under way from its admitted call, also after a long wait
 	return nil
 }
 
-func (s *LocalSessions) End(_ context.Context, session string) error {
+func (s *LocalSessions) End(_ context.Context, scope, session string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.last, session)
+	if m := s.scopes[scope]; m != nil {
+		delete(m, session)
+		if len(m) == 0 {
+			delete(s.scopes, scope)
+		}
+	}
 	return nil
 }
 
 // RedisSessions is the SessionStore every replica shares: the sorted set
 // <prefix>admission:sessions, member the session, score its last admitted
-// call (ms of Redis's clock).
+// call (ms of Redis's clock), and one such set per scope,
+// {<prefix>admission:sessions}:<scope>, for the scope's bound. The scope's
+// hash tag is the whole name of the first, so both are in its Cluster slot
+// (key_prefix holds no braces: config validation) and one script reads
+// and writes them together. Every write renews the expiry of the set it
+// writes, to twice the idle time: a member idles out before its set can
+// expire.
 type RedisSessions struct {
 	rdb redis.UniversalClient
 	key string
@@ -272,39 +323,50 @@ func NewRedisSessions(rdb redis.UniversalClient, prefix string) *RedisSessions {
 	return &RedisSessions{rdb: rdb, key: prefix + "admission:sessions"}
 }
 
-// beginScript: KEYS[1] the set; ARGV session, bound (-1: none may start),
-// idle (ms). Returns
-// {1, 0} active, {2, 0} started, {0, retry ms} at the bound.
+// keys are the sets of every scope and of scope.
+func (s *RedisSessions) keys(scope string) []string {
+	return []string{s.key, "{" + s.key + "}:" + scope}
+}
+
+// beginScript: KEYS every scope's set, scope's set; ARGV session, bound
+// (-1: none may start), idle (ms). Returns {1, 0} active, {2, 0} started,
+// {0, retry ms} at the bound. An active session is not renewed (only an
+// admitted call, touchScript, does), so it writes nothing to renew.
 var beginScript = redis.NewScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 local idle = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - idle)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - idle)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[1])
   return {1, 0}
 end
 local bound = tonumber(ARGV[2])
-if bound < 0 or (bound > 0 and redis.call('ZCARD', KEYS[1]) >= bound) then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if bound < 0 or (bound > 0 and redis.call('ZCARD', KEYS[2]) >= bound) then
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if not oldest[2] then return {0, 0} end
   return {0, tonumber(oldest[2]) + idle - now}
 end
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * idle)
+for _, k in ipairs(KEYS) do
+  redis.call('ZADD', k, now, ARGV[1])
+  redis.call('PEXPIRE', k, 2 * idle)
+end
 return {2, 0}
 `)
 
+// touchScript: KEYS as beginScript's; ARGV session, idle (ms).
 var touchScript = redis.NewScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
+for _, k in ipairs(KEYS) do
+  redis.call('ZADD', k, now, ARGV[1])
+  redis.call('PEXPIRE', k, 2 * tonumber(ARGV[2]))
+end
 return 1
 `)
 
-func (s *RedisSessions) Begin(ctx context.Context, session string, bound int, idle time.Duration) (bool, bool, time.Duration, error) {
-	v, err := beginScript.Run(ctx, s.rdb, []string{s.key}, session, bound, max(idle.Milliseconds(), 1)).Int64Slice()
+func (s *RedisSessions) Begin(ctx context.Context, scope, session string, bound int, idle time.Duration) (bool, bool, time.Duration, error) {
+	v, err := beginScript.Run(ctx, s.rdb, s.keys(scope), session, bound, max(idle.Milliseconds(), 1)).Int64Slice()
 	if err == nil && len(v) != 2 {
 		err = fmt.Errorf("unexpected answer %v", v)
 	}
@@ -314,15 +376,22 @@ func (s *RedisSessions) Begin(ctx context.Context, session string, bound int, id
 	return v[0] == 1, v[0] == 2, time.Duration(v[1]) * time.Millisecond, nil
 }
 
-func (s *RedisSessions) Touch(ctx context.Context, session string, idle time.Duration) error {
-	if err := touchScript.Run(ctx, s.rdb, []string{s.key}, session, max(idle.Milliseconds(), 1)).Err(); err != nil {
+func (s *RedisSessions) Touch(ctx context.Context, scope, session string, idle time.Duration) error {
+	if err := touchScript.Run(ctx, s.rdb, s.keys(scope), session, max(idle.Milliseconds(), 1)).Err(); err != nil {
 		return fmt.Errorf("admission: sessions: %w", err)
 	}
 	return nil
 }
 
-func (s *RedisSessions) End(ctx context.Context, session string) error {
-	if err := s.rdb.ZRem(ctx, s.key, session).Err(); err != nil {
+func (s *RedisSessions) End(ctx context.Context, scope, session string) error {
+	keys := s.keys(scope)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.ZRem(ctx, k, session)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("admission: sessions: %w", err)
 	}
 	return nil

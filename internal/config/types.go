@@ -206,7 +206,8 @@ type Admission struct {
 	// SessionSpan bounds the sessions under way at once to a backend
 	// set's pace times this (0: unbounded unless MaxSessions).
 	SessionSpan Duration `yaml:"session_span" json:"session_span"`
-	// MaxSessions bounds the sessions under way at once (0: from the pace).
+	// MaxSessions bounds the sessions under way at once on each backend
+	// set (0: from the pace).
 	MaxSessions int `yaml:"max_sessions" json:"max_sessions"`
 }
 
