@@ -96,8 +96,9 @@ func (c *common) gatewayOptions(roles gateway.Roles, fromXDS bool, logTo io.Writ
 	}
 	// Only ext_proc needs upstream key values; the control plane and the
 	// rate-limit service run without the Secret (fleets keep keys off them).
-	// Every process serving the admin API needs admin.token.
-	load := config.Options{SkipSecrets: !roles.ExtProc, ResolveAdminToken: roles.Admin}
+	// Every process serving the admin API needs admin.token, and every
+	// role opens Redis.
+	load := config.Options{SkipSecrets: !roles.ExtProc, ResolveAdminToken: roles.Admin, ResolveRedisPassword: true}
 	cfg, err := c.load(load)
 	if err != nil {
 		return gateway.Options{}, err

@@ -44,7 +44,7 @@ Give one of --key and --label; --tenant alone asks for the tenant's report.
 			if err != nil {
 				return err
 			}
-			cfg, err := flags.load(config.Options{SkipSecrets: true})
+			cfg, err := flags.load(config.Options{SkipSecrets: true, ResolveRedisPassword: true})
 			if err != nil {
 				return err
 			}

@@ -34,6 +34,10 @@ type Options struct {
 	// ResolveAdminToken resolves admin.token even with SkipSecrets: every
 	// process serving the admin API needs it, the control plane included.
 	ResolveAdminToken bool
+	// ResolveRedisPassword resolves redis.password even with SkipSecrets:
+	// every process that opens Redis needs it (the control plane, the
+	// rate-limit service, `swarmgate usage`).
+	ResolveRedisPassword bool
 	// BaseDir is where relative file: secret paths are resolved from. Load
 	// sets it to the config file's directory when empty; otherwise relative
 	// paths are relative to the working directory.

@@ -165,7 +165,16 @@ func (c *Config) validateRedis(v *validator) {
 	if strings.ContainsAny(r.KeyPrefix, " \t\r\n{}") {
 		v.add("redis.key_prefix", "must not contain whitespace or braces (Cluster hash tags are added by swarmgate)")
 	}
-	v.secret("redis.password", &r.Password, false)
+	w := v
+	if v.opts.ResolveRedisPassword {
+		// This process opens Redis: without the password every command
+		// answers NOAUTH, and fail-open limits silently stop holding.
+		o := *v
+		o.opts.SkipSecrets = false
+		w = &o
+	}
+	w.secret("redis.password", &r.Password, false)
+	v.errs = w.errs
 }
 
 func (c *Config) validatePolicies(v *validator) {
