@@ -14,6 +14,7 @@ import (
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/keypool"
 	"github.com/swarmgate/swarmgate/internal/subkey"
+	rlservice "github.com/swarmgate/swarmgate/ratelimit/service"
 )
 
 // adminRole serves the admin HTTP API (metrics, health, status page,
@@ -26,15 +27,18 @@ type adminRole struct {
 
 func (a *adminRole) Run(ctx context.Context) error { return a.srv.Run(ctx, a.lis) }
 
-// startAdmin starts the admin server; pools and ep are nil when this
+// startAdmin starts the admin server; pools, ep and rls are nil when this
 // process does not run them.
-func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *extProcRole) error {
+func (g *Gateway) startAdmin(s *group, p *process, pools *keypool.Pools, ep *extProcRole, rls *rlservice.Service) error {
 	opts := admin.Options{
 		Logger: g.log.With("component", "admin"), Gatherer: p.reg, Config: g.Config, Access: p.cfg.Admin,
 		Ready: []admin.ReadyCheck{admin.RedisCheckLive(p.rdb, g.Config)}, Version: g.opts.Version,
 	}
 	if pools != nil {
 		opts.Keys = keySource(pools)
+	}
+	if rls != nil {
+		opts.Ready = append(opts.Ready, rateLimitConfigLoaded(rls))
 	}
 	if ep != nil && ep.subkeys != nil {
 		opts.SubKeys = ep.subkeys

@@ -15,6 +15,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/keypool"
+	rlservice "github.com/swarmgate/swarmgate/ratelimit/service"
 )
 
 // Roles selects what one process runs.
@@ -147,15 +148,15 @@ func (g *Gateway) startRoles(s *group, p *process) ([]<-chan struct{}, error) {
 		}
 		ready = append(ready, ep.ready())
 	}
+	var rls *rlservice.Service
 	if roles.RateLimit {
-		r, err := g.startRateLimit(s, p)
-		if err != nil {
+		if rls, err = g.startRateLimit(s, p); err != nil {
 			return nil, err
 		}
-		ready = append(ready, r)
+		ready = append(ready, rls.Ready())
 	}
 	if roles.Admin {
-		if err := g.startAdmin(s, p, pools, ep); err != nil {
+		if err := g.startAdmin(s, p, pools, ep, rls); err != nil {
 			return nil, err
 		}
 	}
