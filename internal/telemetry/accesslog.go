@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/swarmgate/swarmgate/internal/config"
 )
@@ -50,6 +51,23 @@ type RequestLog struct {
 	ResponseBody []byte
 }
 
+// maxLoggedField bounds a logged value the client chose: the model it asked
+// for is the body's "model" string as sent, unbounded on a refusal (an
+// unknown model of megabytes would be a line that size per request).
+const maxLoggedField = 256
+
+// clipField cuts s to maxLoggedField bytes on a rune boundary, marked.
+func clipField(s string) string {
+	if len(s) <= maxLoggedField {
+		return s
+	}
+	n := maxLoggedField
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
 // LogRequest writes r as one structured line at info level (warn for a 5xx
 // or no status at all). Bodies are never written; see AccessLog for debug
 // bodies.
@@ -75,7 +93,7 @@ func logRequest(logger *slog.Logger, r RequestLog, extra []slog.Attr) {
 		slog.String("client_request_id", r.ClientRequestID),
 		slog.String("tenant", r.Tenant),
 		slog.String("virtual_key_id", r.VirtualKeyID),
-		slog.String("model", r.Model),
+		slog.String("model", clipField(r.Model)),
 		slog.String("upstream_model", r.UpstreamModel),
 		slog.String("backend", r.Backend),
 		slog.String("key_id", r.KeyID),

@@ -176,3 +176,29 @@ func TestAccessLogSetConfig(t *testing.T) {
 	var nilLog *AccessLog
 	nilLog.SetConfig(config.Telemetry{AccessLog: true})
 }
+
+// TestLogRequestClipsTheClientsModel: the model a refused request asked for
+// is the client's string as sent; the line keeps at most maxLoggedField
+// bytes of it, cut on a rune boundary.
+func TestLogRequestClipsTheClientsModel(t *testing.T) {
+	for _, tc := range []struct {
+		name, model string
+		want        int // bytes of the model kept (before the mark)
+	}{
+		{"short", "gpt-4o", 6},
+		{"at the bound", strings.Repeat("m", maxLoggedField), maxLoggedField},
+		{"megabytes", strings.Repeat("m", 4<<20), maxLoggedField},
+		{"multibyte at the cut", strings.Repeat("m", maxLoggedField-1) + "é" + strings.Repeat("m", 10), maxLoggedField - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			r := sampleLog()
+			r.Model = tc.model
+			LogRequest(slog.New(slog.NewJSONHandler(&buf, nil)), r)
+			got, _ := decodeLines(t, &buf)[0]["model"].(string)
+			if kept := strings.TrimSuffix(got, "…"); kept != tc.model[:tc.want] {
+				t.Fatalf("model logged as %d bytes %q…, want the first %d", len(got), got[:min(len(got), 20)], tc.want)
+			}
+		})
+	}
+}

@@ -246,11 +246,14 @@ func (b *Budgets) claimAndFire(ctx context.Context, a Alert) {
 		return // another replica fired it
 	}
 	a.Time = b.opts.Now().UTC()
-	counter := b.m.alerts
+	counter, threshold := b.m.alerts, strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)
 	if a.KeyID != "" {
-		counter = b.m.keyAlerts
+		// A minter (an agent, not the operator) chooses a key's
+		// thresholds: whole percents keep the series bounded (80.0001,
+		// 80.0002… would each be a new one).
+		counter, threshold = b.m.keyAlerts, keyThresholdLabel(a.ThresholdPercent)
 	}
-	counter.WithLabelValues(a.Tenant, strconv.FormatFloat(a.ThresholdPercent, 'f', -1, 64)).Inc()
+	counter.WithLabelValues(a.Tenant, threshold).Inc()
 	b.log.Warn("budget threshold reached", "tenant", a.Tenant, "key_id", a.KeyID, "period", a.Period, "month", a.Month,
 		"threshold_percent", a.ThresholdPercent, "spent", a.Spent.String(), "budget", a.Budget.String(),
 		"currency", a.Currency, "hard_cap", a.HardCap)
@@ -278,4 +281,10 @@ func (b *Budgets) claim(ctx context.Context, key string, a Alert) (bool, error) 
 		return false, err
 	}
 	return set.Val(), nil
+}
+
+// keyThresholdLabel is a key alert's threshold as a metric label: the whole
+// percent at or below it, 1 to 100.
+func keyThresholdLabel(pct float64) string {
+	return strconv.Itoa(min(max(int(pct), 1), 100))
 }

@@ -159,3 +159,11 @@ func remembered(b *Budgets) int {
 	b.known.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+func TestKeyThresholdLabel(t *testing.T) {
+	for pct, want := range map[float64]string{80: "80", 80.0001: "80", 80.9999: "80", 100: "100", 0.5: "1", 99.99: "99"} {
+		if got := keyThresholdLabel(pct); got != want {
+			t.Errorf("keyThresholdLabel(%v) = %q, want %q", pct, got, want)
+		}
+	}
+}
