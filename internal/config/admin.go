@@ -22,16 +22,9 @@ type Admin struct {
 
 func (c *Config) validateAdmin(v *validator) {
 	a := &c.Admin
-	w := v
-	if v.opts.ResolveAdminToken {
-		// This process serves the admin API: it needs the token even when
-		// it goes without upstream keys (the control plane).
-		o := *v
-		o.opts.SkipSecrets = false
-		w = &o
-	}
-	w.secret("admin.token", &a.Token, false)
-	v.errs = w.errs
+	// A process serving the admin API needs the token even when it goes
+	// without upstream keys (the control plane).
+	v.secretFor(v.opts.ResolveAdminToken, "admin.token", &a.Token)
 	for i, h := range a.AllowedHosts {
 		p := fmt.Sprintf("admin.allowed_hosts[%d]", i)
 		switch {

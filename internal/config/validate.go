@@ -55,6 +55,19 @@ func (v *validator) secret(path string, s *Secret, required bool) bool {
 	return true
 }
 
+// secretFor is secret (not required) resolved even with SkipSecrets when
+// this process uses it (need): admin.token, redis.password.
+func (v *validator) secretFor(need bool, path string, s *Secret) {
+	if !need {
+		v.secret(path, s, false)
+		return
+	}
+	o := *v
+	o.opts.SkipSecrets = false
+	o.secret(path, s, false)
+	v.errs = o.errs
+}
+
 func (c *Config) validate(opts Options) Errors {
 	v := &validator{opts: opts}
 	c.validateListen(v)
@@ -165,16 +178,10 @@ func (c *Config) validateRedis(v *validator) {
 	if strings.ContainsAny(r.KeyPrefix, " \t\r\n{}") {
 		v.add("redis.key_prefix", "must not contain whitespace or braces (Cluster hash tags are added by swarmgate)")
 	}
-	w := v
-	if v.opts.ResolveRedisPassword {
-		// This process opens Redis: without the password every command
-		// answers NOAUTH, and fail-open limits silently stop holding.
-		o := *v
-		o.opts.SkipSecrets = false
-		w = &o
-	}
-	w.secret("redis.password", &r.Password, false)
-	v.errs = w.errs
+	// A process that opens Redis needs the password even without upstream
+	// keys: without it every command answers NOAUTH, and fail-open limits
+	// silently stop holding.
+	v.secretFor(v.opts.ResolveRedisPassword, "redis.password", &r.Password)
 }
 
 func (c *Config) validatePolicies(v *validator) {
