@@ -51,7 +51,7 @@ type Budgets struct {
 	// stops.
 	known sync.Map
 	queue chan Alert
-	// claiming counts alerts Run took off the queue and has not finished.
+	// inflight counts alerts queued or being claimed and delivered.
 	inflight atomic.Int64
 }
 
@@ -171,9 +171,13 @@ func (b *Budgets) enqueue(a Alert) {
 	if _, seen := b.known.LoadOrStore(a.key(), v); seen {
 		return
 	}
+	// Counted before it is queued and until it is delivered: Pending is
+	// never 0 while an alert is between the queue and Run.
+	b.inflight.Add(1)
 	select {
 	case b.queue <- a:
 	default:
+		b.inflight.Add(-1)
 		b.known.Delete(a.key())
 		b.m.alertsDropped.Inc()
 		b.log.Error("budget alert queue full; alert will be retried on the next write", "tenant", a.Tenant, "key_id", a.KeyID, "threshold_percent", a.ThresholdPercent)
@@ -207,7 +211,6 @@ func (b *Budgets) Run(ctx context.Context) {
 		case <-sweep.C:
 			b.forgetPast(b.opts.Now())
 		case a := <-b.queue:
-			b.inflight.Add(1)
 			b.claimAndFire(ctx, a)
 			b.inflight.Add(-1)
 		}
@@ -215,7 +218,7 @@ func (b *Budgets) Run(ctx context.Context) {
 }
 
 // Pending counts alerts queued or being claimed and delivered.
-func (b *Budgets) Pending() int { return len(b.queue) + int(b.inflight.Load()) }
+func (b *Budgets) Pending() int { return int(b.inflight.Load()) }
 
 // forgetPast drops the known alerts whose time to be forgotten has come.
 func (b *Budgets) forgetPast(now time.Time) {
