@@ -325,28 +325,41 @@ func (l *Ledger) writeBatch(ctx context.Context, batch []Entry) ([]Entry, error)
 	// Replay is off the data path: allow a busy Redis more than one write.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(2*time.Second, l.opts.WriteTimeout+time.Duration(len(batch))*5*time.Millisecond))
 	defer cancel()
-	for attempt := 0; ; attempt++ {
+	loaded := false
+	for {
 		cmds, err := l.pipeline(ctx, batch)
-		if err != nil && attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// A restarted Redis has lost the script cache.
-			if err := recordScript.Load(ctx, l.rdb).Err(); err != nil {
-				l.m.errors.Inc()
-				return batch, fmt.Errorf("ledger: loading script: %w", err)
-			}
-			continue
-		}
-		var failed []Entry
+		var failed, noScript []Entry
 		for i, c := range cmds {
 			res, cerr := c.(*redis.Cmd).Slice()
-			if cerr != nil {
+			switch {
+			case cerr != nil && !loaded && redis.HasErrorPrefix(cerr, "NOSCRIPT"):
+				noScript = append(noScript, batch[i])
+			case cerr != nil:
 				failed = append(failed, batch[i])
-				continue
+			default:
+				// Reported now even when others in the batch go round
+				// again: resent, a landed entry would come back as a
+				// duplicate and its write would never be seen.
+				l.written(ctx, &batch[i], res)
+				l.m.replayed.Inc()
 			}
-			l.written(ctx, &batch[i], res)
-			l.m.replayed.Inc()
 		}
 		if len(cmds) == 0 && err != nil {
 			failed = batch
+		}
+		if len(noScript) > 0 {
+			// A restarted Redis (or one cluster node of several) has
+			// lost the script cache; another replica may have loaded it
+			// again halfway through this pipeline.
+			if lerr := recordScript.Load(ctx, l.rdb).Err(); lerr != nil {
+				failed = append(failed, noScript...)
+				err = fmt.Errorf("loading script: %w", lerr)
+			} else if len(failed) == 0 {
+				batch, loaded = noScript, true
+				continue
+			} else {
+				failed = append(failed, noScript...)
+			}
 		}
 		if len(failed) > 0 {
 			l.m.errors.Inc()
