@@ -51,7 +51,7 @@ func TestAdmissionBudgetAndKeys(t *testing.T) {
 		retry  string
 	}{
 		{"budget spent", wire.Keys(pools), budgetAnswer{st: extproc.BudgetStatus{Exhausted: true, Limit: 5, RetryAfter: time.Hour}}, 429, "budget_exceeded", "3600"},
-		{"budget store down, fail closed", wire.Keys(pools), budgetAnswer{err: errors.New("redis down")}, 503, "accounting_unavailable", ""},
+		{"budget store down, fail closed", wire.Keys(pools), budgetAnswer{err: errors.New("redis down")}, 503, "accounting_unavailable", "1"},
 		{"every key rate limited or busy", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, false}, budgetAnswer{}, 429, "upstream_keys_exhausted", "3"},
 		{"every key failing", keysAnswer{wire.Keys(pools), 2500 * time.Millisecond, true}, budgetAnswer{}, 503, "upstream_keys_exhausted", "3"},
 	}

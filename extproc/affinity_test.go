@@ -100,6 +100,11 @@ func TestPreviousResponseRouting(t *testing.T) {
 				e.Error.Param == nil || *e.Error.Param != "previous_response_id" {
 				t.Fatalf("error body %s", ir.GetBody())
 			}
+			// A store that did not answer says when to come back; a
+			// client error does not invite a retry.
+			if ra, want := setOf(t, ir.GetHeaders())["retry-after"], map[bool]string{true: "1"}[tc.status == 503]; ra != want {
+				t.Errorf("retry-after %q, want %q", ra, want)
+			}
 		})
 	}
 }

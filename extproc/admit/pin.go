@@ -57,8 +57,9 @@ func (a *Admitter) previousOwner(ctx context.Context, cfg *config.Config, f *Fac
 	case err != nil:
 		a.failed("affinity")
 		a.log().Warn("previous_response_id lookup failed; refusing", "err", err)
-		return o, &Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "affinity_unavailable", Param: ParamPreviousResponse,
+		r := &Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "affinity_unavailable", Param: ParamPreviousResponse,
 			Message: "The gateway cannot look up previous_response_id right now; retry later."}
+		return o, r.withRetryAfter(storeRetry)
 	}
 	for _, t := range model.Targets {
 		if b, ok := cfg.Backend(t.Backend); ok && t.Backend == o.Backend && b.Serves(f.Spec.Name) && t.Weight > 0 {

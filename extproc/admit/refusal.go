@@ -66,11 +66,17 @@ func TooLarge(limit int64) *Refusal {
 		Message: "Request body too large: the limit is " + strconv.FormatInt(limit, 10) + " bytes."}
 }
 
+// storeRetry is the Retry-After of a refusal because a store (Redis) did
+// not answer: its client reconnects within that, and a client told nothing
+// backs off on its own schedule (or, an agent, not at all).
+const storeRetry = time.Second
+
 // Unavailable: an accounting store did not answer and its failure mode is
 // closed.
 func Unavailable(what string) *Refusal {
-	return &Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "accounting_unavailable",
+	r := &Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "accounting_unavailable",
 		Message: "The gateway cannot check the " + what + " right now; retry later."}
+	return r.withRetryAfter(storeRetry)
 }
 
 // KeysExhausted: capacity that comes back (keys rate limited, out of quota
