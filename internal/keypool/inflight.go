@@ -76,4 +76,27 @@ func (k *keyState) overRemaining(now time.Time, replicas int) bool {
 	return k.inFlight >= ceilDiv(k.reqLeft, replicas)
 }
 
+// drainedBy reports whether the key is held now only because its
+// provider said no request remains (or, honoured by the breaker, opened it
+// for quota) until a moment no later than t (t zero: never). Such a key has
+// room at t: a pick may book that slot (soonestPacedLocked) rather than
+// refuse the request. Caller holds kp.mu.
+func (k *keyState) drainedBy(t time.Time) bool {
+	at := k.roomAt()
+	return !t.IsZero() && !at.IsZero() && !at.After(t)
+}
+
+// roomAt is when the key's provider said its window has room again after
+// it said none remains; zero when it did not say so. Caller holds kp.mu.
+func (k *keyState) roomAt() time.Time {
+	var at time.Time
+	if k.answered && k.reqLeft <= 0 && !k.reqLeftUntil.IsZero() {
+		at = k.reqLeftUntil
+	}
+	if k.br.open && k.br.reason == ReasonQuota && k.br.until.After(at) {
+		at = k.br.until
+	}
+	return at
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -125,3 +125,45 @@ func TestOverRemainingWindowPending(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainedBy: only a key whose provider said none remains (or whose
+// breaker it opened for quota) is drained, until the moment it named; a
+// key that never said so (a cold one held by its first attempts) is not,
+// so a pick booking a paced slot does not pass its hold.
+func TestDrainedBy(t *testing.T) {
+	now := time.Unix(1000, 0)
+	drained := Outcome{Status: 200, RemainingRequests: 0, RemainingTokens: -1, ResetRequests: time.Second}
+	for _, tc := range []struct {
+		name   string
+		answer *Outcome
+		quota  time.Duration // breaker open for quota this long
+		at     time.Duration // asked about now+at (-1: the zero time)
+		want   bool
+	}{
+		{name: "cold key", at: time.Hour},
+		{name: "cold key, zero time", at: -1},
+		{name: "none left: before the reset", answer: &drained, at: 999 * time.Millisecond},
+		{name: "none left: at the reset", answer: &drained, at: time.Second, want: true},
+		{name: "none left: zero time", answer: &drained, at: -1},
+		{name: "some left", answer: &Outcome{Status: 200, RemainingRequests: 3, RemainingTokens: -1, ResetRequests: time.Second}, at: time.Hour},
+		{name: "quota breaker: before it ends", quota: 2 * time.Second, at: time.Second},
+		{name: "quota breaker: when it ends", quota: 2 * time.Second, at: 2 * time.Second, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &keyState{inFlight: coldStartInFlight}
+			if tc.answer != nil {
+				k.noteRemaining(*tc.answer, now)
+			}
+			if tc.quota > 0 {
+				k.br.quota(now, now.Add(tc.quota))
+			}
+			at := now.Add(tc.at)
+			if tc.at < 0 {
+				at = time.Time{}
+			}
+			if got := k.drainedBy(at); got != tc.want {
+				t.Errorf("drainedBy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -111,15 +111,30 @@ func (s *syncer) takeSlot(ctx context.Context, backend, keyID string, interval, 
 // soonestPacedLocked is, when no key can take req now only because of its
 // pace, the key whose slot comes soonest and how far ahead it is. Caller
 // holds kp.mu; in.pacing is set.
+//
+// A paced key whose provider said no request remains until its window
+// resets has its slot there, if that is later than its pace's: booked, the
+// request waits for the room the provider named instead of being refused
+// at once (two calls on a key of one a second, the second picked just
+// after the first's answer), and the key's pace moves on from there, so
+// the waiters after it are spaced, not released together at the reset.
 func (kp *KeyPool) soonestPacedLocked(in *pickInput, req *PickRequest) (best *keyState, wait time.Duration, ok bool) {
 	in.pacing = false
-	defer func() { in.pacing = true }()
+	defer func() { in.pacing, in.slotAt = true, time.Time{} }()
 	for _, k := range kp.keys {
-		if k.cfg.Weight <= 0 || (req.Key != "" && k.cfg.ID != req.Key) || !in.now.Before(k.paceUntil) {
+		if k.cfg.Weight <= 0 || (req.Key != "" && k.cfg.ID != req.Key) {
 			continue
 		}
+		slot := k.paceUntil
+		if at := k.roomAt(); at.After(slot) && at.After(in.now) && k.paceInterval() > 0 {
+			slot = at
+		}
+		if !in.now.Before(slot) {
+			continue
+		}
+		in.slotAt = slot
 		if kp.eligible(in, req, k) {
-			if d := k.paceUntil.Sub(in.now); !ok || d < wait {
+			if d := slot.Sub(in.now); !ok || d < wait {
 				best, wait, ok = k, d, true
 			}
 		}

@@ -205,3 +205,50 @@ func TestKeyPaceExtendsForSlowKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyPaceBooksDrainedKey: a paced key whose provider said with its
+// answer that no request remains until its window resets is booked for
+// that reset, not refused: the second of two calls on a key of one a
+// second, picked just after the first's answer, waits for the room the
+// provider named (the later of that and the pace's slot, also when Redis
+// books the pace's earlier one). Before, it was refused at once with
+// every key "rate limited or busy".
+func TestKeyPaceBooksDrainedKey(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		redis    bool
+		reset    time.Duration
+		wantWait time.Duration // lower bound on the second pick's wait
+	}{
+		{"reset before the pace slot, Redis", true, time.Second, time.Second},
+		{"reset after the pace slot, Redis", true, 1500 * time.Millisecond, 1450 * time.Millisecond},
+		{"reset after the pace slot, local", false, 1500 * time.Millisecond, 1450 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, paceYAML, map[string][]key{"b": {{id: "a", rpm: 60}}})
+			var p *Pools
+			if tc.redis {
+				p = paceReplicas(t, redistest.Start(t), cfg, 1)[0]
+			} else {
+				p = newPools(t, cfg, Options{})
+			}
+			o := status(200)
+			o.RemainingRequests, o.ResetRequests = 0, tc.reset
+			pick(t, p, "b", PickRequest{Attempt: 1}).Done(o)
+			var e extender
+			start := time.Now()
+			l, err := p.Pick(context.Background(), "b", PickRequest{Attempt: 1, Extend: &e})
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("second pick: %v; want key a at its provider's reset", err)
+			}
+			l.Done(status(200))
+			if took < tc.wantWait {
+				t.Fatalf("second pick took %s; want at least %s (the provider's reset %s)", took, tc.wantWait, tc.reset)
+			}
+			if len(e.calls) != 1 {
+				t.Errorf("extensions %v; want one", e.calls)
+			}
+		})
+	}
+}

@@ -26,6 +26,10 @@ type Lease struct {
 	req    string
 	pace   time.Duration // the key's pace interval when this pick took a slot of it
 	booked time.Duration // that slot is this far ahead of the pick (this replica's view)
+	// drained: the slot is when the key's provider said its window has
+	// room again (it had said none remains); the attempt waits at least
+	// that long.
+	drained time.Duration
 	// tokens is what the pick took from the key's tokensLeft, while
 	// tokensSeq was the key's; an undo gives it back.
 	tokens    int

@@ -175,6 +175,7 @@ type pickInput struct {
 	unknownSince  time.Time
 	overflow      bool               // BestEffort second pass: any key not open
 	soonest       *keyState          // past the pace bound: the key whose next slot is soonest
+	slotAt        time.Time          // soonestPacedLocked: the slot a key is looked at for
 	bypass        bool               // BestEffort: every key refused by the shared limiter; skip it
 	remoteTried   []string           // key ids the request failed on, from Redis
 	replicas      int                // replicas sharing what a key has left (inflight.go), ≥ 2
@@ -216,11 +217,11 @@ func (kp *KeyPool) eligible(in *pickInput, req *PickRequest, k *keyState) bool {
 		return (k.br.allow(now) || k.br.State(now) == HalfOpen) && !(in.pol.keyPace && k.overRemaining(now, in.replicas))
 	}
 	switch {
-	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen),
+	case !k.br.allow(now) && !(in.overflow && k.br.State(now) == HalfOpen) && !(k.br.reason == ReasonQuota && k.drainedBy(in.slotAt)),
 		k.cfg.MaxInFlight > 0 && k.inFlight >= k.cfg.MaxInFlight,
 		now.Before(k.limitedUntil),
 		in.pacing && now.Before(k.paceUntil),
-		in.pol.keyPace && k.overRemaining(now, in.replicas),
+		in.pol.keyPace && k.overRemaining(now, in.replicas) && !k.drainedBy(in.slotAt),
 		in.enforceWindow && k.limited() && !k.win.allow(in.nowSec, k.cfg.RPM, k.cfg.TPM, req.EstTokens),
 		in.syncUnknown && k.lastSuccess.Before(in.unknownSince) && k.syncProbe && now.Before(k.syncProbeDeadline),
 		req.EstTokens > k.tokensLeft && now.Before(k.tokensReset):
@@ -387,7 +388,13 @@ func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, b
 	if k.limited() {
 		k.win.add(in.nowSec, 1, req.EstTokens)
 	}
-	var pace time.Duration
+	var pace, drained time.Duration
+	if booked > 0 && k.drainedBy(now.Add(booked)) {
+		// Booked at the end of what its provider said was its last
+		// request: no slot of its pace, wherever Redis puts it, is
+		// earlier than that.
+		drained = booked
+	}
 	if in.pacing && !in.overflow {
 		if pace = k.paceInterval(); pace > 0 {
 			// This replica's claim; Redis confirms it (Pools.Pick).
@@ -397,7 +404,7 @@ func (kp *KeyPool) reserveLocked(in *pickInput, req *PickRequest, k *keyState, b
 	k.picks++
 	kp.leases.add(leaseKey{req.RequestID, k}, probe)
 	return Lease{Backend: kp.name, KeyID: k.cfg.ID, Secret: k.cfg.Secret, Probe: probe, Overflow: in.overflow,
-		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked, tokens: tokens, tokensSeq: k.tokensSeq}
+		pool: kp, key: k, req: req.RequestID, pace: pace, booked: booked, drained: drained, tokens: tokens, tokensSeq: k.tokensSeq}
 }
 
 // undo takes back a pick the shared limiter or the key's pace refused, or

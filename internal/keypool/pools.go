@@ -433,7 +433,7 @@ func (p *Pools) awaitSlot(ctx context.Context, kp *KeyPool, backend string, in *
 			return 0, false, nil
 		}
 		if perr == nil {
-			wait = w // Redis's clock and every replica's bookings
+			wait = max(w, l.drained) // Redis's clock and every replica's bookings
 		} // perr: Redis did not answer; this replica's booking stands.
 	}
 	if wait <= 0 {

@@ -1,9 +1,12 @@
 package e2eenvoy
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
 
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/envoytest"
@@ -143,12 +146,16 @@ func TestPromiseSlowKeyPaced(t *testing.T) {
 		}
 		for range 2 {
 			if err := <-errs; err != nil {
-				t.Errorf("request: %v", err)
+				t.Errorf("request: %s", describeErr(err))
 			}
 		}
 		recs := s.relays["relay-a"].Requests()
 		if c := s.relays["relay-a"].Total(); c.OK != 2 || c.RateLimited != 0 || len(recs) != 2 {
-			t.Fatalf("relay counts %+v (%d records); want two served and no 429", c, len(recs))
+			var seen []string
+			for _, rec := range recs {
+				seen = append(seen, fmt.Sprintf("%d at +%v", rec.Status, rec.Time.Sub(recs[0].Time)))
+			}
+			t.Fatalf("relay counts %+v (%v); want two served and no 429", c, seen)
 		}
 		gap := recs[1].Time.Sub(recs[0].Time)
 		t.Logf("Envoy %s: the relay got the second request %v after the first", r.Version, gap)
@@ -159,4 +166,18 @@ func TestPromiseSlowKeyPaced(t *testing.T) {
 			t.Errorf("pace extensions %v (err %v); want the second pick to have extended its message", n, err)
 		}
 	})
+}
+
+// describeErr gives an API error's status, code, message and Retry-After:
+// a refusal's reason, not only its status.
+func describeErr(err error) string {
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) {
+		return err.Error()
+	}
+	ra := ""
+	if apiErr.Response != nil {
+		ra = apiErr.Response.Header.Get("Retry-After")
+	}
+	return fmt.Sprintf("%d %s: %s (Retry-After %q)", apiErr.StatusCode, apiErr.Code, apiErr.Message, ra)
 }
