@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/extproc/envoymsg"
+	"github.com/swarmgate/swarmgate/extproc/family"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -56,6 +57,11 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	}
 	if translating && r.decoder != nil {
 		a.Remove("content-encoding")
+	}
+	if translating && r.f.Shape == family.Anthropic && r.status == http.StatusServiceUnavailable {
+		// The translated body says overloaded_error; Anthropic's status
+		// for it is 529, which its clients tell from an outage.
+		a.Set(":status", strconv.Itoa(family.StatusOverloaded))
 	}
 	if h.GetEndOfStream() {
 		s.finish(r, false)

@@ -157,6 +157,15 @@ func TestTranslationPairsThroughEnvoy(t *testing.T) {
 			if !errors.As(err, &oerr) || oerr.StatusCode != 400 || oerr.Message == "" || strings.Contains(oerr.RawJSON(), `"type":"error"`) {
 				t.Errorf("chat on the Anthropic provider: %v", err)
 			}
+
+			// The chat relay's 503 is Anthropic's overloaded: 529 with
+			// overloaded_error, as Anthropic itself answers it.
+			s.relay.SetBehavior("ag_relay", mockupstream.Behavior{Action: mockupstream.ActError, Status: 503})
+			_, err = ac.Messages.New(ctx, anthropic.MessageNewParams{Model: "claude-relay", MaxTokens: 64,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))}})
+			if !errors.As(err, &aerr) || aerr.StatusCode != 529 || !strings.Contains(aerr.RawJSON(), `"overloaded_error"`) {
+				t.Errorf("Messages on the relay answering 503: %v", err)
+			}
 		})
 	})
 }
