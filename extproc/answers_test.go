@@ -60,8 +60,22 @@ func TestRouterReplacesAnswers(t *testing.T) {
 			if tc.retryHdr && setOf(t, ir.GetHeaders())["retry-after"] == "" {
 				t.Errorf("no retry-after: %v", ir.GetHeaders())
 			}
-			// Not served: the reservation is released, nothing billed.
 			h.cap.waitEntry(t)
+			h.cap.mu.Lock()
+			defer h.cap.mu.Unlock()
+			if tc.status == http.StatusGatewayTimeout {
+				// Envoy cut an attempt the provider had: billed as a cut
+				// answer (bill_on_disconnect "reported": without a report,
+				// the prompt estimate), partial and estimated, settled.
+				if len(h.cap.entries) != 1 || len(h.cap.settled) != 1 || len(h.cap.released) != 0 {
+					t.Fatalf("entries %+v settled %v released %v; want one billed entry", h.cap.entries, h.cap.settled, h.cap.released)
+				}
+				if e := h.cap.entries[0]; !e.Disconnected || !e.Estimated || e.Status != 504 || e.Usage.PromptTokens <= 0 {
+					t.Errorf("entry %+v; want partial, estimated, status 504, the prompt estimate", e)
+				}
+				return
+			}
+			// Not served: the reservation is released, nothing billed.
 			if len(h.cap.released) != 1 || len(h.cap.entries) != 0 {
 				t.Errorf("released %v entries %v", h.cap.released, h.cap.entries)
 			}

@@ -29,9 +29,12 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 	rh := r.readResponseHeaders(h)
 	if r.f.Admitted && !rh.local {
 		if e := s.replaceAnswer(r, rh.limited, rh.reset); e != nil {
-			// The answer is not one to pass on: account the request as not
-			// served and send the client an error in its own shape.
-			s.finish(r, false)
+			// The answer is not one to pass on: send the client an error in
+			// its own shape. Envoy's upstream timeout cut an attempt the
+			// provider had and worked on (a connect failure is a 503): it
+			// is billed as a cut answer (bill_on_disconnect), for the
+			// provider bills it too; the rest are not served.
+			s.finish(r, r.backend == "" && r.status == http.StatusGatewayTimeout)
 			return r.answerError(e)
 		}
 	}

@@ -3,6 +3,7 @@ package e2eenvoy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -147,5 +148,84 @@ func TestPromiseReserveSettle(t *testing.T) {
 		if c := s.relays["relay-a"].Total(); c.Canceled != 1 {
 			t.Errorf("relay counts %+v, want the disconnect seen as one cancel", c)
 		}
+	})
+}
+
+// timeoutConfig: the relay answers after a second, the route gives up
+// after 400 ms; bill_on_disconnect reserved bills a cut answer its whole
+// reservation.
+const timeoutConfig = `
+request:
+  message_timeout: 2s
+  timeout: 400ms
+accounting:
+  token_limits: reserve
+  bill_on_disconnect: reserved
+backends:
+  - name: relay-a
+    base_url: http://{relay-a}/v1
+    keys:
+      - {id: pa-1, secret: env:P_A1}
+models:
+  - name: gpt-4o-mini
+    targets:
+      - {backend: relay-a, price: {input_per_mtok: 1000, output_per_mtok: 1000}}
+tenants:
+  - name: team
+    models: ["*"]
+    keys:
+      - {id: team-1, hash: {keyTeam}}
+    limits: {tpm: 20000}
+    budget: {monthly: 100, hard_cap: true}
+`
+
+// TestPromiseUpstreamTimeoutBilled: Envoy gives up on a provider that had
+// the request and was working on it (its route timeout: 504). The provider
+// bills that request, so the ledger does too, as a cut answer
+// (bill_on_disconnect), partial; the client gets upstream_timeout and the
+// holds go. Before, a timed-out request left no ledger entry at all.
+func TestPromiseUpstreamTimeoutBilled(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		s := startPStack(t, r, pstackOptions{body: timeoutConfig, relays: []relaySpec{
+			{name: "relay-a", auth: config.AuthBearer, keys: map[string]string{"pa-1": "P_A1"},
+				opts: func(o *mockupstream.Options) { o.Default = mockupstream.Behavior{Latency: time.Second} }},
+		}})
+		ctx := testCtx(t)
+		c := s.client(keyTeam)
+		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxTokens: openai.Int(100),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("slow")}})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout || apiErr.Code != "upstream_timeout" {
+			t.Fatalf("request: %v, want 504 upstream_timeout", err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: s.redis})
+		defer rdb.Close()
+		money := ledger.TenantKey(s.cfg.Redis.KeyPrefix, "team", "rv:money:"+time.Now().UTC().Format("2006-01")+":h")
+		eventually(ctx, t, "the timed-out request billed, partial, nothing held", func() (bool, string) {
+			_, body, err := get(ctx, s.adminURL+"/usage?tenant=team", "")
+			var u struct {
+				Total struct {
+					Requests     int64 `json:"requests"`
+					Partial      int64 `json:"partial"`
+					OutputTokens int64 `json:"output_tokens"`
+				} `json:"total"`
+			}
+			if err == nil {
+				err = json.Unmarshal([]byte(body), &u)
+			}
+			if err != nil || u.Total.Requests != 1 || u.Total.Partial != 1 || u.Total.OutputTokens != 100 {
+				return false, fmt.Sprintf("%v %.300s", err, body)
+			}
+			h, err := rdb.HGetAll(ctx, money).Result()
+			if err != nil {
+				return false, err.Error()
+			}
+			for k, v := range h {
+				if k != "_sum" || v != "0" {
+					return false, fmt.Sprintf("money still held: %v", h)
+				}
+			}
+			return true, ""
+		})
 	})
 }
