@@ -18,32 +18,37 @@ func TestRouterReplacesAnswers(t *testing.T) {
 		status   int
 		code     string // "" when the answer passes through
 		retryHdr bool
+		empty    bool // headers only: the reply ends with them
 	}{
 		{"a provider's 401 for our pooled key", []string{":status", "401", "content-type", "application/json", contract.HeaderBackend, "big"},
-			http.StatusServiceUnavailable, "upstream_credentials_rejected", true},
+			http.StatusServiceUnavailable, "upstream_credentials_rejected", true, false},
 		{"a provider's 403 likewise", []string{":status", "403", contract.HeaderBackend, "big"},
-			http.StatusServiceUnavailable, "upstream_credentials_rejected", true},
+			http.StatusServiceUnavailable, "upstream_credentials_rejected", true, false},
 		// The keys have room (nothing failing): EDS was behind them, a
 		// short 429; with every key failing it is a 503 (admission_test).
 		{"Envoy's no healthy upstream while the keys have room", []string{":status", "503", "content-type", "text/plain"},
-			http.StatusTooManyRequests, "upstream_unavailable", true},
+			http.StatusTooManyRequests, "upstream_unavailable", true, false},
 		{"Envoy's upstream timeout", []string{":status", "504", "content-type", "text/plain"},
-			http.StatusGatewayTimeout, "upstream_timeout", true},
+			http.StatusGatewayTimeout, "upstream_timeout", true, false},
+		// An ext_proc filter's own message timeout is an empty reply
+		// (headers end the stream): no attempt was sent, nothing billed.
+		{"an ext_proc message timeout's empty 504", []string{":status", "504"},
+			http.StatusGatewayTimeout, "upstream_timeout", true, true},
 		{"the rate-limit filter's 429", []string{":status", "429", "x-envoy-ratelimited", "true", "x-ratelimit-reset", "17"},
-			http.StatusTooManyRequests, "rate_limit_exceeded", true},
+			http.StatusTooManyRequests, "rate_limit_exceeded", true, false},
 		{"a provider's 429 after retries passes", []string{":status", "429", "content-type", "application/json", contract.HeaderBackend, "big"},
-			0, "", false},
+			0, "", false, false},
 		{"a provider's 500 passes", []string{":status", "500", "content-type", "application/json", contract.HeaderBackend, "big"},
-			0, "", false},
+			0, "", false, false},
 		{"the upstream filter's own local reply passes", []string{":status", "429", "content-type", "application/json", contract.HeaderLocal, "upstream_keys_exhausted", "retry-after", "3"},
-			0, "", false},
+			0, "", false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, testConfig(t))
 			st, cancel := admit(t, h, chatBody)
 			defer cancel()
-			resp := roundTrip(t, st, respHeaders(false, tc.headers...))
+			resp := roundTrip(t, st, respHeaders(tc.empty, tc.headers...))
 			ir := resp.GetImmediateResponse()
 			if tc.code == "" {
 				if ir != nil {
@@ -63,7 +68,7 @@ func TestRouterReplacesAnswers(t *testing.T) {
 			h.cap.waitEntry(t)
 			h.cap.mu.Lock()
 			defer h.cap.mu.Unlock()
-			if tc.status == http.StatusGatewayTimeout {
+			if tc.status == http.StatusGatewayTimeout && !tc.empty {
 				// Envoy cut an attempt the provider had: billed as a cut
 				// answer (bill_on_disconnect "reported": without a report,
 				// the prompt estimate), partial and estimated, settled.

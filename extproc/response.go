@@ -33,8 +33,13 @@ func (s *Server) responseHeaders(r *routerStream, h *extprocv3.HttpHeaders) *ext
 			// its own shape. Envoy's upstream timeout cut an attempt the
 			// provider had and worked on (a connect failure is a 503): it
 			// is billed as a cut answer (bill_on_disconnect), for the
-			// provider bills it too; the rest are not served.
-			s.finish(r, r.backend == "" && r.status == http.StatusGatewayTimeout)
+			// provider bills it too; the rest are not served. The router's
+			// timeout reply has a body ("upstream request timeout",
+			// router.cc); an ext_proc filter's own message timeout (a key
+			// pick that never ended: nothing was sent) is an empty reply,
+			// its headers the end of the stream (http/utility.cc
+			// encodeLocalReply).
+			s.finish(r, r.backend == "" && r.status == http.StatusGatewayTimeout && !h.GetEndOfStream())
 			return r.answerError(e)
 		}
 	}
