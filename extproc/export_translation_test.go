@@ -32,7 +32,7 @@ func (x *UpstreamExchange) Handle(ctx context.Context, req *extprocv3.Processing
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return x.s.upstreamHeaders(ctx, x.u, req, v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return x.s.upstreamBody(x.u, v.RequestBody)
+		return x.s.upstreamBody(ctx, x.u, v.RequestBody)
 	}
 	return nil
 }

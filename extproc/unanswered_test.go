@@ -3,6 +3,7 @@ package extproc_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,5 +167,54 @@ func TestClientLeavesDuringPick(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An attempt whose body cannot be translated for its backend (only a
+// config change between the router's check and the attempt gets there)
+// ends at ext_proc with a local error: nothing reached the provider. Its
+// key's slot is given back at once, and the key is not charged the
+// attempt's unanswered end (a reset to its breaker).
+func TestUntranslatableAttemptFreesItsKey(t *testing.T) {
+	env := map[string]string{"R": "r", "O": "o", "A": "a"}
+	cfg, err := config.Parse([]byte(strings.Replace(translationYAML, "HASH", config.HashKey(keyAlpha), 1)), "t.yaml",
+		config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	pools, err := keypool.New(cfg, keypool.Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, func(o *extproc.Options) { o.Keys = wire.Keys(pools) })
+	headers := []string{":method", "POST", ":path", "/v1/messages", ":authority", "gw", "authorization", "Bearer " + keyAlpha,
+		"x-request-id", "req-1", "anthropic-version", "2023-06-01", "content-type", "application/json"}
+	rst, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, rst, reqHeaders(false, headers...))
+	resp := roundTrip(t, rst, reqBody(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`))
+	md := resp.GetDynamicMetadata().GetFields()[contract.AdmissionNamespace].GetStructValue()
+	if md == nil {
+		t.Fatalf("not admitted: %v", resp)
+	}
+	// A retry on the chat relay, its body one the Messages-to-chat
+	// translator refuses (an assistant prefill).
+	st, cancelAttempt := h.stream(t, contract.RoleUpstream)
+	roundTrip(t, st, upstreamReq(t, "relay", "m", 2, false, md, headers...))
+	resp = roundTrip(t, st, reqBody(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure"}]}`))
+	if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 400 {
+		t.Fatalf("untranslatable attempt: %v, want a local 400", resp)
+	}
+	for _, k := range pools.Snapshot() {
+		if k.Backend == "relay" && k.InFlight != 0 {
+			t.Errorf("key %s: %d in flight after its attempt ended at ext_proc", k.KeyID, k.InFlight)
+		}
+	}
+	cancelAttempt()
+	cancel()
+	time.Sleep(300 * time.Millisecond) // past the unanswered verdict's grace
+	if n, err := metricstest.Sum(reg, "swarmgate_keypool_unanswered_total", map[string]string{"backend": "relay"}); err != nil || n != 0 {
+		t.Errorf("unanswered attempts on relay: %v (%v); want none", n, err)
 	}
 }

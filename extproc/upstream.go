@@ -90,7 +90,7 @@ func (s *Server) serveUpstream(st extprocv3.ExternalProcessor_ProcessServer) err
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			resp = s.upstreamHeaders(ctx, u, req, v.RequestHeaders)
 		case *extprocv3.ProcessingRequest_RequestBody:
-			resp = s.upstreamBody(u, v.RequestBody)
+			resp = s.upstreamBody(ctx, u, v.RequestBody)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			resp = s.upstreamResponse(ctx, u, v.ResponseHeaders)
 		case *extprocv3.ProcessingRequest_ResponseBody:
@@ -124,7 +124,17 @@ func (s *Server) unanswered(ctx context.Context, u *upstreamStream) {
 	cancel()
 }
 
-func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+// notSent releases the attempt's key when the attempt ends here, before
+// anything reached the provider: no outcome for its breaker.
+func (s *Server) notSent(ctx context.Context, u *upstreamStream) {
+	if u.keyID == "" || u.reported {
+		return
+	}
+	s.opts.Keys.Report(ctx, u.backend.Name, u.keyID, u.requestID, s.opts.Keys.ParseOutcome(0, func(string) string { return "" }))
+	u.reported = true
+}
+
+func (s *Server) upstreamBody(ctx context.Context, u *upstreamStream, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	resp := envoymsg.Continue(envoymsg.RequestBody)
 	if !u.rewrite || !b.GetEndOfStream() {
 		return resp
@@ -137,6 +147,9 @@ func (s *Server) upstreamBody(u *upstreamStream, b *extprocv3.HttpBody) *extproc
 			// The router-level filter translated this body once to choose
 			// the cluster; only a config change in between gets here.
 			s.metrics.untranslatable.Inc()
+			// Nothing goes upstream: the key's slot is given back, not
+			// left to end unanswered (which counts as the key's reset).
+			s.notSent(ctx, u)
 			var un *translate.Unsupported
 			msg, param := "The request cannot be translated for this backend: "+err.Error(), ""
 			if errors.As(err, &un) {
