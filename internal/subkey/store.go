@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"time"
 
@@ -30,14 +31,25 @@ type Store struct {
 	cache  *cache
 	now    func() time.Time
 	synced chan struct{}
+	// resyncEvery is how often the whole hash is reloaded even when no
+	// subscription was re-established: the net under a lost message.
+	resyncEvery time.Duration
 }
+
+// defaultResyncEvery bounds how long a missed announcement (a revocation
+// published while a reload had failed) can leave a key stale.
+const defaultResyncEvery = time.Minute
+
+// resyncBackoff bounds the wait between two failed full reloads.
+const resyncBackoff = 2 * time.Second
 
 // NewStore returns a store; call Run to fill and maintain its cache.
 func NewStore(rdb redis.UniversalClient, prefix string, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{rdb: rdb, prefix: prefix, log: log, cache: newCache(), now: time.Now, synced: make(chan struct{})}
+	return &Store{rdb: rdb, prefix: prefix, log: log, cache: newCache(), now: time.Now, synced: make(chan struct{}),
+		resyncEvery: defaultResyncEvery}
 }
 
 func (s *Store) hashKey() string { return s.prefix + "keys" }
@@ -55,11 +67,17 @@ func (s *Store) Run(ctx context.Context) error {
 	defer ps.Close()
 	first := true
 	for {
-		msg, err := ps.Receive(ctx)
+		msg, err := ps.ReceiveTimeout(ctx, s.resyncEvery)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				if !first && !s.resyncUntil(ctx) {
+					return nil
+				}
+				continue
+			}
 			// go-redis reconnects and resubscribes; a "subscribe" reply follows.
 			s.log.Warn("sub-key subscription", "err", err)
 			select {
@@ -74,17 +92,39 @@ func (s *Store) Run(ctx context.Context) error {
 			if m.Kind != "subscribe" {
 				continue
 			}
-			if err := s.resync(ctx); err != nil {
-				s.log.Warn("sub-key resync", "err", err)
-				continue
+			if !s.resyncUntil(ctx) {
+				return nil
 			}
 			if first {
 				close(s.synced)
 				first = false
 			}
 		case *redis.Message:
-			s.refresh(ctx, m.Payload)
+			if !s.refresh(ctx, m.Payload) && !s.resyncUntil(ctx) {
+				return nil
+			}
 		}
+	}
+}
+
+// resyncUntil reloads the whole hash, retrying with a growing wait until
+// it succeeds (true) or ctx ends (false). A failed reload left alone kept a
+// starting replica unready for good (Synced never closed), or a revocation
+// announced while the subscription was down unseen until the next one.
+func (s *Store) resyncUntil(ctx context.Context) bool {
+	wait := 50 * time.Millisecond
+	for {
+		err := s.resync(ctx)
+		if err == nil {
+			return true
+		}
+		s.log.Warn("sub-key resync; retrying", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, resyncBackoff)
 	}
 }
 
@@ -106,26 +146,25 @@ func (s *Store) resync(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) refresh(ctx context.Context, id string) {
+// refresh applies one announced change; false when it could not be read
+// (the caller reloads everything rather than keep a possibly stale key).
+func (s *Store) refresh(ctx context.Context, id string) bool {
 	raw, err := s.rdb.HGet(ctx, s.hashKey(), id).Result()
 	if errors.Is(err, redis.Nil) {
 		s.cache.remove(id)
-		return
+		return true
 	}
 	if err != nil {
-		// Reload all rather than keep a possibly stale key.
 		s.log.Warn("sub-key refresh", "id", id, "err", err)
-		if err := s.resync(ctx); err != nil {
-			s.log.Warn("sub-key resync", "err", err)
-		}
-		return
+		return false
 	}
 	var k Key
 	if err := json.Unmarshal([]byte(raw), &k); err != nil {
 		s.log.Warn("sub-key unreadable", "id", id, "err", err)
-		return
+		return true
 	}
 	s.cache.put(&k)
+	return true
 }
 
 func (s *Store) save(ctx context.Context, k *Key) error {
