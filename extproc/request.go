@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,6 +94,17 @@ func (r *routerStream) readHeaders(h *extprocv3.HttpHeaders, a *envoymsg.Answer)
 			// Strip every client-supplied internal header first: none of
 			// them may be spoofed.
 			a.Remove(k)
+		case k == "accept-encoding":
+			// The gateway reads every answer it bills, and decodes gzip
+			// only: a brotli or zstd answer's usage went unread and its
+			// output was billed as nothing.
+			if v, keep := readableEncoding(envoymsg.HeaderValue(kv)); !keep {
+				if v == "" {
+					a.Remove(k)
+				} else {
+					a.Set(k, v)
+				}
+			}
 		case k == "openai-organization" || k == "openai-project":
 			// Which provider organisation or project a request bills to
 			// and reads from is the backend's choice (its static
@@ -102,6 +114,36 @@ func (r *routerStream) readHeaders(h *extprocv3.HttpHeaders, a *envoymsg.Answer)
 		}
 	}
 	return in
+}
+
+// readableEncoding is the accept-encoding to send upstream for the
+// client's v: keep (true) when v asks only for encodings the gateway reads
+// (gzip, identity); else "gzip" when the client accepts it, or "" (remove
+// the header: identity).
+func readableEncoding(v string) (string, bool) {
+	switch strings.TrimSpace(v) {
+	case "gzip", "identity", "":
+		return "", true
+	}
+	gzip := false
+	for part := range strings.SplitSeq(v, ",") {
+		name, params, _ := strings.Cut(part, ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name != "gzip" && name != "x-gzip" && name != "*" {
+			continue
+		}
+		q := strings.TrimSpace(params)
+		if after, ok := strings.CutPrefix(q, "q="); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(after), 64); err == nil && f <= 0 {
+				continue
+			}
+		}
+		gzip = true
+	}
+	if gzip {
+		return "gzip", false
+	}
+	return "", false
 }
 
 // isModels: the model list or one model of it.
