@@ -99,6 +99,11 @@ func (s *Server) billedUsage(r *routerStream, u Usage, reported, ok2xx, cut bool
 		}
 	} else if ok2xx {
 		switch {
+		case !reported && r.unreadable:
+			// An answer in an encoding the gateway does not read (the
+			// provider ignored accept-encoding): nothing was counted, so
+			// the most the request could cost, not the least.
+			u, estimated = Usage{PromptTokens: int64(r.f.EstTokens), CompletionTokens: int64(r.f.MaxOut)}, true
 		case !reported:
 			u, estimated = s.delivered(r), true
 		case r.provisional():

@@ -51,3 +51,20 @@ func TestAcceptEncodingReducedToReadable(t *testing.T) {
 		})
 	}
 }
+
+// An answer in an encoding the gateway does not read (a provider that
+// ignored accept-encoding) cannot be counted: it is billed the most the
+// request could cost (prompt estimate plus max output), estimated, not the
+// prompt estimate alone with its output free.
+func TestUnreadableAnswerBilledReserved(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	st, cancel := admit(t, h, `{"model":"chat","max_tokens":300,"messages":[{"role":"user","content":"hello"}]}`)
+	defer cancel()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", "content-encoding", "br",
+		contract.HeaderBackend, "small", contract.HeaderUpstreamKey, "small-1"))
+	roundTrip(t, st, respBody([]byte("\x1b\x03\x00\xf8brotli bytes"), true))
+	e := h.cap.waitEntry(t)
+	if !e.Estimated || e.Usage.CompletionTokens != 300 || e.Usage.PromptTokens <= 0 {
+		t.Fatalf("entry usage %+v estimated %v; want the prompt estimate and 300 output tokens, estimated", e.Usage, e.Estimated)
+	}
+}

@@ -146,7 +146,7 @@ func (s *Server) startBody(r *routerStream, rh responseHeaderFacts) (translating
 			r.gzip = true
 			r.decoder = s.opts.Usage.NewGzip()
 		case rh.cenc != "" && !strings.EqualFold(rh.cenc, "identity"):
-			r.kind = bodyOther // cannot read usage from it
+			r.kind, r.unreadable = bodyOther, true // cannot read usage from it
 		}
 		if r.kind == bodySSE {
 			s.startUsageStream(r)

@@ -62,13 +62,16 @@ type answerState struct {
 	upstreamKey  string
 	jsonBuf      []byte
 	jsonOverflow bool
-	parser       UsageStream
-	filter       ChunkFilter
-	decoder      Decoder
-	usage        Usage
-	haveUsage    bool
-	sentUsage    Usage     // the stream's usage as last sent to Envoy before its end
-	firstChunk   time.Time // first response body bytes (TTFT of streams)
+	// unreadable: the answer's content-encoding is one the gateway does
+	// not decode (a provider that ignored accept-encoding).
+	unreadable bool
+	parser     UsageStream
+	filter     ChunkFilter
+	decoder    Decoder
+	usage      Usage
+	haveUsage  bool
+	sentUsage  Usage     // the stream's usage as last sent to Envoy before its end
+	firstChunk time.Time // first response body bytes (TTFT of streams)
 	// upstreamModel is the model the answering backend was asked for (the
 	// target's model, else the alias); names renames it in the answer to
 	// the alias unless the backend exposes it (modelname.go).
