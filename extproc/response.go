@@ -212,7 +212,7 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 		case bodySSE:
 			if r.parser != nil {
 				r.parser.Write(plain)
-				if md := r.streamMetadata(); md != nil {
+				if md := s.streamMetadata(r); md != nil {
 					resp.DynamicMetadata = md
 				}
 			}
@@ -307,11 +307,30 @@ func (r *routerStream) closeDecoder() {
 // end-of-stream answer, so metadata sent only then never reached the
 // rate-limit filter's stream-done charge. The end-of-stream answer still
 // sends the final figures.
-func (r *routerStream) streamMetadata() *structpb.Struct {
+//
+// With token_limits ratelimit, a stream whose usage is not reported yet
+// (none so far, or Anthropic's provisional message_start) sends what was
+// delivered, estimated, as it grows (by an eighth, at least 64 tokens) and
+// when its last event is read: a stream Envoy destroyed before its end (the
+// client gone, or closing at [DONE] of a stream without a usage chunk) was
+// charged to the rate limits as nothing, or as message_start's one output
+// token, while the ledger billed what was delivered.
+func (s *Server) streamMetadata(r *routerStream) *structpb.Struct {
 	if r.status < 200 || r.status >= 300 || !r.f.Spec.Billed {
 		return nil
 	}
 	u, ok := r.parser.Usage()
+	if (!ok || r.parser.Provisional()) && r.cfg.Accounting.TokenLimits == "ratelimit" {
+		est := s.delivered(r)
+		if ok {
+			est = s.deliveredOutput(r, u)
+		}
+		step := max(64, r.sentUsage.CompletionTokens/8)
+		if est.PromptTokens == r.sentUsage.PromptTokens && est.CompletionTokens < r.sentUsage.CompletionTokens+step && !r.parser.Done() {
+			est = r.sentUsage // not grown enough to send
+		}
+		u, ok = est, true
+	}
 	if !ok {
 		return nil
 	}

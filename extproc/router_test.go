@@ -593,3 +593,40 @@ func TestStreamReadToItsEndIsNoDisconnect(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamWithoutUsageChargesDeliveredBeforeTheEnd: with token_limits
+// ratelimit, a stream with no usage report (a provider that ignores
+// include_usage) sends what was delivered, estimated, as it grows and at
+// its last event: an SDK closing at [DONE] ends the stream before its end
+// of stream, and the rate-limit filter's charge read nothing.
+func TestStreamWithoutUsageChargesDeliveredBeforeTheEnd(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Accounting.TokenLimits = "ratelimit"
+	h := newHarness(t, cfg)
+	st, cancel := admit(t, h, `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`)
+	defer cancel()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "text/event-stream"))
+	chunk := []byte(`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100) + `"}}]}` + "\n\n")
+	var sent []float64
+	send := func(b []byte) {
+		r := roundTrip(t, st, respBody(b, false))
+		if md := r.GetDynamicMetadata().GetFields()[contract.MetadataNamespace].GetStructValue().GetFields(); md != nil {
+			sent = append(sent, md[contract.MetaCompletionTokens].GetNumberValue())
+		}
+	}
+	for range 20 {
+		send(chunk)
+	}
+	send([]byte("data: [DONE]\n\n"))
+	if len(sent) < 3 || len(sent) > 8 {
+		t.Fatalf("token metadata sent %d times (%v); want a few as the estimate grows", len(sent), sent)
+	}
+	for i := 1; i < len(sent); i++ {
+		if sent[i] <= sent[i-1] {
+			t.Errorf("completion estimate not growing: %v", sent)
+		}
+	}
+	if last := sent[len(sent)-1]; last != 500 { // 2,000 content bytes at 4 bytes a token
+		t.Errorf("completion estimate at [DONE] %v, want 500", last)
+	}
+}
