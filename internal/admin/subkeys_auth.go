@@ -149,9 +149,9 @@ func (k *keyHandlers) reading(h func(*http.Request, caller) (any, *apiError)) ht
 }
 
 // audited wraps a route that changes a key: whether allowed or refused,
-// the operation is logged and appended to the audit stream. A client
-// going away does not cut a write short, so what the audit says happened
-// did; each store call is still bounded.
+// the operation is logged, and appended to the audit stream when the
+// caller authenticated. A client going away does not cut a write short,
+// so what the audit says happened did; each store call is still bounded.
 func (k *keyHandlers) audited(action string, h func(*http.Request, http.ResponseWriter, caller) result) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if k.notEnabled(w) {
@@ -167,7 +167,7 @@ func (k *keyHandlers) audited(action string, h func(*http.Request, http.Response
 		} else {
 			res = h(r, w, c)
 		}
-		k.record(r.Context(), action, c, res)
+		k.record(r.Context(), action, c, aerr == nil, res)
 		if res.err != nil {
 			k.s.writeAPIError(w, res.err)
 			return
@@ -176,12 +176,13 @@ func (k *keyHandlers) audited(action string, h func(*http.Request, http.Response
 	})
 }
 
-// record logs one key operation and appends it to the audit stream. It
-// names the key by id: the plain key is only ever in a create's answer.
-// A request without a valid credential is logged but not streamed:
-// anyone who reaches the port could otherwise push the real entries out
-// of the capped stream.
-func (k *keyHandlers) record(ctx context.Context, action string, c caller, res result) {
+// record logs one key operation and, when authed (authenticate accepted
+// the caller), appends it to the audit stream. It names the key by id: the
+// plain key is only ever in a create's answer. A request without a valid
+// credential is logged but not streamed, even when its key is known (a
+// revoked, expired or non-minter key): whoever holds one could otherwise
+// push the real entries out of the capped stream.
+func (k *keyHandlers) record(ctx context.Context, action string, c caller, authed bool, res result) {
 	e := subkey.Event{Time: k.now().UTC(), Actor: c.actor(), Action: action, KeyID: res.keyID, Tenant: res.tenant,
 		Outcome: "allowed", Status: res.status}
 	level := slog.LevelInfo
@@ -190,7 +191,7 @@ func (k *keyHandlers) record(ctx context.Context, action string, c caller, res r
 	}
 	k.s.log.Log(ctx, level, "admin: key operation", "actor", e.Actor, "action", e.Action, "key_id", e.KeyID,
 		"tenant", e.Tenant, "outcome", e.Outcome, "status", e.Status, "reason", e.Reason, "field", e.Field)
-	if !c.admin && c.key == nil {
+	if !authed {
 		return
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.s.opts.CheckTimeout)

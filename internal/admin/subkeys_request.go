@@ -270,11 +270,21 @@ func (o object) ttl() (time.Duration, *apiError) {
 		if err != nil || secs > maxTTL.Seconds() {
 			return 0, badRequest("ttl", fmt.Sprintf("%s seconds is out of range", v))
 		}
+		// Refused before the multiplication: a huge negative one would not
+		// fit a Duration.
+		if !(secs > 0) {
+			return 0, badRequest("ttl", "must be positive")
+		}
 		d = time.Duration(secs * float64(time.Second))
 	case string:
 		if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
 			if secs > int64(maxTTL/time.Second) {
 				return 0, badRequest("ttl", fmt.Sprintf("%s seconds is out of range", v))
+			}
+			// Refused before the multiplication: -9223372037 seconds
+			// overflows it into a positive Duration.
+			if secs <= 0 {
+				return 0, badRequest("ttl", "must be positive")
 			}
 			d = time.Duration(secs) * time.Second
 			break

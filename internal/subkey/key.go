@@ -53,6 +53,12 @@ type narrowedCache struct {
 	p atomic.Pointer[narrowedTenant]
 }
 
+// MaxBudgetAmount bounds a budget's amount, in currency units: a budget is
+// held and spent as pricing.Money (nano-units in an int64, about 9.2e9
+// units), and 1e10 once converted to a negative cap that refused every
+// request. 1e9 converts exactly and leaves room for spend and holds.
+const MaxBudgetAmount = 1e9
+
 // Budget is money per Period ("run", "day" or "month").
 type Budget struct {
 	Amount  float64   `json:"amount"`
@@ -109,8 +115,11 @@ func Validate(cfg *config.Config, k *Key, parent *Key, now time.Time) error {
 		default:
 			return &FieldError{"budget.period", fmt.Sprintf("%q is not run, day or month", b.Period)}
 		}
-		if b.Amount <= 0 {
+		if !(b.Amount > 0) {
 			return &FieldError{"budget.amount", "must be positive"}
+		}
+		if b.Amount > MaxBudgetAmount {
+			return &FieldError{"budget.amount", fmt.Sprintf("%v is above the maximum of %.0f", b.Amount, float64(MaxBudgetAmount))}
 		}
 		for _, a := range b.Alerts {
 			if a <= 0 || a > 100 {

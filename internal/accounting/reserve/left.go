@@ -47,13 +47,32 @@ func (r *Reserver) Left(ctx context.Context, tenant, keyID string) (left pricing
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, false, fmt.Errorf("reserve: budget left for tenant %q: %w", tenant, err)
 	}
+	// The pipeline's error is only its first command's: when that one is
+	// redis.Nil (nothing spent yet), a later one's failure would otherwise
+	// read as nothing used.
 	for i, l := range levels {
-		spent, _ := l.spent.Int64()
-		held, _ := l.held.Int64()
+		spent, err := counter(l.spent)
+		if err != nil {
+			return 0, false, fmt.Errorf("reserve: budget left for tenant %q: spend: %w", tenant, err)
+		}
+		held, err := counter(l.held)
+		if err != nil {
+			return 0, false, fmt.Errorf("reserve: budget left for tenant %q: holds: %w", tenant, err)
+		}
 		rest := max(l.cap-pricing.Money(spent+held), 0)
 		if i == 0 || rest < left {
 			left = rest
 		}
 	}
 	return left, len(levels) > 0, nil
+}
+
+// counter reads an integer counter: absent (redis.Nil) is 0; a failed
+// command (WRONGTYPE) or a value that is not an integer is an error.
+func counter(c *redis.StringCmd) (int64, error) {
+	v, err := c.Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return v, err
 }
