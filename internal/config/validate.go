@@ -603,8 +603,10 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 			checkLimits(v, mp, l)
 		}
 		if b := t.Budget; b != nil {
-			if !(b.Monthly > 0) || b.Monthly > 1e12 {
-				v.add(p+".budget.monthly", "must be positive, got %g", b.Monthly)
+			// Spend is held as nano-units in an int64 (pricing.Money, about
+			// 9.2e9 units): 1e12 converted to a cap that saturated or wrapped.
+			if !(b.Monthly > 0) || b.Monthly > maxBudget {
+				v.add(p+".budget.monthly", "must be positive and at most 1e+09, got %g", b.Monthly)
 			}
 			for j, a := range b.Alerts {
 				ap := fmt.Sprintf("%s.budget.alerts[%d]", p, j)
@@ -648,6 +650,10 @@ func UnpricedTarget(m *Model) (Target, bool) {
 	}
 	return Target{}, false
 }
+
+// maxBudget bounds a monthly budget in currency units, as the sub-keys'
+// (subkey.MaxBudgetAmount).
+const maxBudget = 1e9
 
 func checkLimits(v *validator, path string, l Limits) {
 	for _, n := range []namedValue[int]{{"rpm", l.RPM}, {"rpd", l.RPD}, {"tpm", l.TPM}} {
