@@ -22,8 +22,9 @@ type SubKeyStore interface {
 	Update(ctx context.Context, id string, change func(*subkey.Key) error) (*subkey.Key, error)
 	Revoke(ctx context.Context, id string) (*subkey.Key, error)
 	List(tenant string, labels map[string]string) []*subkey.Key
-	// Lookup finds a presented key: a minter authenticates with it.
-	Lookup(presented string) (*subkey.Key, bool)
+	// LookupMinted finds a presented key (a minter authenticates with
+	// it), waiting a moment for one minted on another replica.
+	LookupMinted(presented string) (*subkey.Key, bool)
 	Audit(ctx context.Context, e subkey.Event) error
 	RecentAudit(ctx context.Context, n int) ([]subkey.Event, error)
 }

@@ -62,7 +62,7 @@ func (k *keyHandlers) authenticate(r *http.Request) (caller, *apiError) {
 			return caller{admin: true}, nil
 		}
 	}
-	m, ok := k.store.Lookup(tok)
+	m, ok := k.store.LookupMinted(tok)
 	if !ok {
 		if c, ok, aerr := k.configMinter(tok); ok {
 			return c, aerr

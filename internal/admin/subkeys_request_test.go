@@ -59,16 +59,15 @@ func TestCreateTTLBounds(t *testing.T) {
 }
 
 // A budget amount too large for pricing.Money is a 400 on create and on
-// update, even under a tenant budget (the config allows up to 1e12) that
-// would let it through.
+// update, also under the largest tenant budget the config allows (1e9).
 func TestKeyBudgetAmountBounded(t *testing.T) {
-	yaml := strings.Replace(keyConfigYAML, "budget: {monthly: 50,", "budget: {monthly: 1e12,", 1)
+	yaml := strings.Replace(keyConfigYAML, "budget: {monthly: 50,", "budget: {monthly: 1e9,", 1)
 	cfg, err := config.Parse([]byte(yaml), "admin-keys-test.yaml", config.Options{
 		LookupEnv: func(k string) (string, bool) { v, ok := testSecrets[k]; return v, ok }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tn, ok := cfg.Tenant("team-red"); !ok || tn.Budget == nil || tn.Budget.Monthly != 1e12 {
+	if tn, ok := cfg.Tenant("team-red"); !ok || tn.Budget == nil || tn.Budget.Monthly != 1e9 {
 		t.Fatal("the test config's team-red budget was not raised: the test proves nothing")
 	}
 	e := startKeyAPI(t, func(o *Options) { o.Config = func() *config.Config { return cfg } })

@@ -525,3 +525,27 @@ func TestConfigKeyMinter(t *testing.T) {
 		})
 	}
 }
+
+// TestMinterMintedElsewhereWorksAtOnce: a minter key minted through
+// another replica authenticates here at once, waiting for its change to
+// arrive as the data path does: a planner's first mint with a fresh minter
+// key may reach any replica before its announcement.
+func TestMinterMintedElsewhereWorksAtOnce(t *testing.T) {
+	e := startKeyAPI(t, nil)
+	ctx := context.Background()
+	// Written elsewhere, its announcement 100 ms late.
+	m := subkey.Key{ID: "sk_late", Tenant: "team-red", Minter: true, CreatedAt: time.Now().UTC()}
+	plain := "sk-sg-" + strings.Repeat("l", 43)
+	m.Hash = config.HashKey(plain)
+	raw, err := json.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.HSet(ctx, "sg:keys", m.ID, raw).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, func() { e.rdb.Publish(ctx, "sg:changed", m.ID) })
+	if a := e.do(t, http.MethodPost, "/v1/keys", plain, `{}`); a.status != http.StatusCreated {
+		t.Fatalf("fresh minter's first mint: %d %s", a.status, a.raw)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -300,6 +301,17 @@ next:
 // Lookup finds the key presented by a client in the cache; no Redis.
 func (s *Store) Lookup(presented string) (*Key, bool) {
 	return s.cache.lookup(config.KeyDigest(presented))
+}
+
+// LookupMinted is Lookup that waits, up to mintedWait, for a key of the
+// sub-key form minted a moment ago on another replica (as Authenticate
+// does): a planner's fresh minter key may reach any replica first.
+func (s *Store) LookupMinted(presented string) (*Key, bool) {
+	d := config.KeyDigest(presented)
+	if k, ok := s.cache.lookup(d); ok || !strings.HasPrefix(presented, plainPrefix) {
+		return k, ok
+	}
+	return s.cache.awaitDigest(d, mintedWait)
 }
 
 // LookupDigest is Lookup for a key already hashed with config.KeyDigest.
