@@ -16,9 +16,20 @@ const NanosPerUnit = 1_000_000_000
 type Money int64
 
 // FromFloat converts a configured amount (e.g. a monthly budget) to Money,
-// rounding to the nearest nano-unit.
+// rounding to the nearest nano-unit. Amounts beyond Money's range saturate
+// (a budget of 1e12 is as good as unlimited, not negative: converting such
+// a float to int64 is undefined and gave MinInt64); NaN is 0.
 func FromFloat(v float64) Money {
-	return Money(math.Round(v * NanosPerUnit))
+	r := math.Round(v * NanosPerUnit)
+	switch {
+	case r >= math.MaxInt64: // float64(MaxInt64) is 2^63, out of range
+		return math.MaxInt64
+	case r <= math.MinInt64:
+		return math.MinInt64
+	case r != r: // NaN
+		return 0
+	}
+	return Money(r)
 }
 
 // Float is the amount in currency units, for gauges and display only.
@@ -60,31 +71,48 @@ func (m Money) Short() string {
 	return s
 }
 
-// ParseMoney parses the String form (up to 9 decimals).
+// ParseMoney parses the String form: an optional '-', digits, and up to 9
+// decimals. An amount outside Money's range is an error, not a wrapped
+// value.
 func ParseMoney(s string) (Money, error) {
 	s = strings.TrimSpace(s)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	whole, frac, _ := strings.Cut(s, ".")
-	if len(frac) > 9 || whole == "" {
+	digits := strings.TrimPrefix(s, "-")
+	neg := len(digits) < len(s)
+	whole, frac, _ := strings.Cut(digits, ".")
+	if whole == "" || len(frac) > 9 || !isDigits(whole) || !isDigits(frac) {
 		return 0, fmt.Errorf("pricing: invalid amount %q", s)
 	}
-	w, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil || w > math.MaxInt64/NanosPerUnit {
-		return 0, fmt.Errorf("pricing: invalid amount %q", s)
+	w, err := strconv.ParseUint(whole, 10, 64)
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++ // -2^63 is MinInt64, which String prints
 	}
-	var f int64
+	if err != nil || w > limit/NanosPerUnit {
+		return 0, fmt.Errorf("pricing: amount %q out of range", s)
+	}
+	var f uint64
 	if frac != "" {
-		f, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
-		if err != nil || f < 0 {
-			return 0, fmt.Errorf("pricing: invalid amount %q", s)
+		f, _ = strconv.ParseUint(frac+strings.Repeat("0", 9-len(frac)), 10, 64) // at most 9 digits
+	}
+	n := w*NanosPerUnit + f
+	if n > limit {
+		return 0, fmt.Errorf("pricing: amount %q out of range", s)
+	}
+	if neg {
+		return Money(-n), nil // two's complement: -2^63 included
+	}
+	return Money(n), nil
+}
+
+// isDigits reports whether s is ASCII digits only ("" included): strconv
+// would also take a sign, so "1.+5" would read as 1.05.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
 		}
 	}
-	m := Money(w*NanosPerUnit + f)
-	if neg {
-		m = -m
-	}
-	return m, nil
+	return true
 }
 
 // MarshalJSON writes the exact decimal string, so JSON consumers never see

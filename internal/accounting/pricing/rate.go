@@ -54,20 +54,25 @@ func perToken(perMTok float64) int64 {
 	return int64(v)
 }
 
-// Cost prices one request's usage. Cached tokens (at most PromptTokens) are
-// billed at CachedInput and the rest of the prompt at Input; reasoning tokens
-// (at most CompletionTokens) at Reasoning and the rest at Output. The exact
+// Cost prices one request's usage, normalised first (usage.Usage.Normalize:
+// reasoning reported beside the completion and a total above prompt +
+// completion are output; the parsers' usage is normalised already, so the
+// ledger's counts are what is priced). Cached tokens (at most
+// PromptTokens) are billed at CachedInput, cache writes (at most the rest)
+// at CacheWrite and the rest of the prompt at Input; reasoning tokens (at
+// most CompletionTokens) at Reasoning and the rest at Output. The exact
 // sum in pico-units is rounded half up to nano-units once.
 func (r Rate) Cost(u usage.Usage) Money {
-	prompt, completion := nonNeg(u.PromptTokens), nonNeg(u.CompletionTokens)
+	u.Normalize()
+	prompt, completion := u.PromptTokens, u.CompletionTokens
 	if prompt == 0 && completion == 0 && u.TotalTokens > 0 {
 		// A provider that reports only a total: bill it at the dearer of
 		// the input and output rates so it is never under-billed.
-		return picoToMoney(mulAdd(acc{}, nonNeg(u.TotalTokens), max(r.Input, r.Output)))
+		return picoToMoney(mulAdd(acc{}, u.TotalTokens, max(r.Input, r.Output)))
 	}
-	cached := min(nonNeg(u.CachedTokens), prompt)
-	written := min(nonNeg(u.CacheWriteTokens), prompt-cached)
-	reasoning := min(nonNeg(u.ReasoningTokens), completion)
+	cached := min(u.CachedTokens, prompt)
+	written := min(u.CacheWriteTokens, prompt-cached)
+	reasoning := min(u.ReasoningTokens, completion)
 	var a acc
 	a = mulAdd(a, prompt-cached-written, r.Input)
 	a = mulAdd(a, cached, r.CachedInput)

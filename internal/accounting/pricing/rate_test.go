@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/swarmgate/swarmgate/internal/accounting/usage"
 	"github.com/swarmgate/swarmgate/internal/config"
 )
 
@@ -134,4 +135,92 @@ func BenchmarkCost(b *testing.B) {
 		s += r.Cost(u)
 	}
 	_ = s
+}
+
+// TestCostOutputOutsideCompletion: reasoning reported beside
+// completion_tokens is billed, and the tokens priced are the ones the
+// parser hands the ledger and the token limits.
+func TestCostOutputOutsideCompletion(t *testing.T) {
+	gpt := RateOf(config.Price{InputPerMTok: 2.5, OutputPerMTok: 10})
+	o1 := RateOf(config.Price{InputPerMTok: 15, OutputPerMTok: 60, ReasoningPerMTok: 80})
+	tests := []struct {
+		name string
+		rate Rate
+		body string
+		raw  Usage // the same report built by hand, not normalised
+		want string
+	}{
+		// 21 in * 2.5e-6 + 60 out * 1e-5
+		{"reasoning beside completion", gpt, `{"usage":{"prompt_tokens":21,"completion_tokens":0,"total_tokens":81,"completion_tokens_details":{"reasoning_tokens":60}}}`,
+			Usage{PromptTokens: 21, TotalTokens: 81, ReasoningTokens: 60}, "0.000652500"},
+		// 21 * 15e-6 + 5 * 60e-6 + 60 * 80e-6
+		{"reasoning at its own price", o1, `{"usage":{"prompt_tokens":21,"completion_tokens":5,"total_tokens":86,"completion_tokens_details":{"reasoning_tokens":60}}}`,
+			Usage{PromptTokens: 21, CompletionTokens: 5, TotalTokens: 86, ReasoningTokens: 60}, "0.005415000"},
+		{"total above its parts", gpt, `{"usage":{"prompt_tokens":21,"completion_tokens":0,"total_tokens":81}}`,
+			Usage{PromptTokens: 21, TotalTokens: 81}, "0.000652500"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u, ok := usage.FromJSON([]byte(tc.body))
+			if !ok {
+				t.Fatal("no usage")
+			}
+			if got := tc.rate.Cost(u).String(); got != tc.want {
+				t.Fatalf("Cost(%+v) = %s, want %s", u, got, tc.want)
+			}
+			if got := tc.rate.Cost(tc.raw).String(); got != tc.want {
+				t.Fatalf("Cost(%+v) = %s, want %s", tc.raw, got, tc.want)
+			}
+			// The ledger records u's counts and the limits count
+			// u.Tokens(): they are the tokens priced.
+			byCounts := tc.rate.Cost(Usage{PromptTokens: u.PromptTokens}) +
+				tc.rate.Cost(Usage{CompletionTokens: u.CompletionTokens, ReasoningTokens: u.ReasoningTokens})
+			if got := tc.rate.Cost(u); got != byCounts || u.Tokens() != u.TotalTokens {
+				t.Fatalf("cost %s, by the ledger's counts %s; tokens %d, total %d", got, byCounts, u.Tokens(), u.TotalTokens)
+			}
+		})
+	}
+}
+
+// TestCostCacheWrites: cache writes reported beside prompt_tokens are
+// billed at the cache-write price, once.
+func TestCostCacheWrites(t *testing.T) {
+	claude := RateOf(config.Price{InputPerMTok: 3, CachedInputPerMTok: 0.3, CacheWriteInputPerMTok: 3.75, OutputPerMTok: 15})
+	tests := []struct {
+		name string
+		body string
+		want string
+	}{
+		// 94 in * 3e-6 + 100 written * 3.75e-6 + 2 out * 15e-6
+		{"openrouter", `{"usage":{"prompt_tokens":194,"completion_tokens":2,"total_tokens":196,"prompt_tokens_details":{"cached_tokens":0,"cache_write_tokens":100}}}`, "0.000687000"},
+		// 15 in * 3e-6 + 3000 read * 0.3e-6 + 200 written * 3.75e-6 + 5 out * 15e-6
+		{"prompt_tokens with cache_creation_input_tokens", `{"usage":{"prompt_tokens":3215,"completion_tokens":5,"total_tokens":3220,"prompt_tokens_details":{"cached_tokens":3000},"cache_creation_input_tokens":200,"cache_read_input_tokens":3000}}`, "0.001770000"},
+		{"anthropic shape, same request", `{"usage":{"input_tokens":15,"cache_creation_input_tokens":200,"cache_read_input_tokens":3000,"output_tokens":5}}`, "0.001770000"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u, ok := usage.FromJSON([]byte(tc.body))
+			if !ok {
+				t.Fatal("no usage")
+			}
+			if got := claude.Cost(u).String(); got != tc.want {
+				t.Fatalf("Cost(%+v) = %s, want %s", u, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCostHugeCountIsNotFree: an absurd count is billed (saturating), not
+// read as 0 tokens.
+func TestCostHugeCountIsNotFree(t *testing.T) {
+	gpt := RateOf(config.Price{InputPerMTok: 2.5, OutputPerMTok: 10})
+	for _, body := range []string{
+		`{"usage":{"prompt_tokens":1e30,"completion_tokens":5}}`,
+		`{"usage":{"prompt_tokens":12345678901234567890,"completion_tokens":5}}`,
+	} {
+		u, ok := usage.FromJSON([]byte(body))
+		if c := gpt.Cost(u); !ok || c < gpt.Cost(Usage{PromptTokens: usage.MaxTokens}) {
+			t.Errorf("%s: cost %s for %+v", body, c, u)
+		}
+	}
 }

@@ -149,3 +149,43 @@ func TestStreamProvisional(t *testing.T) {
 		})
 	}
 }
+
+// TestAnthropicDeltaMergesCounts: message_delta's usage is merged count by
+// count into message_start's, as Anthropic's SDK merges it: a delta that
+// restates input_tokens without the cache counts keeps them.
+func TestAnthropicDeltaMergesCounts(t *testing.T) {
+	start := `event: message_start` + "\n" +
+		`data: {"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":10,"cache_creation_input_tokens":200,"cache_read_input_tokens":3000,"output_tokens":1}}}` + "\n\n"
+	delta := func(usage string) string {
+		return "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":" + usage + "}\n\n"
+	}
+	final := Usage{PromptTokens: 3210, CompletionTokens: 50, TotalTokens: 3260, CachedTokens: 3000, CacheWriteTokens: 200}
+	for _, tc := range []struct {
+		name, stream string
+		want         Usage
+	}{
+		{"delta restates input only", start + delta(`{"input_tokens":10,"output_tokens":50}`), final},
+		{"delta states output only", start + delta(`{"output_tokens":50}`), final},
+		{"delta restates every count", start + delta(`{"input_tokens":10,"cache_creation_input_tokens":200,"cache_read_input_tokens":3000,"output_tokens":50}`), final},
+		{"delta with null cache counts", start + delta(`{"input_tokens":10,"cache_creation_input_tokens":null,"cache_read_input_tokens":null,"output_tokens":50}`), final},
+		{"delta changes a cache count", start + delta(`{"cache_read_input_tokens":2500,"output_tokens":50}`),
+			Usage{PromptTokens: 2710, CompletionTokens: 50, TotalTokens: 2760, CachedTokens: 2500, CacheWriteTokens: 200}},
+		{"type after usage", start + "data: {\"usage\":{\"input_tokens\":10,\"output_tokens\":50},\"type\":\"message_delta\"}\n\n", final},
+		// Other families' usage events replace what came before.
+		{"chat usage chunks replace", "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":4},\"completion_tokens\":1}}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n", Usage{PromptTokens: 5, CompletionTokens: 2, TotalTokens: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p StreamParser
+			got := runParser(&p, [][]byte{[]byte(tc.stream)})
+			if got.usage != tc.want || !got.hasU || got.provisional {
+				t.Fatalf("usage %+v (has %v, provisional %v), want %+v", got.usage, got.hasU, got.provisional, tc.want)
+			}
+			splits([]byte(tc.stream), 10, func(split string, chunks [][]byte) {
+				if r := runParser(&p, chunks); r != got {
+					t.Fatalf("%s: %+v, unsplit %+v", split, r, got)
+				}
+			})
+		})
+	}
+}

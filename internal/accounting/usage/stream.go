@@ -26,6 +26,7 @@ type StreamParser struct {
 	bad       int
 	done      bool
 	usage     Usage
+	fields    usageFields // usage as spelled, for message_delta to merge into
 	hasUsage  bool
 	opening   bool // usage is message_start's: its output count is not the answer's
 	delivered int64
@@ -146,10 +147,10 @@ func (p *StreamParser) event(d []byte) {
 // eventScan is what one event's JSON says.
 type eventScan struct {
 	p         *StreamParser
-	u         Usage
+	f         usageFields
 	hasU      bool
-	hasInput  bool
 	opening   bool // the usage is message_start's message.usage
+	delta     bool // the event is Anthropic's message_delta
 	delivered int64
 	errSeen   bool
 	msg, typ  []byte
@@ -205,7 +206,7 @@ func (e *eventScan) member(k []byte, esc bool) error {
 
 func (e *eventScan) usage(s *jsonscan.Scanner) error {
 	var err error
-	e.u, e.hasInput, e.hasU, err = parseUsageInput(s)
+	e.f, e.hasU, err = parseFields(s)
 	e.opening = false
 	return err
 }
@@ -269,6 +270,8 @@ func (e *eventScan) typeValue(s *jsonscan.Scanner) error {
 	switch string(raw) {
 	case "error":
 		e.errSeen = true
+	case "message_delta":
+		e.delta = true
 	case "message_stop", "response.completed", "response.incomplete", "response.failed":
 		e.p.done = true // the stream's last event
 	}
@@ -286,18 +289,17 @@ func (e *eventScan) topLevelError(s *jsonscan.Scanner, dst *[]byte) error {
 
 // apply records what the event said.
 func (e *eventScan) apply() {
-	p, u := e.p, e.u
+	p := e.p
 	if e.hasU {
-		if !e.hasInput && p.hasUsage {
-			// Anthropic's message_delta: cumulative output tokens only;
-			// the prompt counted at message_start stands.
-			u.PromptTokens, u.CachedTokens, u.CacheWriteTokens = p.usage.PromptTokens, p.usage.CachedTokens, p.usage.CacheWriteTokens
-			if u.ReasoningTokens == 0 {
-				u.ReasoningTokens = p.usage.ReasoningTokens
-			}
-			u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		f := e.f
+		if p.hasUsage && (e.delta || !f.hasInput()) {
+			// Anthropic's message_delta restates some counts (the
+			// cumulative output, at times the input but not the cache
+			// counts): merged count by count, as its SDK does, so what
+			// message_start counted and the delta leaves out stands.
+			f = p.fields.merge(f)
 		}
-		p.usage, p.hasUsage, p.opening = u, true, e.opening
+		p.fields, p.usage, p.hasUsage, p.opening = f, f.usage(), true, e.opening
 	}
 	p.delivered += e.delivered
 	if e.errSeen || p.isError {

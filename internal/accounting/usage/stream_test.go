@@ -171,6 +171,8 @@ func TestStreamParserCases(t *testing.T) {
 		{"message_delta makes it final", `data: {"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}` + "\n\n" +
 			`data: {"type":"message_delta","usage":{"output_tokens":9}}` + "\n\n",
 			parseResult{events: 2, usage: Usage{PromptTokens: 25, CompletionTokens: 9, TotalTokens: 34}, hasU: true}},
+		{"reasoning beside completion", `data: {"choices":[],"usage":{"prompt_tokens":21,"completion_tokens":0,"total_tokens":81,"completion_tokens_details":{"reasoning_tokens":60}}}` + "\n\n",
+			parseResult{events: 1, usage: Usage{PromptTokens: 21, CompletionTokens: 60, TotalTokens: 81, ReasoningTokens: 60}, hasU: true}},
 		{"top-level usage after message.usage in one event wins", `data: {"message":{"usage":{"input_tokens":25,"output_tokens":1}},"usage":{"input_tokens":25,"output_tokens":4}}` + "\n\n",
 			parseResult{events: 1, usage: Usage{PromptTokens: 25, CompletionTokens: 4, TotalTokens: 29}, hasU: true}},
 	}
