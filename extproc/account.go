@@ -69,6 +69,8 @@ func (s *Server) reportedUsage(r *routerStream, ok2xx bool) (Usage, bool) {
 	switch {
 	case r.kind == bodyJSON && !r.jsonOverflow && len(r.jsonBuf) > 0:
 		return s.opts.Usage.FromJSON(r.jsonBuf)
+	case r.kind == bodyJSON && r.jsonOverflow:
+		return s.opts.Usage.FromJSONTail(r.jsonBuf)
 	case r.kind == bodySSE && r.parser != nil:
 		r.parser.Flush()
 		return r.parser.Usage()

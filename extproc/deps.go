@@ -22,6 +22,9 @@ type Usage = usage.Usage
 type UsageCodec interface {
 	// FromJSON reads "usage" from a complete JSON response body.
 	FromJSON(body []byte) (Usage, bool)
+	// FromJSONTail reads it from the last bytes of a body too large to
+	// keep whole.
+	FromJSONTail(tail []byte) (Usage, bool)
 	// ResponseID reads a Responses API body's top-level "id".
 	ResponseID(body []byte) ([]byte, bool)
 	// NewStream returns an incremental SSE parser.

@@ -226,12 +226,11 @@ func (s *Server) responseBody(r *routerStream, b *extprocv3.HttpBody) *extprocv3
 				}
 			}
 		case bodyJSON:
-			if !r.jsonOverflow {
-				if len(r.jsonBuf)+len(plain) > maxUsageJSON {
-					r.jsonOverflow, r.jsonBuf = true, r.jsonBuf[:0]
-				} else {
-					r.jsonBuf = append(r.jsonBuf, plain...)
-				}
+			if r.jsonOverflow || len(r.jsonBuf)+len(plain) > maxUsageJSON {
+				// Too large to keep: its tail, where the usage is.
+				r.jsonOverflow, r.jsonBuf = true, keepTail(r.jsonBuf, plain, usageTail)
+			} else {
+				r.jsonBuf = append(r.jsonBuf, plain...)
 			}
 		}
 		if r.names != nil {
@@ -290,6 +289,17 @@ func (r *routerStream) nameChunk(chunk, plain []byte) {
 	if out, changed := r.names.Write(src); changed || replaced {
 		r.reply.replaceChunk(out)
 	}
+}
+
+// keepTail appends more to buf and keeps only the last n bytes.
+func keepTail(buf, more []byte, n int) []byte {
+	if len(more) >= n {
+		return append(buf[:0], more[len(more)-n:]...)
+	}
+	if drop := len(buf) + len(more) - n; drop > 0 {
+		buf = buf[:copy(buf, buf[drop:])]
+	}
+	return append(buf, more...)
 }
 
 func (r *routerStream) closeDecoder() {

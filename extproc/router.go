@@ -19,6 +19,10 @@ import (
 // its usage; bodies pass through untouched either way.
 const maxUsageJSON = 8 << 20
 
+// usageTail is how much of the end of a larger one is kept: its usage
+// member closes the body (providers put it last but for a few scalars).
+const usageTail = 64 << 10
+
 type bodyKind uint8
 
 const (

@@ -630,3 +630,24 @@ func TestStreamWithoutUsageChargesDeliveredBeforeTheEnd(t *testing.T) {
 		t.Errorf("completion estimate at [DONE] %v, want 500", last)
 	}
 }
+
+// TestLargeJSONAnswerUsageFromItsTail: a non-streamed answer larger than
+// what is kept whole (8 MiB: a large embeddings batch, a long completion)
+// has its usage read from its last bytes: it was billed the prompt
+// estimate, its output free.
+func TestLargeJSONAnswerUsageFromItsTail(t *testing.T) {
+	h := newHarness(t, testConfig(t))
+	st, cancel := admit(t, h, `{"model":"chat","messages":[{"role":"user","content":"hello"}]}`)
+	defer cancel()
+	roundTrip(t, st, respHeaders(false, ":status", "200", "content-type", "application/json", contract.HeaderBackend, "small", contract.HeaderUpstreamKey, "small-1"))
+	body := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("y", 9<<20) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":2359296,"total_tokens":2359303},"system_fingerprint":"fp"}`)
+	for i := 0; i < len(body); i += 1 << 20 {
+		end := min(i+1<<20, len(body))
+		roundTrip(t, st, respBody(body[i:end], end == len(body)))
+	}
+	e := h.cap.waitEntry(t)
+	if e.Estimated || e.Usage.PromptTokens != 7 || e.Usage.CompletionTokens != 2359296 {
+		t.Fatalf("entry usage %+v estimated %v; want the reported 7 + 2359296", e.Usage, e.Estimated)
+	}
+}

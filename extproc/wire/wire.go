@@ -76,6 +76,8 @@ type codec struct{}
 
 func (codec) FromJSON(b []byte) (extproc.Usage, bool) { return usage.FromJSON(b) }
 
+func (codec) FromJSONTail(b []byte) (extproc.Usage, bool) { return usage.FromJSONTail(b) }
+
 func (codec) ResponseID(b []byte) ([]byte, bool) { return usage.ResponseID(b) }
 
 func (codec) NewStream() extproc.UsageStream { return &usage.StreamParser{} }

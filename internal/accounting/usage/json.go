@@ -23,6 +23,17 @@ func FromJSON(body []byte) (Usage, bool) {
 	return fromWalk(body)
 }
 
+// FromJSONTail reads the usage from the last bytes of a JSON response too
+// large to keep whole: found only when its "usage" key is proven a member
+// of the outermost object by the bytes after it (fromTail), which a tail
+// holds as well as the whole body does.
+func FromJSONTail(tail []byte) (Usage, bool) {
+	if u, ok, proven := fromTail(tail); proven {
+		return u, ok
+	}
+	return Usage{}, false
+}
+
 var usageKey = []byte(`"usage"`)
 
 // errShape ends a walk over JSON that is valid so far but not the shape

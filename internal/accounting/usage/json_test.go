@@ -222,3 +222,27 @@ func normalized(u Usage) Usage {
 	u.Normalize()
 	return u
 }
+
+// FromJSONTail finds the usage in the last bytes of a body only when the
+// bytes after its key prove it a member of the outermost object.
+func TestFromJSONTail(t *testing.T) {
+	for _, tc := range []struct {
+		name, tail string
+		want       int64 // prompt tokens; -1: none found
+	}{
+		{"usage closes the body", `aaaa"}}],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9},"system_fingerprint":"fp"}`, 7},
+		{"a nested usage in the last member", `aaaa"}],"x":{"usage":{"prompt_tokens":7,"completion_tokens":2}}}`, -1},
+		{"cut inside the usage", `"usage":{"prompt_tokens":7,"comple`, -1},
+		{"no usage", `aaaa"}]}`, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, ok := FromJSONTail([]byte(tc.tail))
+			switch {
+			case tc.want < 0 && ok:
+				t.Errorf("found %+v, want none", u)
+			case tc.want >= 0 && (!ok || u.PromptTokens != tc.want):
+				t.Errorf("got %+v %v, want prompt %d", u, ok, tc.want)
+			}
+		})
+	}
+}
