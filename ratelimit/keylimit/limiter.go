@@ -127,8 +127,9 @@ func entries(keyID, kind string) []*rlcommon.RateLimitDescriptor_Entry {
 // and ok is the configured failure mode (failure_modes.ratelimit), so a
 // caller with its own fallback can use err and one without can use ok.
 //
-// Refused checks still count in the window that refused them (fixed-window
-// INCRBY), which errs on the side of keeping the key under its limit.
+// A refused check's request still counts in the window that refused it;
+// its tokens are given back (the service's chargeCache), so one attempt
+// larger than the key's TPM does not shut the key for the minute.
 func (l *Limiter) Allow(ctx context.Context, keyID string, tokens int) (ok bool, retryAfter time.Duration, err error) {
 	st := l.state.Load()
 	kl, limited := st.keys[keyID]

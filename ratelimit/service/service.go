@@ -211,7 +211,14 @@ func (s *Service) Run(ctx context.Context) error {
 	cache := newCache(s.settings.StopCacheKeyIncrementWhenOverlimit)
 	if s.settings.StopCacheKeyIncrementWhenOverlimit {
 		// Stream-end top-ups are charged in full (chargeCache).
-		cache = &chargeCache{refusable: cache, chargeAll: newCache(false)}
+		cache = &chargeCache{refusable: cache, chargeAll: newCache(false),
+			keys: limiter.NewCacheKeyGenerator(s.settings.CacheKeyPrefix),
+			giveBack: func(key string, n int64) {
+				if err := client.DoCmd(nil, "DECRBY", key, n); err != nil {
+					s.log.Warn("ratelimit: refused tokens not given back to their window", "err", err)
+				}
+			},
+			now: func() int64 { return time.Now().Unix() }}
 	}
 
 	h := &handler{m: s.m, log: s.log}

@@ -136,6 +136,33 @@ func TestRefusedRequestDoesNotChargeOtherLimits(t *testing.T) {
 	}
 }
 
+// A request refused for its tokens leaves its window as it was: the
+// library charged the refusing descriptor its own hits_addend, and a
+// refused 12,000-token estimate against 10,000 TPM left the window full,
+// refusing every request after it until the minute ended.
+func TestRefusedTokensLeaveTheWindow(t *testing.T) {
+	e := start(t, service.Options{})
+	rpm := func() *rlcommon.RateLimitDescriptor { return desc(nil, "tenant", "t1", "limit", "rpm") }
+	tpm := func(n uint64) *rlcommon.RateLimitDescriptor { return desc(u64(n), "tenant", "t1", "limit", "tpm") }
+	for i, tc := range []struct {
+		tokens uint64
+		want   rlspb.RateLimitResponse_Code
+	}{
+		{12000, rlspb.RateLimitResponse_OVER_LIMIT}, // never fits
+		{100, rlspb.RateLimitResponse_OK},
+		{9901, rlspb.RateLimitResponse_OVER_LIMIT}, // one more than is left
+		{9900, rlspb.RateLimitResponse_OK},         // exactly what is left
+	} {
+		resp, err := call(t, e.rls, rpm(), tpm(tc.tokens))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetOverallCode(); got != tc.want {
+			t.Fatalf("call %d (%d tokens): %v, want %v (%v)", i+1, tc.tokens, got, tc.want, resp)
+		}
+	}
+}
+
 func TestConfigUpdatesOverXDS(t *testing.T) {
 	e := start(t, service.Options{})
 	d := desc(nil, "tenant", "x", "limit", "rpm")
