@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -535,6 +536,7 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 	names := map[string]bool{}
 	hashes := map[string]string{}
 	keyIDs := map[string]string{}
+	counters := counterNames{}
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
@@ -593,7 +595,9 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 			}
 		}
 		checkLimits(v, p+".limits", t.Limits)
-		for m, l := range t.ModelLimits {
+		counters.add(v, p+".limits", "tenant_"+t.Name+"_", t.Limits)
+		for _, m := range slices.Sorted(maps.Keys(t.ModelLimits)) {
+			l := t.ModelLimits[m]
 			mp := p + ".model_limits[" + m + "]"
 			if !models[m] {
 				v.add(mp, "unknown model %q", m)
@@ -601,6 +605,7 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 				v.add(mp, "tenant %q may not use model %q", t.Name, m)
 			}
 			checkLimits(v, mp, l)
+			counters.add(v, mp, "tenant_"+t.Name+"_model_"+m+"_", l)
 		}
 		if b := t.Budget; b != nil {
 			// Spend is held as nano-units in an int64 (pricing.Money, about
@@ -649,6 +654,27 @@ func UnpricedTarget(m *Model) (Target, bool) {
 		}
 	}
 	return Target{}, false
+}
+
+// counterNames are the rate-limit counters the tenants' limits make. The
+// rate-limit service names a counter by joining its descriptor's entries
+// with "_", and names and aliases may hold "_": tenant "acme" with a limit
+// on model "gpt-4o" and a tenant named "acme_model_gpt-4o" counted in one
+// window, each refused by the other's traffic.
+type counterNames map[string]string
+
+func (c counterNames) add(v *validator, path, stem string, l Limits) {
+	for _, n := range []namedValue[int]{{"rpm", l.RPM}, {"rpd", l.RPD}, {"tpm", l.TPM}} {
+		if n.val <= 0 {
+			continue
+		}
+		name := stem + "limit_" + n.path
+		if other, dup := c[name]; dup {
+			v.add(path+"."+n.path, "its rate-limit counter %q is also %s's (names joined with \"_\" collide): rename the tenant or the model", name, other)
+			continue
+		}
+		c[name] = path + "." + n.path
+	}
 }
 
 // maxBudget bounds a monthly budget in currency units, as the sub-keys'
