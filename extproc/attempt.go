@@ -108,7 +108,11 @@ func (s *Server) attemptAdmission(u *upstreamStream, req *extprocv3.ProcessingRe
 // reply goes to the client, not retried: UpstreamFilterManager::sendLocalReply,
 // upstream_request.cc).
 func (s *Server) pickKey(ctx context.Context, u *upstreamStream, b *config.Backend, ad *admitted, attempt int) (Lease, *extprocv3.ProcessingResponse) {
-	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens, Key: ad.key, Extend: u}
+	// The key's TPM is charged what its provider counts at request time:
+	// the prompt and the output it may write (OpenAI's limits take
+	// max_tokens); keys have no stream-end top-up, so the prompt alone
+	// let a key take several times its provider's TPM.
+	pr := PickRequest{RequestID: u.requestID, Attempt: attempt, Sticky: ad.sticky, EstTokens: ad.estTokens + ad.maxTokens, Key: ad.key, Extend: u}
 	lease, err := s.opts.Keys.Pick(ctx, b.Name, pr)
 	if err != nil && ad.key != "" {
 		s.metrics.pickFailures.WithLabelValues(b.Name).Inc()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/extproc/family"
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -318,8 +319,9 @@ func (r *routerStream) closeDecoder() {
 // rate-limit filter's stream-done charge. The end-of-stream answer still
 // sends the final figures.
 //
-// With token_limits ratelimit, a stream whose usage is not reported yet
-// (none so far, or Anthropic's provisional message_start) sends what was
+// When a TPM window is charged at stream end (chargedAtStreamEnd), a stream
+// whose usage is not reported yet (none so far, or Anthropic's provisional
+// message_start) sends what was
 // delivered, estimated, as it grows (by an eighth, at least 64 tokens) and
 // when its last event is read: a stream Envoy destroyed before its end (the
 // client gone, or closing at [DONE] of a stream without a usage chunk) was
@@ -330,7 +332,7 @@ func (s *Server) streamMetadata(r *routerStream) *structpb.Struct {
 		return nil
 	}
 	u, ok := r.parser.Usage()
-	if (!ok || r.parser.Provisional()) && r.cfg.Accounting.TokenLimits == "ratelimit" {
+	if (!ok || r.parser.Provisional()) && chargedAtStreamEnd(r.cfg) {
 		est := s.delivered(r)
 		if ok {
 			est = s.deliveredOutput(r, u)
@@ -355,6 +357,13 @@ func (s *Server) streamMetadata(r *routerStream) *structpb.Struct {
 		r.meta = &envoymsg.TokenMeta{}
 	}
 	return fillTokens(r.meta, u, r.f.EstTokens)
+}
+
+// chargedAtStreamEnd reports whether some TPM window takes the stream's
+// tokens from Envoy's stream-end call: all of them with token_limits
+// ratelimit, the sub-keys' and their minters' in both modes.
+func chargedAtStreamEnd(cfg *config.Config) bool {
+	return cfg.Accounting.TokenLimits == "ratelimit" || cfg.Subkeys.Enabled
 }
 
 // accounted holds the figures finish computed, for the dynamic metadata.

@@ -600,8 +600,19 @@ func TestStreamReadToItsEndIsNoDisconnect(t *testing.T) {
 // its last event: an SDK closing at [DONE] ends the stream before its end
 // of stream, and the rate-limit filter's charge read nothing.
 func TestStreamWithoutUsageChargesDeliveredBeforeTheEnd(t *testing.T) {
+	for _, mode := range []string{"ratelimit", "reserve with sub-keys"} {
+		t.Run(mode, func(t *testing.T) { streamChargesDelivered(t, mode) })
+	}
+}
+
+// streamChargesDelivered: with sub-keys on, their TPM windows (and their
+// minters') take a stream's tokens at stream end in both modes.
+func streamChargesDelivered(t *testing.T, mode string) {
 	cfg := testConfig(t)
 	cfg.Accounting.TokenLimits = "ratelimit"
+	if mode != "ratelimit" {
+		cfg.Accounting.TokenLimits, cfg.Subkeys.Enabled = "reserve", true
+	}
 	h := newHarness(t, cfg)
 	st, cancel := admit(t, h, `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`)
 	defer cancel()

@@ -1,6 +1,7 @@
 package extproc_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/swarmgate/swarmgate/extproc"
+	"github.com/swarmgate/swarmgate/extproc/wire"
 	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
+	"github.com/swarmgate/swarmgate/internal/keypool"
 )
 
 // admission runs a request through the router-level filter and returns the
@@ -350,5 +353,46 @@ func TestUpstreamLastResortOnlyWhenThePoolHasAnotherRelay(t *testing.T) {
 				t.Fatalf("answer %v", resp)
 			}
 		})
+	}
+}
+
+// recordingPicker remembers the PickRequests it was given.
+type recordingPicker struct {
+	extproc.KeyPicker
+	got chan extproc.PickRequest
+}
+
+func (p recordingPicker) Pick(ctx context.Context, backend string, req extproc.PickRequest) (extproc.Lease, error) {
+	p.got <- req
+	return p.KeyPicker.Pick(ctx, backend, req)
+}
+
+// An attempt charges its key's TPM what the provider counts at request
+// time, the prompt and the output it may write (max_tokens): keys have no
+// stream-end top-up, and the prompt estimate alone let a key take several
+// times its provider's TPM.
+func TestAttemptChargesKeyPromptAndMaxOutput(t *testing.T) {
+	cfg := testConfig(t)
+	pools, err := keypool.New(cfg, keypool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := recordingPicker{KeyPicker: wire.Keys(pools), got: make(chan extproc.PickRequest, 4)}
+	h := newHarness(t, cfg, func(o *extproc.Options) { o.Keys = rec })
+	md := admission(t, h, `{"model":"chat","max_tokens":700,"messages":[{"role":"user","content":"hello"}]}`)
+	ad, ok := h.srv.ReadAdmission(md)
+	if !ok {
+		t.Fatal("admission unreadable")
+	}
+	st, cancel := h.stream(t, contract.RoleUpstream)
+	defer cancel()
+	roundTrip(t, st, upstreamReq(t, "small", "", 1, true, md, routedHeaders()...))
+	select {
+	case pr := <-rec.got:
+		if pr.EstTokens != ad.EstTokens+700 {
+			t.Errorf("pick charged %d tokens, want the prompt estimate %d + max_tokens 700", pr.EstTokens, ad.EstTokens)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no pick")
 	}
 }
