@@ -312,3 +312,31 @@ func TestReservationNeverFits(t *testing.T) {
 		})
 	}
 }
+
+// TestRateLimitModeNeverFits: with token_limits ratelimit, a request whose
+// prompt estimate is more than a TPM limit's whole window is refused by
+// ext_proc as "Request too large", final (x-should-retry: false): the
+// rate-limit filter would refuse it every minute with a 429 the SDKs
+// retry. A request that fits passes.
+func TestRateLimitModeNeverFits(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Accounting.TokenLimits = "ratelimit"
+	cfg.Tenants[0].Limits.TPM = 50
+	h := newHarness(t, cfg)
+	big := `{"model":"chat","messages":[{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}]}`
+	st, cancel := h.stream(t, contract.RoleRouter)
+	defer cancel()
+	roundTrip(t, st, reqHeaders(false, chatHeaders(keyAlpha)...))
+	ir := roundTrip(t, st, reqBody(big)).GetImmediateResponse()
+	set := setOf(t, ir.GetHeaders())
+	if ir.GetStatus().GetCode() != 429 || set["retry-after"] != "" || set["x-should-retry"] != "false" ||
+		set["x-ratelimit-limit-tokens"] != "50" || !strings.Contains(string(ir.GetBody()), "Request too large") {
+		t.Fatalf("want a final 429, got %v %v %s", ir.GetStatus(), set, ir.GetBody())
+	}
+	st2, cancel2 := h.stream(t, contract.RoleRouter)
+	defer cancel2()
+	roundTrip(t, st2, reqHeaders(false, chatHeaders(keyAlpha)...))
+	if resp := roundTrip(t, st2, reqBody(`{"model":"chat","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)); resp.GetRequestBody() == nil {
+		t.Fatalf("a small prompt (its max output is charged at stream end) was not admitted: %v", resp)
+	}
+}

@@ -52,6 +52,9 @@ func (a *Admitter) log() *slog.Logger {
 // Admit runs the steps after the route, in order: keys (waiting for them
 // when the queue is on), budget, reservation. nil: f is admitted.
 func (a *Admitter) Admit(ctx context.Context, cfg *config.Config, f *Facts, t Timer) *Refusal {
+	if r := TooLargeForRateLimit(cfg, f); r != nil {
+		return r
+	}
 	if r := a.Wait(ctx, cfg, f, t); r != nil {
 		return r
 	}

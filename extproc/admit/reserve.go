@@ -84,6 +84,44 @@ func TooLargeForLimit(f *Facts, tenant string, res Reservation) *Refusal {
 		Headers: []Header{{"x-ratelimit-limit-tokens", limit}, {"x-should-retry", "false"}}}
 }
 
+// TooLargeForRateLimit is, with token_limits ratelimit, the refusal of a
+// request whose prompt estimate (what Envoy charges at request time) is
+// more than a TPM limit's whole window: the rate-limit filter would refuse
+// it every minute, with a 429 the SDKs retry, and each refusal charged the
+// window. Reserve mode finds it in the reservation (Never).
+func TooLargeForRateLimit(cfg *config.Config, f *Facts) *Refusal {
+	if cfg.Accounting.TokenLimits != "ratelimit" || !f.Spec.Billed || f.Owner.Tenant == nil {
+		return nil
+	}
+	t := f.Owner.Tenant
+	limits := [...]struct {
+		scope string
+		tpm   int
+	}{
+		{"tenant", t.Limits.TPM},
+		{"model", t.ModelLimits[f.Alias].TPM},
+		{"key", keyTPM(f.Owner.Key)},
+		{"minting key", keyTPM(f.Owner.Parent)},
+	}
+	for _, l := range limits {
+		if l.tpm > 0 && f.EstTokens > l.tpm {
+			limit := strconv.Itoa(l.tpm)
+			return &Refusal{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded",
+				Message: "Request too large for `" + f.Alias + "` (tokens per minute, " + l.scope + " limit) on tenant `" + t.Name +
+					"`: limit " + limit + ", requested " + strconv.Itoa(f.EstTokens) + ". Reduce the input.",
+				Headers: []Header{{"x-ratelimit-limit-tokens", limit}, {"x-should-retry", "false"}}}
+		}
+	}
+	return nil
+}
+
+func keyTPM(k *config.VirtualKey) int {
+	if k == nil {
+		return 0
+	}
+	return k.Limits.TPM
+}
+
 // KeyBudgetExceeded: a sub-key's budget (the caller's own, or that of the
 // key that minted it) cannot hold the request: 429 as a tenant's spent
 // budget answers, with the key's code. A run budget never frees room, so
