@@ -39,9 +39,13 @@ func (cp *ControlPlane) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *corev3.Node) {
+			cp.sent.forget(id)
 			if cp.authz.closed(id) {
 				cp.metrics.streams.WithLabelValues("sotw").Dec()
 			}
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
+			cp.sent.record(id, r)
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			if err := cp.authz.open(ctx, id); err != nil {
@@ -61,6 +65,7 @@ func (cp *ControlPlane) callbacks() serverv3.Callbacks {
 			}
 			if r.GetErrorDetail() != nil {
 				nack(r.GetNode(), r.GetTypeUrl(), r.GetErrorDetail().GetMessage())
+				cp.sent.holdRejected(id, r)
 			}
 			return nil
 		},

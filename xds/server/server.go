@@ -79,6 +79,7 @@ type ControlPlane struct {
 	grpcGroup       string
 	serverOptions   []grpc.ServerOption
 	authz           *nodeAuthorizer
+	sent            sentVersions // SotW: what each stream was last sent, for NACKs
 
 	mu         sync.Mutex
 	res        *translator.Resources // last good; nil before the first config
