@@ -1,7 +1,9 @@
 package translator
 
 import (
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -151,12 +153,21 @@ func transportSocketMatches(p *ir.Pool) []*clusterv3.Cluster_TransportSocketMatc
 
 // UpstreamTLS is a TLS transport socket presenting serverName as SNI and
 // verifying the peer against it (system roots unless caFile is set).
+//
+// A backend addressed by an IP (https://10.0.0.5:8443/v1, no sni) is
+// verified against an IP SAN and sends no SNI (RFC 6066 allows host names
+// only): a DNS SAN matcher never matches a certificate's IP SAN (Envoy's
+// DnsExactStringSanMatcher reads DNS SANs only), so every handshake failed.
 func UpstreamTLS(serverName, caFile string, insecure bool) *corev3.TransportSocket {
 	common := &tlsv3.CommonTlsContext{AlpnProtocols: []string{"http/1.1"}}
+	sanType, sni := tlsv3.SubjectAltNameMatcher_DNS, serverName
+	if ip, err := netip.ParseAddr(strings.Trim(serverName, "[]")); err == nil {
+		sanType, sni, serverName = tlsv3.SubjectAltNameMatcher_IP_ADDRESS, "", ip.String()
+	}
 	if !insecure {
 		vc := &tlsv3.CertificateValidationContext{
 			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-				SanType: tlsv3.SubjectAltNameMatcher_DNS,
+				SanType: sanType,
 				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: serverName}},
 			}},
 		}
@@ -170,7 +181,7 @@ func UpstreamTLS(serverName, caFile string, insecure bool) *corev3.TransportSock
 	return &corev3.TransportSocket{
 		Name: "envoy.transport_sockets.tls",
 		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(&tlsv3.UpstreamTlsContext{
-			Sni: serverName, CommonTlsContext: common,
+			Sni: sni, CommonTlsContext: common,
 		})},
 	}
 }

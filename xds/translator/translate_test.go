@@ -2,6 +2,7 @@ package translator
 
 import (
 	"bytes"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,36 @@ func TestValidateDescendsIntoAny(t *testing.T) {
 	}
 	if err := Validate(c); err == nil || !strings.Contains(err.Error(), "MessageTimeout") {
 		t.Fatalf("Validate missed the broken ext_proc filter: %v", err)
+	}
+}
+
+// TestUpstreamTLSServerName: a backend named by host is verified against
+// a DNS SAN and sent as SNI; one addressed by an IP is verified against an
+// IP SAN and sends no SNI (RFC 6066 allows host names only). A DNS SAN
+// matcher never matches a certificate's IP SAN in Envoy, so every
+// handshake to an IP-addressed backend failed.
+func TestUpstreamTLSServerName(t *testing.T) {
+	for _, tc := range []struct {
+		name, sni, san string
+		typ            tlsv3.SubjectAltNameMatcher_SanType
+	}{
+		{"api.openai.com", "api.openai.com", "api.openai.com", tlsv3.SubjectAltNameMatcher_DNS},
+		{"10.0.0.5", "", "10.0.0.5", tlsv3.SubjectAltNameMatcher_IP_ADDRESS},
+		{"2001:db8::1", "", "2001:db8::1", tlsv3.SubjectAltNameMatcher_IP_ADDRESS},
+		{"[2001:db8::1]", "", "2001:db8::1", tlsv3.SubjectAltNameMatcher_IP_ADDRESS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tc3 tlsv3.UpstreamTlsContext
+			if err := UpstreamTLS(tc.name, "", false).GetTypedConfig().UnmarshalTo(&tc3); err != nil {
+				t.Fatal(err)
+			}
+			m := tc3.GetCommonTlsContext().GetValidationContext().GetMatchTypedSubjectAltNames()
+			if tc3.GetSni() != tc.sni || len(m) != 1 || m[0].GetSanType() != tc.typ || m[0].GetMatcher().GetExact() != tc.san {
+				t.Errorf("sni %q, san %v; want sni %q, %v %q", tc3.GetSni(), m, tc.sni, tc.typ, tc.san)
+			}
+			if err := tc3.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
