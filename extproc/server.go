@@ -201,9 +201,17 @@ func streamEnded(err error) bool {
 // GRPCServerOptions are the gRPC server options the ext_proc listener needs:
 // a buffered request body arrives in one message, and the injected-usage
 // body goes back in one, so grpc-go's 4 MiB default message limit must be
-// raised above request.max_body_bytes; and the Codec, which encodes the
-// token metadata without protobuf-go's reflection over maps.
-func GRPCServerOptions(cfg *config.Config) []grpc.ServerOption {
-	n := int(cfg.Request.MaxBodyBytes) + 1<<20 // headers, framing, the added stream_options
+// raised above the largest body; and the Codec, which encodes the token
+// metadata without protobuf-go's reflection over maps.
+//
+// The limits are sized for the largest request.max_body_bytes any config
+// may set, not the given config's: the server is built once, and a reload
+// that raised max_body_bytes would otherwise have every body above the
+// start-up value fail as ResourceExhausted while Envoy's buffer limit let it
+// through. The value in force is enforced by ext_proc's own check (413),
+// which follows reloads. grpc-go allocates each message as it arrives, not
+// the limit up front, so a higher limit costs nothing for small bodies.
+func GRPCServerOptions(_ *config.Config) []grpc.ServerOption {
+	n := config.MaxBodyBytesCeiling + 1<<20 // headers, framing, the added stream_options
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(envoymsg.NewCodec())}
 }

@@ -185,9 +185,18 @@ func (c *Config) validateRedis(v *validator) {
 	v.secretFor(v.opts.ResolveRedisPassword, "redis.password", &r.Password)
 }
 
+// MaxBodyBytesCeiling is the largest request.max_body_bytes a config may
+// set. The ext_proc gRPC server, built once, sizes its message limits for
+// it, so a reload that raises max_body_bytes needs no new server.
+const MaxBodyBytesCeiling = 256 << 20
+
+// validatePolicies checks the request, breaker, retry, failure mode,
+// accounting, telemetry and alert settings. Float ranges are written
+// !(x >= lo && x <= hi): NaN fails every comparison, so a check written
+// "x < lo || x > hi" would let .nan through.
 func (c *Config) validatePolicies(v *validator) {
 	rq := &c.Request
-	if rq.MaxBodyBytes < 1024 || rq.MaxBodyBytes > 256<<20 {
+	if rq.MaxBodyBytes < 1024 || rq.MaxBodyBytes > MaxBodyBytesCeiling {
 		v.add("request.max_body_bytes", "must be between 1KiB and 256MiB, got %s", rq.MaxBodyBytes)
 	}
 	if rq.Timeout.Duration <= 0 {
@@ -198,7 +207,7 @@ func (c *Config) validatePolicies(v *validator) {
 	if rq.MessageTimeout.Duration <= 0 || rq.MessageTimeout.Duration.Hours() > 1 {
 		v.add("request.message_timeout", "must be positive and at most 1h")
 	}
-	if rq.BytesPerToken <= 0 || rq.BytesPerToken > 16 {
+	if !(rq.BytesPerToken > 0 && rq.BytesPerToken <= 16) {
 		v.add("request.bytes_per_token", "must be in (0, 16], got %g", rq.BytesPerToken)
 	}
 	if rq.DefaultMaxOutputTokens < 0 {
@@ -228,7 +237,7 @@ func (c *Config) validatePolicies(v *validator) {
 	if b.MaxCooldown.Duration < b.Cooldown.Duration {
 		v.add("breaker.max_cooldown", "must not be shorter than breaker.cooldown (%s)", b.Cooldown.Duration)
 	}
-	if b.Jitter < 0 || b.Jitter > 1 {
+	if !(b.Jitter >= 0 && b.Jitter <= 1) {
 		v.add("breaker.jitter", "must be between 0 and 1, got %g", b.Jitter)
 	}
 	if b.SyncInterval.Duration <= 0 {
@@ -262,7 +271,7 @@ func (c *Config) validatePolicies(v *validator) {
 	if r.BackoffMax.Duration < r.BackoffBase.Duration {
 		v.add("retry.backoff_max", "must not be shorter than retry.backoff_base (%s)", r.BackoffBase.Duration)
 	}
-	if r.BudgetPercent <= 0 || r.BudgetPercent > 100 {
+	if !(r.BudgetPercent > 0 && r.BudgetPercent <= 100) {
 		v.add("retry.budget_percent", "must be in (0, 100], got %g", r.BudgetPercent)
 	}
 	if r.MinRetryConcurrency < 0 {
@@ -299,7 +308,7 @@ func (c *Config) validatePolicies(v *validator) {
 	if len(a.Currency) != 3 || strings.ToUpper(a.Currency) != a.Currency {
 		v.add("accounting.currency", "want a three-letter ISO 4217 code such as USD, got %q", a.Currency)
 	}
-	if c.Telemetry.SampleRatio < 0 || c.Telemetry.SampleRatio > 1 {
+	if !(c.Telemetry.SampleRatio >= 0 && c.Telemetry.SampleRatio <= 1) {
 		v.add("telemetry.sample_ratio", "must be between 0 and 1, got %g", c.Telemetry.SampleRatio)
 	}
 	if e := c.Telemetry.OTLPEndpoint; e != "" {
@@ -515,7 +524,7 @@ func (c *Config) validateModels(v *validator, backends map[string]bool) map[stri
 			for _, pv := range []namedValue[float64]{{"input_per_mtok", pr.InputPerMTok}, {"output_per_mtok", pr.OutputPerMTok},
 				{"cached_input_per_mtok", pr.CachedInputPerMTok}, {"reasoning_per_mtok", pr.ReasoningPerMTok},
 				{"cache_write_input_per_mtok", pr.CacheWriteInputPerMTok}} {
-				if pv.val < 0 || pv.val != pv.val || pv.val > 1e6 {
+				if !(pv.val >= 0 && pv.val <= 1e6) {
 					v.add(tp+".price."+pv.path, "price must be between 0 and 1000000 per million tokens, got %g", pv.val)
 				}
 			}
@@ -604,13 +613,19 @@ func (c *Config) validateTenants(v *validator, models map[string]bool) {
 			} else if !t.Allows(m) {
 				v.add(mp, "tenant %q may not use model %q", t.Name, m)
 			}
+			if l.RPD != 0 {
+				// The rate-limit config has no [tenant, model, limit=rpd]
+				// descriptor: accepted, it would never hold.
+				v.add(mp+".rpd", "a per-model rpd is not enforced: rpd is per tenant only (set the tenant's limits.rpd)")
+				l.RPD = 0
+			}
 			checkLimits(v, mp, l)
 			counters.add(v, mp, "tenant_"+t.Name+"_model_"+m+"_", l)
 		}
 		if b := t.Budget; b != nil {
 			// Spend is held as nano-units in an int64 (pricing.Money, about
 			// 9.2e9 units): 1e12 converted to a cap that saturated or wrapped.
-			if !(b.Monthly > 0) || b.Monthly > maxBudget {
+			if !(b.Monthly > 0 && b.Monthly <= maxBudget) {
 				v.add(p+".budget.monthly", "must be positive and at most 1e+09, got %g", b.Monthly)
 			}
 			for j, a := range b.Alerts {

@@ -20,8 +20,10 @@ func AdmissionClient(cfg *config.Config) (redis.UniversalClient, error) {
 // AdmissionOptions are the queue's options for cfg with its order and
 // sessions on rdb (an AdmissionClient), as every ext_proc replica runs it:
 // one order for every replica in Redis, each step's context bounding the
-// whole call. Queue length, poll and Redis bound are read at start. The
-// caller sets ReplicaID (unique across replicas), Logger and Metrics.
+// whole call. Queue length, poll, Redis bound, session settings and the
+// failure mode are read at start (a reload changing them logs a warning,
+// reload.go). The caller sets ReplicaID (unique across replicas), Logger
+// and Metrics.
 func AdmissionOptions(cfg *config.Config, rdb redis.UniversalClient) admission.Options {
 	a := cfg.Admission
 	return admission.Options{

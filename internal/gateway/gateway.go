@@ -122,7 +122,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 // each other: key pools (ext_proc's keys, the control plane's EDS health),
 // the control plane (the rate-limit service and replicas dial it),
 // ext_proc, the rate-limit service, admin (it reads the others), and last
-// the config source, which hands reloads to all of them. It returns what
+// the config source, which hands reloads to all of them (guarded against
+// what a running process cannot change, reload.go). It returns what
 // readiness waits for.
 func (g *Gateway) startRoles(s *group, p *process) ([]<-chan struct{}, error) {
 	roles := g.opts.Roles
@@ -160,6 +161,7 @@ func (g *Gateway) startRoles(s *group, p *process) ([]<-chan struct{}, error) {
 			return nil, err
 		}
 	}
+	g.guardReloads(p)
 	return ready, g.startConfigSource(s, p)
 }
 

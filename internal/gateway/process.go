@@ -25,12 +25,14 @@ type process struct {
 	rdb             redis.UniversalClient
 	// orderRDB is the admission order's own client (AdmissionClient).
 	orderRDB redis.UniversalClient
+	// sampler follows telemetry.sample_ratio across reloads.
+	sampler *telemetry.Sampler
 }
 
 func openProcess(ctx context.Context, cfg *config.Config, version string) (*process, error) {
-	p := &process{cfg: cfg, reg: telemetry.NewRegistry(version)}
+	p := &process{cfg: cfg, reg: telemetry.NewRegistry(version), sampler: telemetry.NewSampler(cfg.Telemetry.SampleRatio)}
 	var err error
-	p.tp, p.shutdownTracing, err = telemetry.NewTracerProvider(ctx, cfg.Telemetry)
+	p.tp, p.shutdownTracing, err = telemetry.NewTracerProvider(ctx, cfg.Telemetry, p.sampler)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -35,7 +36,7 @@ func (g *Gateway) applyFromFile(c *config.Config) error {
 		g.retire.timer.Stop()
 		g.retire.timer = nil
 	}
-	interim, err := retiring(g.cfg.Load(), c, g.opts.Load)
+	interim, err := retiring(g.cfg.Load(), c, g.fileLoad())
 	if err != nil || interim == nil {
 		if err != nil {
 			g.log.Warn("a reload removing backends is applied at once: the interim config did not validate", "err", err)
@@ -63,6 +64,17 @@ func (g *Gateway) applyFromFile(c *config.Config) error {
 		}
 	})
 	return nil
+}
+
+// fileLoad is how a config from the watched file is prepared again: its
+// relative paths (TLS files, file: secrets) resolve from the file's
+// directory, as config.Load resolved them, not from the working directory.
+func (g *Gateway) fileLoad() config.Options {
+	o := g.opts.Load
+	if o.BaseDir == "" && g.opts.ConfigPath != "" {
+		o.BaseDir = filepath.Dir(g.opts.ConfigPath)
+	}
+	return o
 }
 
 // stopRetiring cancels a pending second step when Run ends.

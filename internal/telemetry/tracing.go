@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -27,11 +28,11 @@ const TracerName = "github.com/swarmgate/swarmgate"
 // cfg.OTLPEndpoint tracing is off: a no-op provider and a no-op shutdown.
 // Otherwise spans are batched to an OTLP/gRPC collector at the endpoint:
 // "host:port" or "http://host:port" (plaintext) or "https://host:port"
-// (TLS), sampled at cfg.SampleRatio, honouring the caller's sampling
-// decision (traceparent from Envoy). It does not dial: an unreachable
-// collector costs dropped spans and a log line from the SDK, never a failed
-// start. shutdown flushes pending spans; call it on exit.
-func NewTracerProvider(ctx context.Context, cfg config.Telemetry) (trace.TracerProvider, func(context.Context) error, error) {
+// (TLS), sampled by sampler (nil: NewSampler(cfg.SampleRatio)). It does not
+// dial: an unreachable collector costs dropped spans and a log line from
+// the SDK, never a failed start. shutdown flushes pending spans; call it on
+// exit.
+func NewTracerProvider(ctx context.Context, cfg config.Telemetry, sampler *Sampler) (trace.TracerProvider, func(context.Context) error, error) {
 	if cfg.OTLPEndpoint == "" {
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	}
@@ -60,17 +61,53 @@ func NewTracerProvider(ctx context.Context, cfg config.Telemetry) (trace.TracerP
 		_ = exp.Shutdown(ctx)
 		return nil, nil, fmt.Errorf("trace resource: %w", err)
 	}
-	ratio := cfg.SampleRatio
-	if ratio <= 0 || ratio > 1 {
-		ratio = 1
+	if sampler == nil {
+		sampler = NewSampler(cfg.SampleRatio)
 	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+		sdktrace.WithSampler(sampler),
 	)
 	return tp, tp.Shutdown, nil
 }
+
+// Sampler keeps traces that start here (root spans) at
+// telemetry.sample_ratio, none at 0, and follows the caller's decision
+// otherwise (the traceparent from Envoy). SetRatio changes the ratio while
+// the provider runs, so the setting follows reloads.
+type Sampler struct {
+	s atomic.Pointer[sdktrace.Sampler]
+}
+
+// NewSampler returns a Sampler at ratio.
+func NewSampler(ratio float64) *Sampler {
+	s := &Sampler{}
+	s.SetRatio(ratio)
+	return s
+}
+
+// SetRatio sets the share of root spans kept: 0 (or anything not above 0,
+// NaN included) keeps none, 1 or more every one.
+func (s *Sampler) SetRatio(ratio float64) {
+	root := sdktrace.NeverSample()
+	switch {
+	case ratio >= 1:
+		root = sdktrace.AlwaysSample()
+	case ratio > 0:
+		root = sdktrace.TraceIDRatioBased(ratio)
+	}
+	pb := sdktrace.ParentBased(root)
+	s.s.Store(&pb)
+}
+
+// ShouldSample implements sdktrace.Sampler.
+func (s *Sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	return (*s.s.Load()).ShouldSample(p)
+}
+
+// Description implements sdktrace.Sampler.
+func (s *Sampler) Description() string { return (*s.s.Load()).Description() }
 
 // ExtractTraceContext returns ctx carrying the remote span context found in
 // headers (lower-case names, as ext_proc receives them), so the span of each

@@ -55,7 +55,7 @@ func startReceiver(t *testing.T) (*otlpReceiver, string) {
 }
 
 func TestTracerProviderOff(t *testing.T) {
-	tp, shutdown, err := NewTracerProvider(context.Background(), config.Telemetry{})
+	tp, shutdown, err := NewTracerProvider(context.Background(), config.Telemetry{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestTracerProviderExportsGenAISpan(t *testing.T) {
 			recv, addr := startReceiver(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			tp, shutdown, err := NewTracerProvider(ctx, config.Telemetry{OTLPEndpoint: scheme + addr, SampleRatio: 1})
+			tp, shutdown, err := NewTracerProvider(ctx, config.Telemetry{OTLPEndpoint: scheme + addr, SampleRatio: 1}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,4 +147,75 @@ func TestSpanName(t *testing.T) {
 			t.Errorf("SpanName(%q,%q) = %q", c.op, c.model, got)
 		}
 	}
+}
+
+// TestSampleRatio: telemetry.sample_ratio 0 keeps no trace that starts
+// here (it once kept every one), the default keeps all, a sampled parent
+// (Envoy's traceparent) still decides, and SetRatio changes the ratio on a
+// running provider (a reload).
+func TestSampleRatio(t *testing.T) {
+	_, addr := startReceiver(t)
+	sampledParent := ExtractTraceContext(context.Background(), map[string]string{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	})
+	for _, tc := range []struct {
+		name   string
+		ratio  *float64 // nil: the default
+		parent bool
+		want   bool
+	}{
+		{name: "default", want: true},
+		{name: "1", ratio: new(1.0), want: true},
+		{name: "0", ratio: new(0.0), want: false},
+		{name: "0 under a sampled parent", ratio: new(0.0), parent: true, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Defaults().Telemetry
+			cfg.OTLPEndpoint = addr
+			if tc.ratio != nil {
+				cfg.SampleRatio = *tc.ratio
+			}
+			tp, shutdown, err := NewTracerProvider(context.Background(), cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer shutdown(context.Background())
+			ctx := context.Background()
+			if tc.parent {
+				ctx = sampledParent
+			}
+			_, span := tp.Tracer(TracerName).Start(ctx, "op")
+			defer span.End()
+			if got := span.SpanContext().IsSampled(); got != tc.want {
+				t.Errorf("sample_ratio %v: sampled %v, want %v", cfg.SampleRatio, got, tc.want)
+			}
+		})
+	}
+
+	t.Run("reload", func(t *testing.T) {
+		cfg := config.Defaults().Telemetry
+		cfg.OTLPEndpoint, cfg.SampleRatio = addr, 0
+		s := NewSampler(cfg.SampleRatio)
+		tp, shutdown, err := NewTracerProvider(context.Background(), cfg, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shutdown(context.Background())
+		sampled := func() bool {
+			_, span := tp.Tracer(TracerName).Start(context.Background(), "op")
+			defer span.End()
+			return span.SpanContext().IsSampled()
+		}
+		if sampled() {
+			t.Fatal("sampled at ratio 0")
+		}
+		s.SetRatio(1)
+		if !sampled() {
+			t.Fatal("not sampled after the ratio was raised to 1")
+		}
+		s.SetRatio(0)
+		if sampled() {
+			t.Fatal("sampled after the ratio went back to 0")
+		}
+	})
 }
