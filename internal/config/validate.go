@@ -536,6 +536,11 @@ func (c *Config) validateModels(v *validator, backends map[string]bool) map[stri
 		}
 		if m.Timeout.Duration < 0 {
 			v.add(p+".timeout", "must not be negative")
+		} else if m.Timeout.Duration > c.Request.LongTimeout.Duration && c.Request.LongTimeout.Duration > 0 {
+			// Reservations (accounting.reservation_ttl) and key leases are
+			// sized for request.long_timeout: a longer request would lose
+			// its reservation and free its key's slot while it runs.
+			v.add(p+".timeout", "is longer than request.long_timeout (%s): raise long_timeout to at least it", c.Request.LongTimeout.Duration)
 		}
 	}
 	return names
