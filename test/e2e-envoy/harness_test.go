@@ -1,6 +1,7 @@
 package e2eenvoy
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"testing"
@@ -38,12 +39,15 @@ func TestHarnessWithoutEnvoy(t *testing.T) {
 		t.Errorf("Envoy admin on %s", got)
 	}
 
-	for _, path := range []string{"/healthz", "/readyz"} {
-		status, body, err := get(ctx, s.adminURL+path, "")
-		if err != nil || status != http.StatusOK {
-			t.Errorf("%s: %d %s %v", path, status, body, err)
-		}
+	if status, body, err := get(ctx, s.adminURL+"/healthz", ""); err != nil || status != http.StatusOK {
+		t.Errorf("/healthz: %d %s %v", status, body, err)
 	}
+	// Ready once the rate-limit service has its first config over xDS,
+	// a moment after start.
+	eventually(ctx, t, "/readyz", func() (bool, string) {
+		status, body, err := get(ctx, s.adminURL+"/readyz", "")
+		return err == nil && status == http.StatusOK, fmt.Sprintf("%d %s %v", status, body, err)
+	})
 	u, err := s.usage(ctx, "team")
 	if err != nil {
 		t.Fatal(err)
