@@ -189,7 +189,7 @@ func newHarness(t testing.TB, cfg *config.Config, mods ...func(*extproc.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(extproc.GRPCServerOptions(cfg)...)
+	gs := grpc.NewServer(extproc.GRPCServerOptions()...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),

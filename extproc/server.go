@@ -211,7 +211,7 @@ func streamEnded(err error) bool {
 // through. The value in force is enforced by ext_proc's own check (413),
 // which follows reloads. grpc-go allocates each message as it arrives, not
 // the limit up front, so a higher limit costs nothing for small bodies.
-func GRPCServerOptions(_ *config.Config) []grpc.ServerOption {
+func GRPCServerOptions() []grpc.ServerOption {
 	n := config.MaxBodyBytesCeiling + 1<<20 // headers, framing, the added stream_options
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ForceServerCodecV2(envoymsg.NewCodec())}
 }

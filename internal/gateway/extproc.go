@@ -73,7 +73,7 @@ func (g *Gateway) startExtProc(s *group, p *process, pools *keypool.Pools) (*ext
 	if err != nil {
 		return nil, err
 	}
-	e.server = grpc.NewServer(append(extproc.GRPCServerOptions(cfg), grpc.Creds(tl.Credentials),
+	e.server = grpc.NewServer(append(extproc.GRPCServerOptions(), grpc.Creds(tl.Credentials),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))...)
 	ep.Register(e.server)
 	if e.lis, err = bind(g.opts.Listeners.ExtProc, cfg.Listen.ExtProc, "listen.extproc"); err != nil {

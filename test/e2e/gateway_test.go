@@ -188,7 +188,7 @@ func startExtProc(t *testing.T, ctx context.Context, cfg *config.Config, rdb *re
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(extproc.GRPCServerOptions(cfg)...)
+	gs := grpc.NewServer(extproc.GRPCServerOptions()...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

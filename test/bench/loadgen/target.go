@@ -98,7 +98,7 @@ func NewTarget(kind string, o TargetOptions) (*grpc.Server, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("loadgen: bench config: %w", err)
 	}
-	gopts := extproc.GRPCServerOptions(cfg)
+	gopts := extproc.GRPCServerOptions()
 	if kind == TargetBaselinePlain {
 		n := int(cfg.Request.MaxBodyBytes) + 1<<20
 		gopts = []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n)}
