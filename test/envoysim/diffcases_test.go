@@ -610,7 +610,39 @@ func moreCases() []diffCase {
 			}
 		}
 	}
+	// routerSees504 checks the 504 the router-level filter is shown: with
+	// a body (Envoy's route timeout, "upstream request timeout": an attempt
+	// the upstream had) or headers only (the upstream filter's own message
+	// timeout: nothing was sent). ext_proc bills the first as a cut answer
+	// and not the second (extproc/response.go).
+	routerSees504 := func(withBody bool, attempts int) func(t *testing.T, o *observation) {
+		return func(t *testing.T, o *observation) {
+			if o.status != 504 || o.attempts() != attempts {
+				t.Fatalf("status %d attempts %d, want 504 %d", o.status, o.attempts(), attempts)
+			}
+			rh := o.messages("router", "response_headers")
+			if len(rh) != 1 {
+				t.Fatalf("router-level response_headers messages: %d, want 1", len(rh))
+			}
+			if eos := rh[0].req.GetResponseHeaders().GetEndOfStream(); eos == withBody {
+				t.Errorf("router-level 504 headers end_of_stream %v; want %v (body %v)", eos, !withBody, withBody)
+			}
+		}
+	}
+	routeTimeout := func(e diffEnv) Config {
+		cfg := oneCluster(e, routerFilter(e.proc), upstreamFilter(e.proc, extprocfilter.ProcessingMode_NONE), nil)
+		cfg.Routes[0].Timeout = 300 * time.Millisecond
+		return cfg
+	}
+	slow := func(_ int, w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(time.Second)
+		_, _ = io.WriteString(w, "late")
+	}
 	return []diffCase{
+		{name: "router-level filter: the route timeout's 504 has a body", upstreams: []upstreamHandler{slow},
+			config: routeTimeout, req: diffRequest{body: "b"}, check: routerSees504(true, 1)},
+		{name: "router-level filter: the upstream filter's message timeout is an empty 504", script: upstreamOverride(),
+			config: upstreamTimeouts(300*time.Millisecond, 5*time.Second), req: diffRequest{body: "b"}, check: routerSees504(false, 0)},
 		{name: "upstream filter: override within the max extends the headers message", script: upstreamOverride(3 * time.Second),
 			config: upstreamTimeouts(300*time.Millisecond, 5*time.Second), req: diffRequest{body: "b"}, check: attempted(200, 1)},
 		{name: "upstream filter: the headers message times out without an override", script: upstreamOverride(),
