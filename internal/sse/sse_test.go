@@ -85,3 +85,55 @@ func TestFraming(t *testing.T) {
 		t.Errorf("AppendEvent = %q", got)
 	}
 }
+
+// An event over the cap, with KeepEnds, comes out Cut with its data's
+// first HeadBytes and last TailBytes, whatever the chunking, and the
+// events around it are untouched.
+func TestEventsKeepEnds(t *testing.T) {
+	big := strings.Repeat("0123456789", MaxEventBytes/10+7)
+	for _, tt := range []struct {
+		name, stream string
+		data         string // the cut event's whole data
+		want         string // the events dispatched, the cut one as "cut"
+		cuts         int
+	}{
+		{"one long line", "data: before\n\nevent: response.completed\ndata: {" + big + "}\n\ndata: after\n\n",
+			"{" + big + "}", "|before;response.completed|cut;|after", 1},
+		{"lines around a long one", "data: a\ndata: " + big + "\r\ndata: z\r\n\r\n", "a\n" + big + "\nz", "|cut", 1},
+		{"many lines past the cap", "data: a\n" + strings.Repeat("data: "+big[:1000]+"\n", 1100) + "\ndata: b\n\n",
+			"a" + strings.Repeat("\n"+big[:1000], 1100), "|cut;|b", 1},
+		{"a long comment is skipped", "data: " + big + "\n: " + big + "\ndata: z\n\ndata: b\n\n", big + "\nz", "|cut;|b", 1},
+		{"cut at the stream's end", "data: " + big, big, "|cut", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, size := range []int{len(tt.stream), 65537, 4096, 1000} {
+				p := Events{DropLarge: true, KeepEnds: true}
+				var got []string
+				fn := func(e Event) error {
+					if !e.Cut {
+						got = append(got, string(e.Name)+"|"+string(e.Data))
+						return nil
+					}
+					got = append(got, string(e.Name)+"|cut")
+					head, tail := tt.data[:HeadBytes], tt.data[len(tt.data)-TailBytes:]
+					if string(e.Data) != head || string(e.Tail) != tail {
+						t.Errorf("chunks of %d: cut event's ends differ (head %d bytes, tail %d bytes)", size, len(e.Data), len(e.Tail))
+					}
+					return nil
+				}
+				for i := 0; i < len(tt.stream); i += size {
+					j := min(i+size, len(tt.stream))
+					if err := p.Feed([]byte(tt.stream[i:j]), j == len(tt.stream), fn); err != nil {
+						t.Fatal(err)
+					}
+					if p.Held() > 3*MaxEventBytes {
+						t.Fatalf("chunks of %d: holds %d bytes", size, p.Held())
+					}
+				}
+				if g := strings.Join(got, ";"); g != tt.want || p.Cuts() != tt.cuts {
+					t.Fatalf("chunks of %d: got %q (cuts %d), want %q (%d)", size, g, p.Cuts(), tt.want, tt.cuts)
+				}
+			}
+		})
+	}
+}

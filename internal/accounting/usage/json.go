@@ -44,13 +44,30 @@ var errShape = errors.New("usage: unexpected JSON shape")
 // member of the outermost object: after its value the remaining members
 // parse and the object closing them is the last byte of the body.
 func fromTail(body []byte) (u Usage, ok, proven bool) {
+	f, ok, proven := fieldsFromTail(body, 1, nil)
+	if !ok {
+		return Usage{}, false, proven
+	}
+	return f.usage(), true, proven
+}
+
+// fieldsFromTail tries the last `"usage"` keys (up to four) for one that
+// is a member of an object depth levels below the body's outermost value
+// (1: of the outermost object itself): after its value the members left
+// in its object parse, and so do the members after each enclosing object
+// up to depth, the last closing brace the body's last byte. A proven usage
+// that is not an object (null) is proven and not ok. With depth above 1,
+// typ gets the string value of a "type" member of the outermost object
+// after the usage (the Responses API's events name their type there when
+// a relay writes the keys sorted).
+func fieldsFromTail(body []byte, depth int, typ *[]byte) (f usageFields, ok, proven bool) {
 	end := len(body)
 	var s jsonscan.Scanner
 	s.Reset(body)
 	for tries := 0; tries < 4; tries++ {
 		k := bytes.LastIndex(body[:end], usageKey)
 		if k < 0 {
-			return Usage{}, false, false
+			return usageFields{}, false, false
 		}
 		end = k
 		// The opening quote must not be escaped (inside a string).
@@ -62,47 +79,78 @@ func fromTail(body []byte) (u Usage, ok, proven bool) {
 			continue
 		}
 		s.Seek(k + len(usageKey))
-		isObj, u, ok, err := tailMember(&s)
-		if err != nil || s.Peek() != '}' {
+		isObj, f, ok, err := tailMember(&s)
+		for level := 1; err == nil && level <= depth; level++ {
+			if s.Peek() != '}' {
+				err = errShape
+				break
+			}
+			s.Seek(s.Pos() + 1)
+			if level < depth {
+				var t *[]byte
+				if level == depth-1 {
+					t = typ
+				}
+				err = restMembers(&s, t)
+			}
+		}
+		if err != nil {
 			continue
 		}
-		s.Seek(s.Pos() + 1)
 		if s.WS(); s.Pos() != len(body) {
 			continue
 		}
 		if !isObj {
-			return Usage{}, false, true
+			return usageFields{}, false, true
 		}
-		return u, ok, true
+		return f, ok, true
 	}
-	return Usage{}, false, false
+	return usageFields{}, false, false
 }
 
 // tailMember reads the usage member's ':' and value and the members that
 // follow it in the same object, up to its closing brace.
-func tailMember(s *jsonscan.Scanner) (isObj bool, u Usage, ok bool, err error) {
+func tailMember(s *jsonscan.Scanner) (isObj bool, f usageFields, ok bool, err error) {
 	if s.Peek() != ':' {
-		return false, Usage{}, false, errShape
+		return false, usageFields{}, false, errShape
 	}
 	s.Seek(s.Pos() + 1)
 	if isObj = s.Peek() == '{'; isObj {
-		u, ok, err = parseUsage(s)
+		f, ok, err = parseFields(s)
 	} else {
 		err = s.Skip()
 	}
-	for err == nil && s.Peek() == ',' {
+	if err == nil {
+		err = restMembers(s, nil)
+	}
+	return isObj, f, ok, err
+}
+
+// restMembers reads the members (",key:value") left in an object, up to
+// its closing brace; a "type" member's string value into *typ, if typ is
+// set.
+func restMembers(s *jsonscan.Scanner, typ *[]byte) error {
+	for s.Peek() == ',' {
 		s.Seek(s.Pos() + 1)
 		s.WS()
-		if _, _, err = s.Str(nil); err != nil {
-			break
+		k, esc, err := s.Str(nil)
+		if err != nil {
+			return err
 		}
 		if s.Peek() != ':' {
-			return false, Usage{}, false, errShape
+			return errShape
 		}
 		s.Seek(s.Pos() + 1)
-		err = s.Skip()
+		if typ != nil && jsonscan.KeyIs(k, esc, "type") && s.Peek() == '"' {
+			*typ, _, err = s.Str(nil)
+		} else {
+			err = s.Skip()
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return isObj, u, ok, err
+	return nil
 }
 
 // fromWalk walks the top-level object member by member.

@@ -87,7 +87,7 @@ func (p *StreamParser) Err() error { return p.err }
 // Write consumes the next chunk. It never fails: malformed events are
 // counted (BadEvents) and skipped. It does not retain chunk.
 func (p *StreamParser) Write(chunk []byte) {
-	p.ev.DropLarge = true
+	p.ev.DropLarge, p.ev.KeepEnds = true, true
 	_ = p.ev.Feed(chunk, false, p.dispatch)
 }
 
@@ -106,15 +106,69 @@ func (w parserWriter) Write(b []byte) (int, error) {
 // of the stream (browsers drop it; accounting should not lose a usage
 // chunk a provider forgot to terminate).
 func (p *StreamParser) Flush() {
-	p.ev.DropLarge = true
+	p.ev.DropLarge, p.ev.KeepEnds = true, true
 	_ = p.ev.Feed(nil, true, p.dispatch)
 }
 
 func (p *StreamParser) dispatch(e sse.Event) error {
 	p.events++
 	p.isError = string(e.Name) == "error"
+	if e.Cut {
+		p.cutEvent(e.Data, e.Tail)
+		return nil
+	}
 	p.event(e.Data)
 	return nil
+}
+
+// cutEvent reads an event too large to hold (sse.MaxEventBytes) from its
+// two ends. The Responses API's last event restates the whole answer, so
+// a long one passes the cap: its usage closes the response object (its
+// last member or nearly), which the tail holds, and its type leads the
+// event (or follows the response, keys sorted). Dropped, a long answer was
+// billed as an estimate and, its end unseen, as cut when the client closed
+// on it. Any other cut event is bad.
+func (p *StreamParser) cutEvent(head, tail []byte) {
+	var trailing []byte
+	f, ok, proven := fieldsFromTail(bytes.TrimSpace(tail), 2, &trailing)
+	typ := leadingType(&p.scan, head)
+	if typ == nil {
+		typ = trailing
+	}
+	switch string(typ) {
+	case "response.completed", "response.incomplete", "response.failed":
+	default:
+		p.bad++
+		return
+	}
+	p.done = true
+	if proven && ok {
+		p.fields, p.usage, p.hasUsage, p.opening = f, f.usage(), true, false
+	}
+}
+
+// leadingType is the string value of an event's "type" member read from
+// the event's first bytes: found when only scalar members precede it (nil
+// otherwise).
+func leadingType(s *jsonscan.Scanner, head []byte) []byte {
+	s.Reset(head)
+	if s.Peek() != '{' {
+		return nil
+	}
+	var typ []byte
+	_ = s.Object(func(k []byte, esc bool) error {
+		if !jsonscan.KeyIs(k, esc, "type") {
+			if c := s.Peek(); c == '{' || c == '[' {
+				return errShape // the rest of the event may be cut off
+			}
+			return s.Skip()
+		}
+		if s.Peek() == '"' {
+			typ, _, _ = s.Str(nil)
+		}
+		return errShape // found: stop
+	})
+	return typ
 }
 
 var doneMarker = []byte("[DONE]")

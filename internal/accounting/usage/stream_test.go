@@ -204,12 +204,63 @@ func TestStreamParserEventCap(t *testing.T) {
 				t.Fatalf("chunk %d: buffers grew to %d bytes", chunkSize, c)
 			}
 		}
-		if p.BadEvents() != 1 || !p.Done() || p.Events() != 2 || p.DeliveredContentBytes() != 0 {
+		if p.BadEvents() != 1 || !p.Done() || p.Events() != 3 || p.DeliveredContentBytes() != 0 {
 			t.Errorf("chunk %d: bad %d done %v events %d delivered %d", chunkSize, p.BadEvents(), p.Done(), p.Events(), p.DeliveredContentBytes())
 		}
 		if u, ok := p.Usage(); !ok || u.PromptTokens != 1 {
 			t.Errorf("chunk %d: usage after dropped event = %+v %v", chunkSize, u, ok)
 		}
+	}
+}
+
+// A Responses API stream whose last event restates an answer above the
+// event cap: its usage and its end are read from the event's two ends, at
+// any chunking; a usage that is not the response's own is not taken.
+func TestStreamParserCutResponseCompleted(t *testing.T) {
+	text := strings.Repeat(`word \"usage\":{\"input_tokens\":9} `, MaxEventBytes/30)
+	completed := func(usage, after string) string {
+		return `event: response.completed` + "\n" + `data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response",` +
+			`"output":[{"type":"message","content":[{"type":"output_text","text":"` + text + `"}]}],` + usage + after + "}}\n\n"
+	}
+	open := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"usage\":null}}\n\n" +
+		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"word \"}\n\n"
+	usage := `"usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":200},"output_tokens":300000,"output_tokens_details":{"reasoning_tokens":10},"total_tokens":301200}`
+	for _, tt := range []struct {
+		name, stream string
+		want         int64 // output tokens; 0: no usage
+		done         bool
+	}{
+		{"usage then the response's last members", open + completed(usage, `,"user":null,"metadata":{"k":"v"}`), 300000, true},
+		{"usage last", open + completed(usage, ""), 300000, true},
+		{"null usage", open + completed(`"usage":null`, `,"user":null`), 0, true},
+		{"usage only deeper", open + completed(`"metadata":{"usage":{"output_tokens":5}}`, ""), 0, true},
+		{"keys sorted: the type after the response", open + "data: {\"response\":{\"output\":[\"" + text + "\"]," + usage + "},\"sequence_number\":9,\"type\":\"response.completed\"}\n\n", 300000, true},
+		{"another event type", open + strings.Replace(completed(usage, ""), `"type":"response.completed"`, `"type":"response.output_item.done"`, 1), 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			stream := []byte(tt.stream)
+			var p StreamParser
+			for _, size := range []int{len(stream), 65536, 4096, 1000} {
+				p.Reset()
+				for i := 0; i < len(stream); i += size {
+					p.Write(stream[i:min(i+size, len(stream))])
+				}
+				p.Flush()
+				u, ok := p.Usage()
+				if ok != (tt.want > 0) || u.CompletionTokens != tt.want || p.Done() != tt.done {
+					t.Fatalf("chunks of %d: usage %+v %v, done %v; want %d output tokens, done %v", size, u, ok, p.Done(), tt.want, tt.done)
+				}
+				if ok && (u.PromptTokens != 1200 || u.CachedTokens != 200) {
+					t.Fatalf("chunks of %d: usage %+v", size, u)
+				}
+				if string(p.ResponseID()) != "resp_1" || p.DeliveredContentBytes() != 5 {
+					t.Fatalf("chunks of %d: response id %q, delivered %d", size, p.ResponseID(), p.DeliveredContentBytes())
+				}
+				if c := p.ev.Held(); c > 3*MaxEventBytes {
+					t.Fatalf("chunks of %d: buffers grew to %d bytes", size, c)
+				}
+			}
+		})
 	}
 }
 
