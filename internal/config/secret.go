@@ -28,7 +28,10 @@ type Secret struct {
 	val *secretValue
 }
 
-type secretValue struct{ v string }
+type secretValue struct {
+	v    string
+	file string // the absolute path a file: secret was read from
+}
 
 // SecretFromValue builds a resolved secret (tests, programmatic configs).
 func SecretFromValue(ref, value string) Secret {
@@ -118,7 +121,7 @@ func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error 
 	if !ok || name == "" {
 		return errInlineSecret
 	}
-	var v string
+	var v, file string
 	switch kind {
 	case "env":
 		val, found := env(name)
@@ -134,9 +137,10 @@ func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error 
 		if err != nil {
 			return fmt.Errorf("reading secret file: %w", unwrapPathError(err))
 		}
-		// Files usually end in one newline; strip exactly trailing line ends
-		// (and a UTF-8 byte-order mark some editors write).
-		v = strings.TrimPrefix(strings.TrimRight(string(b), "\r\n"), "\uFEFF")
+		v = fileSecretValue(b)
+		if file, err = filepath.Abs(name); err != nil {
+			return fmt.Errorf("reading secret file: %w", err)
+		}
 	default:
 		return errInlineSecret
 	}
@@ -149,8 +153,15 @@ func (s *Secret) resolve(env func(string) (string, bool), baseDir string) error 
 	if !utf8.ValidString(v) {
 		return errors.New("resolved value is not valid UTF-8")
 	}
-	s.val = &secretValue{v: v}
+	s.val = &secretValue{v: v, file: file}
 	return nil
+}
+
+// fileSecretValue is a secret file's value: files usually end in one
+// newline, so exactly the trailing line ends are stripped (and a UTF-8
+// byte-order mark some editors write).
+func fileSecretValue(b []byte) string {
+	return strings.TrimPrefix(strings.TrimRight(string(b), "\r\n"), "\uFEFF")
 }
 
 // maxSecretFileBytes bounds a secret file: keys are short, and a path such

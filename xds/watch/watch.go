@@ -2,6 +2,8 @@
 // config to a callback. Editors save by writing a temporary file and
 // renaming it over the original (vim, most IDEs), and Kubernetes swaps a
 // ConfigMap's ..data symlink, so the directory is watched, not the file.
+// The files the config's file: secrets come from are watched the same way:
+// a provider key rotated in place (a Secret volume) reloads the config.
 package watch
 
 import (
@@ -71,6 +73,32 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 
 	l := &loader{path: abs, apply: apply, opts: opts.Load, log: log, m: m,
 		firstWait: min(time.Second, opts.Retry), maxWait: opts.Retry}
+	watched := map[string]bool{filepath.Dir(abs): true}
+	secrets := map[string]bool{} // the secret files of the config in force
+	follow := func() {
+		if l.cfg == nil {
+			return
+		}
+		clear(secrets)
+		for _, f := range l.cfg.SecretFiles() {
+			// The file and, when it is a symlink, its target: written in
+			// place there (a secrets agent's file linked into place).
+			names := []string{f}
+			if real, err := filepath.EvalSymlinks(f); err == nil && real != f {
+				names = append(names, real)
+			}
+			for _, name := range names {
+				secrets[name] = true
+				if d := filepath.Dir(name); !watched[d] {
+					if err := w.Add(d); err != nil {
+						log.Warn("cannot watch a secret file's directory; its changes need a config edit", "dir", d, "err", err)
+						continue
+					}
+					watched[d] = true
+				}
+			}
+		}
+	}
 	var retry *time.Timer
 	var retryC <-chan time.Time
 	load := func() error {
@@ -83,6 +111,7 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 			retry = time.NewTimer(wait)
 			retryC = retry.C
 		}
+		follow()
 		return err
 	}
 	defer func() {
@@ -114,7 +143,7 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 			if !ok {
 				return errors.New("config watcher closed")
 			}
-			if !relevant(ev, abs) {
+			if !relevant(ev, abs, secrets) {
 				continue
 			}
 			if timer == nil {
@@ -135,14 +164,15 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 	}
 }
 
-// relevant: events on the file itself, or on anything in its directory that
-// can replace it (rename targets, the ..data symlink of a ConfigMap).
-func relevant(ev fsnotify.Event, abs string) bool {
+// relevant: events on the file itself or a secret file, or on anything in a
+// watched directory that can replace one (rename targets, the ..data
+// symlink of a ConfigMap or Secret volume).
+func relevant(ev fsnotify.Event, abs string, secrets map[string]bool) bool {
 	if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) {
 		return false
 	}
 	name := filepath.Clean(ev.Name)
-	if name == abs {
+	if name == abs || secrets[name] {
 		return true
 	}
 	base := filepath.Base(name)
@@ -164,10 +194,11 @@ type loader struct {
 	m                  *metrics
 	firstWait, maxWait time.Duration
 
-	applied  *string // content in force
-	rejected *string // content last rejected
-	refused  bool    // by apply (else it failed to load)
-	lastErr  string  // its last error
+	applied  *string        // content in force
+	cfg      *config.Config // the config in force (its secret files)
+	rejected *string        // content last rejected
+	refused  bool           // by apply (else it failed to load)
+	lastErr  string         // its last error
 	wait     time.Duration
 }
 
@@ -179,8 +210,11 @@ func (l *loader) load() (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	if l.applied != nil && fp == *l.applied {
-		l.rejected = nil // a rejected edit undone
-		return 0, nil
+		if l.cfg == nil || !l.cfg.SecretFilesChanged() {
+			l.rejected = nil // a rejected edit undone
+			return 0, nil
+		}
+		l.log.Info("a secret file changed; reloading the config")
 	}
 	again := l.rejected != nil && fp == *l.rejected
 	if again && l.refused {
@@ -193,7 +227,7 @@ func (l *loader) load() (time.Duration, error) {
 		refused = err != nil
 	}
 	if err == nil {
-		l.applied, l.rejected = &fp, nil
+		l.applied, l.rejected, l.cfg = &fp, nil, cfg
 		l.m.reloads.Inc()
 		l.log.Info("config loaded")
 		return 0, nil

@@ -325,3 +325,78 @@ func TestWatchRefusedNotRetried(t *testing.T) {
 	h.renameSave(cfgYAML("good"))
 	h.expect("good")
 }
+
+// TestWatchSecretFileRotated: a provider key read from a file: secret is
+// rotated in place, the config file untouched: written over, or swapped
+// the way Kubernetes updates a Secret volume (a new ..data directory, the
+// key file a symlink through ..data). Each rotation reloads the config
+// with the new key; a write that leaves the value as it was does not.
+func TestWatchSecretFileRotated(t *testing.T) {
+	secretDir := t.TempDir()
+	swap := func(t *testing.T, version, key string) {
+		t.Helper()
+		d := filepath.Join(secretDir, "..v"+version)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "relay-1"), []byte(key+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(secretDir, "..data_tmp")
+		if err := os.Symlink("..v"+version, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(secretDir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap(t, "1", "key-1")
+	if err := os.Symlink(filepath.Join("..data", "relay-1"), filepath.Join(secretDir, "relay-1")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(cfgYAML("m1"), "env:K", "file:"+filepath.Join(secretDir, "relay-1"), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys := make(chan string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, path, func(c *config.Config) error { keys <- c.Backends[0].Keys[0].Secret.Value(); return nil },
+			Options{Registerer: prometheus.NewRegistry(), Debounce: 20 * time.Millisecond})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-keys:
+			if got != want {
+				t.Fatalf("applied a config with key %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no config with key %q applied within 10s", want)
+		}
+	}
+	expect("key-1")
+	swap(t, "2", "key-2")
+	expect("key-2")
+	// Written over in place, through the symlink.
+	if err := os.WriteFile(filepath.Join(secretDir, "relay-1"), []byte("key-3"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect("key-3")
+	// The same value again: nothing to apply.
+	if err := os.WriteFile(filepath.Join(secretDir, "relay-1"), []byte("key-3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-keys:
+		t.Fatalf("a write that changed no value applied the config again (key %q)", got)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
