@@ -97,17 +97,14 @@ func TestPromiseAdmissionQueue(t *testing.T) {
 // slowKeyConfig: one key of 60 requests a minute, which its provider
 // enforces as one a second, paced by swarmgate (a slot every 1.05 s);
 // message_timeout 300 ms, so a pick may wait 150 ms for a slot without
-// extending Envoy's timer. honour_remaining is off: with it, the first
-// answer's remaining 0 opens the key until its reset and takes the only
-// backend out of EDS, and a second request that reaches Envoy's routing
-// after that answer (a loaded machine) gets Envoy's no-healthy-upstream,
-// answered 429 (docs/admission.md, "Not done yet"); this test is about the
-// pace.
+// extending Envoy's timer. The first answer's remaining 0 rests the key
+// until its reset (honour_remaining); the only backend stays in EDS (a pool
+// with nowhere to fail over to keeps its targets), so a second request that
+// reaches Envoy's routing after that answer (a loaded machine) is still
+// routed and its pick waits for the key.
 const slowKeyConfig = `
 request:
   message_timeout: 300ms
-breaker:
-  honour_remaining: false
 admission:
   max_wait: 5s
   pace: true

@@ -47,12 +47,20 @@ func Endpoints(g *ir.Gateway, st EndpointState) []*endpointv3.ClusterLoadAssignm
 // host went unhealthy (TestPromiseOutageFailover: 15-24 client 503s per
 // run); a changed host set is applied by every release.
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/priority
+//
+// A pool none of whose targets is healthy keeps them all: there is nowhere
+// to fail over to, and Envoy's own "no healthy upstream" refused at once a
+// request the queue had admitted while a key had room (its keys came to
+// rest, the provider having said nothing remains, between its admission
+// and its routing). Routed, its attempt's filter waits for the soonest key
+// within its bound, or answers in the client's shape with Retry-After.
 func PoolEndpoints(p *ir.Pool, st EndpointState) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: p.Cluster}
 	weights := capacityWeights(p.Targets, st.Capacity)
+	someHealthy := slices.ContainsFunc(p.Targets, func(t ir.Target) bool { return !st.Unhealthy[t.Backend] })
 	for i, t := range p.Targets {
 		health := corev3.HealthStatus_HEALTHY
-		if st.Unhealthy[t.Backend] {
+		if st.Unhealthy[t.Backend] && someHealthy {
 			health = corev3.HealthStatus_UNHEALTHY
 		}
 		loc := &endpointv3.LocalityLbEndpoints{
