@@ -103,10 +103,11 @@ func TestPromiseOutlierDetection(t *testing.T) {
 	})
 }
 
-// localReplyConfig: one relay, two keys, no other relay in the pool, so
-// once both keys are refused a later attempt is the upstream filter's own
-// local reply. consecutive_5xx: 1 makes Envoy's outlier threshold one: a
-// single local 503 counted as the host's would eject it.
+// localReplyConfig: two relays of two keys each, so once every key is
+// refused a later attempt is the upstream filter's own local reply (no
+// relay of the pool has a key). consecutive_5xx: 1 makes Envoy's outlier
+// threshold one: a single local 503 counted as the host's would eject it.
+// (A pool of one relay has no outlier detection: TestPromiseLoneRelayNotEjected.)
 const localReplyConfig = `
 request:
   message_timeout: 5s
@@ -127,10 +128,16 @@ backends:
     keys:
       - {id: l-1, secret: env:P_C1}
       - {id: l-2, secret: env:P_C2}
+  - name: other
+    base_url: http://{relay-m}/v1
+    keys:
+      - {id: m-1, secret: env:P_A1}
+      - {id: m-2, secret: env:P_A2}
 models:
   - name: lone
     targets:
       - {backend: lone}
+      - {backend: other}
 tenants:
   - name: team
     models: ["*"]
@@ -148,17 +155,30 @@ func TestPromiseLocalRepliesNeverEject(t *testing.T) {
 	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
 		s := startPStack(t, r, pstackOptions{body: localReplyConfig, relays: []relaySpec{
 			{name: "relay-l", auth: config.AuthBearer, keys: map[string]string{"l-1": "P_C1", "l-2": "P_C2"}},
+			{name: "relay-m", auth: config.AuthBearer, keys: map[string]string{"m-1": "P_A1", "m-2": "P_A2"}},
 		}})
 		ctx := testCtx(t)
-		l := s.relays["relay-l"]
+		l, m := s.relays["relay-l"], s.relays["relay-m"]
 		pool := "cluster." + contract.Pool{Alias: "lone"}.Cluster() + ".outlier_detection."
+		// The local reply comes from an attempt on either relay.
+		pickFailures := func() (float64, error) {
+			var sum float64
+			for _, b := range []string{"lone", "other"} {
+				n, err := s.metric(ctx, "swarmgate_extproc_key_pick_failures_total", map[string]string{"backend": b})
+				if err != nil {
+					return 0, err
+				}
+				sum += n
+			}
+			return sum, nil
+		}
 		cycle := func(what string, wantStatus int) {
 			t.Helper()
-			before, err := s.metric(ctx, "swarmgate_extproc_key_pick_failures_total", map[string]string{"backend": "lone"})
+			before, err := pickFailures()
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Both keys refused in turn, then an attempt finds none: the
+			// Every key refused in turn, then an attempt finds none: the
 			// upstream filter answers. Requests in between are refused at
 			// admission until the keys reopen (auth_cooldown).
 			eventually(ctx, t, what+": a local reply", func() (bool, string) {
@@ -166,15 +186,17 @@ func TestPromiseLocalRepliesNeverEject(t *testing.T) {
 				if st := statusOf(err); st != wantStatus {
 					return false, fmt.Sprintf("status %d (%v)", st, err)
 				}
-				n, err := s.metric(ctx, "swarmgate_extproc_key_pick_failures_total", map[string]string{"backend": "lone"})
+				n, err := pickFailures()
 				return err == nil && n > before, fmt.Sprintf("pick failures %v (err %v)", n, err)
 			})
 		}
 		for i := range 2 {
 			l.setHostStatus(http.StatusUnauthorized)
+			m.setHostStatus(http.StatusUnauthorized)
 			cycle(fmt.Sprintf("keys refused %d", i+1), http.StatusServiceUnavailable)
 		}
 		l.setHostStatus(0)
+		m.setHostStatus(0)
 		for _, st := range []string{"ejections_enforced_total", "ejections_detected_consecutive_5xx",
 			"ejections_detected_consecutive_gateway_failure", "ejections_detected_consecutive_local_origin_failure"} {
 			n, err := s.envoyStat(ctx, pool+st)
@@ -185,11 +207,67 @@ func TestPromiseLocalRepliesNeverEject(t *testing.T) {
 				t.Errorf("%s%s = %d: the upstream filter's local replies ejected the relay", pool, st, n)
 			}
 		}
-		// The relay is still a host Envoy routes to once its keys reopen.
-		okBefore := l.Total().OK
-		eventually(ctx, t, "the relay serving again", func() (bool, string) {
+		// Both relays are still hosts Envoy routes to once their keys reopen.
+		okL, okM := l.Total().OK, m.Total().OK
+		eventually(ctx, t, "both relays serving again", func() (bool, string) {
 			_, err := s.chat(ctx, keyTeam, "lone", "after")
-			return err == nil && l.Total().OK > okBefore, fmt.Sprint(err)
+			return err == nil && l.Total().OK > okL && m.Total().OK > okM, fmt.Sprint(err)
 		})
+	})
+}
+
+// loneRelayConfig: one relay of four keys for the model; Envoy would eject
+// a host after three consecutive 5xx (consecutive_5xx: 3) for 30 s, while
+// no key sees three of them.
+const loneRelayConfig = `
+request:
+  message_timeout: 5s
+retry:
+  num_retries: 0
+breaker:
+  consecutive_5xx: 3
+  cooldown: 30s
+  sync_interval: 50ms
+backends:
+  - name: lone
+    base_url: http://{relay-l}/v1
+    keys:
+      - {id: l-1, secret: env:P_C1}
+      - {id: l-2, secret: env:P_C2}
+      - {id: l-3, secret: env:P_A1}
+      - {id: l-4, secret: env:P_A2}
+models:
+  - name: lone
+    targets:
+      - {backend: lone}
+tenants:
+  - name: team
+    models: ["*"]
+    keys:
+      - {id: team-1, hash: {keyTeam}}
+`
+
+// TestPromiseLoneRelayNotEjected: the only relay of a model answers a short
+// run of 5xx and recovers. The next request is served: the pool, with
+// nowhere to fail over to, has no outlier detection. Before, Envoy ejected
+// the only host for the ejection time and answered every request for the
+// model "no healthy upstream" (503) for 30 s after the provider was back.
+func TestPromiseLoneRelayNotEjected(t *testing.T) {
+	envoytest.Each(t, func(t *testing.T, r envoytest.Release) {
+		s := startPStack(t, r, pstackOptions{body: loneRelayConfig, relays: []relaySpec{
+			{name: "relay-l", auth: config.AuthBearer, keys: map[string]string{"l-1": "P_C1", "l-2": "P_C2", "l-3": "P_A1", "l-4": "P_A2"}},
+		}})
+		ctx := testCtx(t)
+		l := s.relays["relay-l"]
+		l.setHostStatus(http.StatusInternalServerError)
+		for i := range 3 { // Envoy's threshold
+			if _, err := s.chat(ctx, keyTeam, "lone", fmt.Sprintf("blip %d", i)); statusOf(err) != http.StatusInternalServerError {
+				t.Fatalf("request %d during the blip: %v, want the provider's 500", i, err)
+			}
+		}
+		l.setHostStatus(0)
+		if _, err := s.chat(ctx, keyTeam, "lone", "after"); err != nil {
+			t.Fatalf("the first request after the provider recovered: %s", describeErr(err))
+		}
 	})
 }

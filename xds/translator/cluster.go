@@ -51,7 +51,7 @@ func PoolCluster(g *ir.Gateway, p *ir.Pool) *clusterv3.Cluster {
 			},
 		},
 		CircuitBreakers:  circuitBreakers(g, p),
-		OutlierDetection: outlierDetection(g),
+		OutlierDetection: outlierDetection(g, p),
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{
 			HTTPOptionsKey: mustAny(upstreamHTTP(g, p)),
 		},
@@ -107,8 +107,18 @@ func circuitBreakers(g *ir.Gateway, p *ir.Pool) *clusterv3.CircuitBreakers {
 // errors or local-origin failures (connect errors, resets). 429 is a success
 // to Envoy; the per-key breakers in ext_proc handle it. max_ejection_percent
 // is 100 so a pool of one host per priority can still eject it and fail over.
+//
+// A pool of one target has none: there is nowhere to fail over to, and
+// Envoy ejects at least one host whatever max_ejection_percent, so a
+// provider's short run of 5xx (or one tenant's requests that draw them)
+// took the model out for the whole ejection time after the provider had
+// recovered. Its keys' breakers, and the endpoint health the control plane
+// pushes from them, judge the relay instead.
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/outlier
-func outlierDetection(g *ir.Gateway) *clusterv3.OutlierDetection {
+func outlierDetection(g *ir.Gateway, p *ir.Pool) *clusterv3.OutlierDetection {
+	if len(p.Targets) < 2 {
+		return nil
+	}
 	n := u32(uint32(max(g.Breaker.Consecutive5xx, 1)))
 	return &clusterv3.OutlierDetection{
 		Consecutive_5Xx:                        n,
