@@ -75,9 +75,11 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 		firstWait: min(time.Second, opts.Retry), maxWait: opts.Retry}
 	watched := map[string]bool{filepath.Dir(abs): true}
 	secrets := map[string]bool{} // the secret files of the config in force
-	follow := func() {
+	// follow watches the secret files of the config in force and reports
+	// whether it watched a new directory.
+	follow := func() (added bool) {
 		if l.cfg == nil {
-			return
+			return false
 		}
 		clear(secrets)
 		for _, f := range l.cfg.SecretFiles() {
@@ -94,15 +96,22 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 						log.Warn("cannot watch a secret file's directory; its changes need a config edit", "dir", d, "err", err)
 						continue
 					}
-					watched[d] = true
+					watched[d], added = true, true
 				}
 			}
 		}
+		return added
 	}
 	var retry *time.Timer
 	var retryC <-chan time.Time
 	load := func() error {
 		wait, err := l.load()
+		// A secret written after the load read it and before its
+		// directory was watched is seen by loading once more (a no-op
+		// when nothing changed).
+		for follow() {
+			wait, err = l.load()
+		}
 		if retry != nil {
 			retry.Stop()
 		}
@@ -111,7 +120,6 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 			retry = time.NewTimer(wait)
 			retryC = retry.C
 		}
-		follow()
 		return err
 	}
 	defer func() {
