@@ -57,7 +57,20 @@ func PoolCluster(g *ir.Gateway, p *ir.Pool) *clusterv3.Cluster {
 		},
 	}
 	c.TransportSocketMatches = transportSocketMatches(p)
+	c.AltStatName = statName(p.Cluster)
 	return c
+}
+
+// statName is the name a pool cluster's stats go by when its own has dots
+// ("" otherwise: the name itself). Envoy's tag extraction takes a cluster
+// stat's name up to the first dot (envoy_cluster_name="pool_gpt-4" and a
+// metric named cluster_1_upstream_rq for model gpt-4.1), and model names
+// are full of dots; underscores stand in for them.
+func statName(cluster string) string {
+	if !strings.Contains(cluster, ".") {
+		return ""
+	}
+	return strings.ReplaceAll(cluster, ".", "_")
 }
 
 // upstreamHTTP: HTTP/1.1 to providers (every OpenAI-compatible API and relay
