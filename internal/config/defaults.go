@@ -73,6 +73,7 @@ func (c *Config) applyDefaults() {
 	def(&c.Envoy.NodeCluster, "swarmgate")
 	def(&c.Envoy.RateLimitDomain, "swarmgate")
 	defDur(&c.Envoy.RateLimitTimeout, 500*time.Millisecond)
+	def(&c.Envoy.DNSLookupFamily, DNSV4Preferred)
 
 	def(&c.Redis.Mode, "standalone")
 	if len(c.Redis.Addrs) == 0 {

@@ -60,6 +60,10 @@ type Envoy struct {
 	// RateLimitTimeout bounds each call Envoy's rate-limit filter makes to
 	// the rate-limit service; past it failure_modes.ratelimit decides.
 	RateLimitTimeout Duration `yaml:"ratelimit_timeout" json:"ratelimit_timeout"`
+	// DNSLookupFamily chooses which of a backend host name's addresses go
+	// to EDS (the control plane resolves them): v4_preferred, v6_preferred,
+	// v4_only, v6_only or all.
+	DNSLookupFamily string `yaml:"dns_lookup_family" json:"dns_lookup_family"`
 }
 
 // Redis is the shared state store: breaker state, ledgers, budgets and the

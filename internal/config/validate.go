@@ -138,6 +138,9 @@ func (c *Config) validateListen(v *validator) {
 	if !nameRE.MatchString(c.Envoy.RateLimitDomain) {
 		v.add("envoy.ratelimit_domain", "invalid domain %q", c.Envoy.RateLimitDomain)
 	}
+	if !slices.Contains(DNSLookupFamilies, c.Envoy.DNSLookupFamily) {
+		v.add("envoy.dns_lookup_family", "must be one of %s, got %q", strings.Join(DNSLookupFamilies, ", "), c.Envoy.DNSLookupFamily)
+	}
 	if d := c.Envoy.RateLimitTimeout.D(); d < 10*time.Millisecond || d > 10*time.Second {
 		v.add("envoy.ratelimit_timeout", "must be between 10ms and 10s, got %s", d)
 	}

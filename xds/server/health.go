@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -192,8 +193,9 @@ func (cp *ControlPlane) resolveLoop(ctx context.Context) {
 		if cp.res != nil {
 			names = cp.dnsNames
 		}
+		family := cp.dnsFamily
 		cp.mu.Unlock()
-		addrs := cp.resolveAll(ctx, names)
+		addrs := cp.resolveAll(ctx, names, family)
 		cp.mu.Lock()
 		// A SetConfig during the pass may have changed the names and
 		// resolved the new ones: the pass's answers go into that state.
@@ -207,9 +209,10 @@ func (cp *ControlPlane) resolveLoop(ctx context.Context) {
 	}
 }
 
-// resolveAll looks every name up, each bounded; a failed lookup keeps the
-// previous answer (a DNS blip must not empty a locality).
-func (cp *ControlPlane) resolveAll(ctx context.Context, names []string) map[string][]string {
+// resolveAll looks every name up, each bounded, and keeps the addresses of
+// family (config.PickFamily); a failed lookup, or one with none of them,
+// keeps the previous answer (a DNS blip must not empty a locality).
+func (cp *ControlPlane) resolveAll(ctx context.Context, names []string, family string) map[string][]string {
 	cp.mu.Lock()
 	prev := cp.state.Addrs
 	cp.mu.Unlock()
@@ -218,6 +221,9 @@ func (cp *ControlPlane) resolveAll(ctx context.Context, names []string) map[stri
 		lctx, cancel := context.WithTimeout(ctx, cp.resolveTimeout)
 		ips, err := cp.resolver.LookupHost(lctx, n)
 		cancel()
+		if err == nil {
+			ips = config.PickFamily(family, ips)
+		}
 		if err != nil || len(ips) == 0 {
 			cp.metrics.resolveFailures.Inc()
 			cp.log.Warn("resolving backend host failed", "host", n, "err", err)

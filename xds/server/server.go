@@ -85,6 +85,7 @@ type ControlPlane struct {
 	res        *translator.Resources // last good; nil before the first config
 	state      translator.EndpointState
 	dnsNames   []string
+	dnsFamily  string // envoy.dns_lookup_family the addresses were picked by
 	envoyGroup string
 	snaps      map[string]*snapshot // group -> current snapshot
 }
@@ -216,15 +217,17 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 		return err
 	}
 	names := translator.DNSNames(res.IR)
+	family := cfg.Envoy.DNSLookupFamily
 	cp.mu.Lock()
 	var missing []string
 	for _, n := range names {
-		if _, ok := cp.state.Addrs[n]; !ok {
+		// Another family: every name's addresses are picked again.
+		if _, ok := cp.state.Addrs[n]; !ok || family != cp.dnsFamily {
 			missing = append(missing, n)
 		}
 	}
 	cp.mu.Unlock()
-	resolved := cp.resolveAll(context.Background(), missing)
+	resolved := cp.resolveAll(context.Background(), missing, family)
 
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -289,7 +292,7 @@ func (cp *ControlPlane) setConfig(cfg *config.Config) error {
 		}
 		cp.snaps[g] = snaps[g]
 	}
-	cp.res, cp.state, cp.dnsNames, cp.envoyGroup = res, state, names, group
+	cp.res, cp.state, cp.dnsNames, cp.dnsFamily, cp.envoyGroup = res, state, names, family, group
 	cp.groups.envoy.Store(&group)
 	cp.recordVersionsLocked()
 	cp.metrics.pushes.WithLabelValues("full").Inc()
