@@ -182,11 +182,21 @@ func lbEndpoint(t *ir.Target, ip string, health corev3.HealthStatus) *endpointv3
 	return &endpointv3.LbEndpoint{
 		HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 			Address:  socketAddress(ip, t.Port),
-			Hostname: t.ServerName, // auto_host_rewrite uses it
+			Hostname: hostHeader(t.ServerName), // auto_host_rewrite uses it
 		}},
 		HealthStatus: health,
 		Metadata:     md,
 	}
+}
+
+// hostHeader is the Host a backend's requests carry: its name, an IPv6
+// literal in brackets (RFC 9110 uri-host; Envoy's host rewrite sends the
+// endpoint's hostname as it is).
+func hostHeader(name string) string {
+	if ip := net.ParseIP(name); ip != nil && ip.To4() == nil {
+		return "[" + name + "]"
+	}
+	return name
 }
 
 func socketAddress(host string, port uint32) *corev3.Address {
