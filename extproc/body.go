@@ -9,7 +9,6 @@ import (
 	"github.com/swarmgate/swarmgate/extproc/admit"
 	"github.com/swarmgate/swarmgate/extproc/envoymsg"
 	"github.com/swarmgate/swarmgate/internal/chatreq"
-	"github.com/swarmgate/swarmgate/internal/config"
 	"github.com/swarmgate/swarmgate/internal/contract"
 )
 
@@ -132,10 +131,3 @@ func (s *Server) admittedAnswer(r *routerStream, cr chatreq.Request, body []byte
 	return resp
 }
 
-func maxWindow(m *config.Model) int {
-	w := 0
-	for _, t := range m.Targets {
-		w = max(w, t.ContextWindow)
-	}
-	return w
-}

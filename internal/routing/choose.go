@@ -99,17 +99,24 @@ func (r *Refusal) Unwrap() error { return r.Cause }
 //   - the pinned backend's pool, whatever the windows, for a request
 //     continuing a previous response on a model of more than one target.
 func Choose(cfg *config.Config, m *config.Model, req Request, translatable Translatable, backends []string) (Choice, *Refusal) {
-	sel, take, ch, ref := familySelection(cfg, m, req, translatable)
+	sel, ch, ref := familySelection(cfg, m, req, translatable)
 	if ref != nil {
 		return ch, ref
 	}
-	minFit, selMax, fit := 0, 0, 0
+	// Drained targets (weight 0) get no traffic (no locality in their
+	// clusters): a request only they could hold went to a cluster with no
+	// host and got Envoy's 503 instead of the client's context error.
+	minFit, selMax, fit, serving := 0, 0, 0, 0
 	for i := range m.Targets {
 		t := &m.Targets[i]
 		if (req.Pinned != "" && t.Backend != req.Pinned) || !admits(cfg, sel, t) {
 			continue
 		}
-		selMax = max(selMax, t.ContextWindow)
+		selMax = max(selMax, t.ContextWindow) // as Plan counts the windows
+		if t.Weight <= 0 {
+			continue
+		}
+		serving++
 		if fits(t, req.Need) {
 			fit++
 			backends = append(backends, t.Backend)
@@ -118,13 +125,16 @@ func Choose(cfg *config.Config, m *config.Model, req Request, translatable Trans
 			}
 		}
 	}
-	if fit == 0 {
+	switch {
+	case serving == 0:
+		return ch, &Refusal{Reason: NoBackend}
+	case fit == 0:
 		return ch, &Refusal{Reason: ContextTooLong, MaxWindow: maxWindow(m.Targets)}
 	}
 	switch {
 	case req.Pinned != "" && len(m.Targets) > 1:
 		sel = contract.Pool{Alias: m.Name, Family: req.Family, Native: true, Backend: req.Pinned}
-	case fit < take:
+	case fit < serving:
 		if minFit == 0 {
 			// Only targets of unknown window fit: above every known one.
 			minFit = selMax + 1
@@ -137,9 +147,8 @@ func Choose(cfg *config.Config, m *config.Model, req Request, translatable Trans
 
 // familySelection selects the targets that take the request's family:
 // the family's pool (natively only when the body cannot be translated, or
-// the family has no translation) when that is not every target. take is
-// how many targets it holds.
-func familySelection(cfg *config.Config, m *config.Model, req Request, translatable Translatable) (sel contract.Pool, take int, ch Choice, ref *Refusal) {
+// the family has no translation) when that is not every target.
+func familySelection(cfg *config.Config, m *config.Model, req Request, translatable Translatable) (sel contract.Pool, ch Choice, ref *Refusal) {
 	sel = contract.Pool{Alias: m.Name}
 	reach, speaks := count(cfg, m, req.Family)
 	native := req.Untranslated
@@ -149,20 +158,20 @@ func familySelection(cfg *config.Config, m *config.Model, req Request, translata
 			native, cause = true, err
 		}
 	}
-	take = reach
+	take := reach
 	if native {
 		take = speaks
 	}
 	switch {
 	case take == 0 && cause != nil:
-		return sel, 0, ch, &Refusal{Reason: Untranslatable, Cause: cause}
+		return sel, ch, &Refusal{Reason: Untranslatable, Cause: cause}
 	case take == 0:
-		return sel, 0, ch, &Refusal{Reason: NoBackend}
+		return sel, ch, &Refusal{Reason: NoBackend}
 	case take < len(m.Targets):
 		sel.Family, sel.Native = req.Family, native && speaks < reach
 	}
 	ch.Translated = !native && speaks < reach
-	return sel, take, ch, nil
+	return sel, ch, nil
 }
 
 // translating lists the backends of the model that take the family only

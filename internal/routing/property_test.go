@@ -177,7 +177,9 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 	for _, t := range m.Targets {
 		b, _ := cfg.Backend(t.Backend)
 		reach, native := takes(b, req.Family)
-		if !reach || (nativeOnly && !native) || (req.Pinned != "" && t.Backend != req.Pinned) {
+		// A drained target (weight 0) serves nothing: its cluster gives it
+		// no locality.
+		if !reach || (nativeOnly && !native) || (req.Pinned != "" && t.Backend != req.Pinned) || t.Weight <= 0 {
 			continue
 		}
 		allowed = append(allowed, t.Backend)
@@ -194,7 +196,7 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 		switch {
 		case nativeOnly && speaks == 0 && refused:
 			want = Untranslatable
-		case speaks+translated == 0 || (nativeOnly && speaks == 0):
+		case speaks+translated == 0 || (nativeOnly && speaks == 0) || len(allowed) == 0:
 			want = NoBackend
 		case len(fit) == 0:
 			want = ContextTooLong
@@ -221,7 +223,12 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 		t.Errorf("chose %+v, planned %+v for model %s", ch.Pool, p.Pool, p.Model.Name)
 	}
 	var inCluster []string
+	serving := 0
 	for _, t := range p.Targets {
+		if t.Weight <= 0 {
+			continue
+		}
+		serving++
 		if t.ContextWindow == 0 || t.ContextWindow >= req.Need {
 			inCluster = append(inCluster, t.Backend)
 		}
@@ -232,9 +239,9 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 	if !slices.Equal(ch.Backends, fit) {
 		t.Errorf("backends %v, the rules allow %v", ch.Backends, fit)
 	}
-	if p.Backend == "" && len(p.Targets) != len(ch.Backends) {
+	if p.Backend == "" && serving != len(ch.Backends) {
 		// Retries stay in the cluster: none may land on a target too small.
-		t.Errorf("cluster %s holds %d targets, only %d fit", ch.Cluster(), len(p.Targets), len(ch.Backends))
+		t.Errorf("cluster %s serves with %d targets, only %d fit", ch.Cluster(), serving, len(ch.Backends))
 	}
 	if want := !nativeOnly && translated > 0; ch.Translated != want {
 		t.Errorf("Translated %v, want %v", ch.Translated, want)

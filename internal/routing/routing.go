@@ -59,11 +59,14 @@ func fits(t *config.Target, need int) bool {
 	return t.ContextWindow == 0 || t.ContextWindow >= need
 }
 
-// maxWindow is the largest known context window of the targets.
+// maxWindow is the largest known context window of the targets that are
+// not drained (the largest a request can be served with).
 func maxWindow(ts []config.Target) int {
 	w := 0
 	for i := range ts {
-		w = max(w, ts[i].ContextWindow)
+		if ts[i].Weight > 0 {
+			w = max(w, ts[i].ContextWindow)
+		}
 	}
 	return w
 }

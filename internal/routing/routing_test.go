@@ -193,6 +193,52 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+// TestChooseDrained: a drained target (weight 0) is in the plan's
+// clusters but serves nothing: a request only it could hold is refused as
+// too long, with the largest window that serves, instead of going to a
+// cluster with no host (Envoy's 503); one the others hold is routed as if
+// it were not there.
+func TestChooseDrained(t *testing.T) {
+	cfg := parse(t, `
+backends:
+  - {name: small, base_url: "http://10.0.0.1/v1", keys: [{id: s1, secret: env:A}]}
+  - {name: mid, base_url: "http://10.0.0.2/v1", keys: [{id: m1, secret: env:B}]}
+  - {name: wide, base_url: "http://10.0.0.3/v1", keys: [{id: w1, secret: env:C}]}
+models:
+  - name: m
+    targets:
+      - {backend: small, context_window: 8000}
+      - {backend: mid, context_window: 32000}
+      - {backend: wide, context_window: 128000, weight: 0}
+`)
+	m, _ := cfg.Model("m")
+	plan := planned(cfg)
+	for _, tt := range []struct {
+		need     int
+		cluster  string
+		backends []string
+		maxWin   int // a ContextTooLong refusal's MaxWindow
+	}{
+		{100, "pool_m", []string{"small", "mid"}, 0},
+		{9000, "poolctx32000_m", []string{"mid"}, 0},
+		{40000, "", nil, 32000},
+	} {
+		ch, ref := Choose(cfg, m, Request{Family: config.FamilyChatCompletions, Need: tt.need}, nil, nil)
+		if tt.cluster == "" {
+			if ref == nil || ref.Reason != ContextTooLong || ref.MaxWindow != tt.maxWin {
+				t.Errorf("need %d: %s %v, %v; want too long, largest window %d", tt.need, ch.Cluster(), ch.Backends, ref, tt.maxWin)
+			}
+			continue
+		}
+		if ref != nil || ch.Cluster() != tt.cluster || !slices.Equal(ch.Backends, tt.backends) {
+			t.Errorf("need %d: %s %v (%v), want %s %v", tt.need, ch.Cluster(), ch.Backends, ref, tt.cluster, tt.backends)
+		}
+		if _, ok := plan[ch.Cluster()]; !ok {
+			t.Errorf("need %d: %s is not a planned cluster", tt.need, ch.Cluster())
+		}
+	}
+}
+
 // TestChoosePinned: a continued response goes to its backend's pool,
 // whatever the windows, on a model of more than one target; on a model
 // of one target, to the model's own pool.
