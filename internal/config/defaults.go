@@ -38,6 +38,7 @@ func (c *Config) prefill() {
 	// Booleans whose safe default is true.
 	c.Request.LongWhenTools = true
 	c.Breaker.HonourRemaining = true
+	c.Subkeys.Retention = Duration{defaultSubkeyRetention}
 }
 
 // applyDefaults fills every unset field whose zero value means "default"

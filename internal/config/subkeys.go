@@ -1,6 +1,9 @@
 package config
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // Subkeys turns on sub-keys: virtual keys minted at run time under a
 // tenant of this file and kept in Redis (docs/subkeys.md). Read once when
@@ -11,7 +14,14 @@ type Subkeys struct {
 	// RedisPrefix prefixes the store's hash (<prefix>keys) and change
 	// channel (<prefix>changed); default <redis.key_prefix>subkey:.
 	RedisPrefix string `yaml:"redis_prefix" json:"redis_prefix"`
+	// Retention is how long a revoked or expired sub-key stays in the
+	// store (listed, audited) before it is deleted; 0 keeps them (prefill
+	// sets the default, a month).
+	Retention Duration `yaml:"retention" json:"retention"`
 }
+
+// defaultSubkeyRetention keeps a finished run's keys a month.
+const defaultSubkeyRetention = 30 * 24 * time.Hour
 
 func (c *Config) defaultSubkeys() {
 	if c.Subkeys.RedisPrefix == "" {
@@ -26,5 +36,8 @@ func (c *Config) validateSubkeys(v *validator) {
 		v.add("subkeys.redis_prefix", "must not contain whitespace or braces")
 	case len(p) > 128:
 		v.add("subkeys.redis_prefix", "must be at most 128 bytes, got %d", len(p))
+	}
+	if c.Subkeys.Retention.D() < 0 {
+		v.add("subkeys.retention", "must not be negative")
 	}
 }

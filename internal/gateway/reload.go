@@ -33,6 +33,7 @@ var startOnlySettings = []startOnly{
 	{path: "redis", runs: anyRole, get: func(c *config.Config) any { return c.Redis }, section: true},
 	{path: "subkeys.enabled", runs: onExtProc, get: func(c *config.Config) any { return c.Subkeys.Enabled }},
 	{path: "subkeys.redis_prefix", runs: onExtProc, get: func(c *config.Config) any { return c.Subkeys.RedisPrefix }},
+	{path: "subkeys.retention", runs: onExtProc, get: func(c *config.Config) any { return c.Subkeys.Retention }},
 	{path: "admission.max_queue", runs: onExtProc, get: func(c *config.Config) any { return c.Admission.MaxQueue }},
 	{path: "admission.poll", runs: onExtProc, get: func(c *config.Config) any { return c.Admission.Poll.D() }},
 	{path: "admission.redis_timeout", runs: onExtProc, get: func(c *config.Config) any { return c.Admission.RedisTimeout.D() }},

@@ -21,6 +21,7 @@ func (g *Gateway) startSubkeys(s *group, p *process) *subkey.Store {
 		return nil
 	}
 	store := subkey.NewStore(p.rdb, p.cfg.Subkeys.RedisPrefix, g.log.With("component", "subkey"))
+	store.SetRetention(p.cfg.Subkeys.Retention.D())
 	s.start(&subkeys{store})
 	return store
 }

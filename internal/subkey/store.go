@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +38,7 @@ type Store struct {
 	// resyncEvery is how often the whole hash is reloaded even when no
 	// subscription was re-established: the net under a lost message.
 	resyncEvery time.Duration
+	retention   atomic.Int64 // SetRetention (sweep.go)
 }
 
 // defaultResyncEvery bounds how long a missed announcement (a revocation
@@ -134,16 +138,9 @@ func (s *Store) resync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subkey: load: %w", err)
 	}
-	keys := make([]*Key, 0, len(all))
-	for id, raw := range all {
-		var k Key
-		if err := json.Unmarshal([]byte(raw), &k); err != nil {
-			s.log.Warn("sub-key unreadable", "id", id, "err", err)
-			continue
-		}
-		keys = append(keys, &k)
-	}
-	s.cache.replace(keys)
+	byID := s.decodeAll(all)
+	s.cache.replace(slices.Collect(maps.Values(byID)))
+	s.sweep(ctx, all, byID)
 	return nil
 }
 
