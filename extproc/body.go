@@ -130,4 +130,3 @@ func (s *Server) admittedAnswer(r *routerStream, cr chatreq.Request, body []byte
 	}, keyLimits(f.Owner.Key), parent, parentQuota)
 	return resp
 }
-
