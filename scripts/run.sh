@@ -55,6 +55,23 @@ if [ -z "$config" ]; then
   done
 fi
 
+# The addresses the config listens on (a config of your own may move them):
+# dialled on loopback when the config binds every interface.
+xds=127.0.0.1:18000 extproc=127.0.0.1:18001 ratelimit=127.0.0.1:18002 admin=127.0.0.1:19000 listener_port=10000
+if [ -n "$config" ]; then
+  if ! addrs=$("$bin" validate --skip-secrets --print listen.xds,listen.extproc,listen.ratelimit,listen.admin,envoy.listener_port "$config"); then
+    echo "make run: $config is not a valid config (above)" >&2
+    exit 1
+  fi
+  { read -r xds; read -r extproc; read -r ratelimit; read -r admin; read -r listener_port; } <<<"$addrs"
+fi
+local_addr() {
+  local host=${1%:*} port=${1##*:}
+  case $host in ""|0.0.0.0|"[::]"|"::") host=127.0.0.1 ;; esac
+  echo "$host:$port"
+}
+admin_url=http://$(local_addr "$admin")
+
 redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; }
 if [ -z "$config" ] || grep -q '127.0.0.1:6379' "$config"; then
   if redis_up; then
@@ -100,14 +117,13 @@ cfgflag=()
 "$bin" serve "${cfgflag[@]}" "$@" &
 pids+=($!)
 serve_pid=$!
-admin_url=http://127.0.0.1:19000
 for _ in $(seq 150); do
   curl -sf "$admin_url/readyz" >/dev/null 2>&1 && break
   kill -0 "$serve_pid" 2>/dev/null || { echo "swarmgate serve exited; see its log above" >&2; exit 1; }
   sleep 0.1
 done
 "$bin" bootstrap "${cfgflag[@]}" --node-id envoy-1 --envoy-admin "$envoy_admin" >"$state/envoy.yaml"
-echo "starting Envoy $ver ($envoy_bin) on 127.0.0.1:10000, admin $envoy_admin, log in $state/envoy.log"
+echo "starting Envoy $ver ($envoy_bin) on 127.0.0.1:$listener_port, admin $envoy_admin, log in $state/envoy.log"
 "$envoy_bin" -c "$state/envoy.yaml" --log-level warn --disable-hot-restart >"$state/envoy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
@@ -116,9 +132,9 @@ for _ in $(seq 100); do
 done
 
 cat <<MSG
-swarmgate: control plane 127.0.0.1:18000 (ADS), ext_proc 127.0.0.1:18001, rate limits 127.0.0.1:18002,
+swarmgate: control plane $xds (ADS), ext_proc $extproc, rate limits $ratelimit,
 admin and status page $admin_url/ (usage: $admin_url/usage). Ctrl-C stops everything make run started.
-Then call it:        curl -s localhost:10000/v1/chat/completions -H 'Authorization: Bearer sk-swarmgate-demo' \\
+Then call it:        curl -s localhost:$listener_port/v1/chat/completions -H 'Authorization: Bearer sk-swarmgate-demo' \\
                        -H 'Content-Type: application/json' \\
                        -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
 MSG

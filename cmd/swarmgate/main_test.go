@@ -136,6 +136,9 @@ func TestCommands(t *testing.T) {
 	}{
 		{"validate flag first", "", []string{"validate", "--skip-secrets", cfg}, exitOK, cfg + ": ok (1 backends, 1 models, 0 tenants)\n", ""},
 		{"validate flag last", "", []string{"validate", cfg, "--skip-secrets"}, exitOK, cfg + ": ok (1 backends, 1 models, 0 tenants)\n", ""},
+		{"validate print", "", []string{"validate", "--skip-secrets", "--print", "listen.admin,envoy.listener_port", cfg}, exitOK, "127.0.0.1:19000\n10000\n", ""},
+		{"validate print unknown", "", []string{"validate", "--skip-secrets", "--print", "tenants", cfg}, exitError, "",
+			"swarmgate validate: --print tenants: not one of listen.xds, listen.extproc, listen.ratelimit, listen.admin, envoy.listener_address, envoy.listener_port"},
 		{"validate unresolved secret", "", []string{"validate", cfg}, exitError, "", "swarmgate validate: " + cfg + ":5: backends[0].keys[0].secret: environment variable SWARMGATE_TEST_OPENAI_KEY is not set"},
 		{"validate no file", "", []string{"validate", "--skip-secrets"}, exitUsage, "", "swarmgate validate: want one FILE, got 0 arguments"},
 		{"validate two files", "", []string{"validate", cfg, cfg}, exitUsage, "", "swarmgate validate: want one FILE, got 2 arguments"},

@@ -86,7 +86,54 @@ func TestMakeRunWithEnvoy(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd, lines := runScript(t, ctx)
+	makeRunServes(t, ctx, makeRunPorts)
+}
+
+// TestMakeRunOwnConfig: make run with a config of one's own that moves the
+// gateway's ports (SWARMGATE_CONFIG_FILE, the mock relays kept) waits for
+// that config's admin listener and prints a request to that config's
+// Envoy port, which works. Before, the script assumed the embedded
+// config's ports: it waited 15 s for an admin port nothing served and
+// printed a curl to port 10000.
+func TestMakeRunOwnConfig(t *testing.T) {
+	moved := map[string]string{"127.0.0.1:18000": "127.0.0.1:18200", "127.0.0.1:18001": "127.0.0.1:18201",
+		"127.0.0.1:18002": "127.0.0.1:18202", "127.0.0.1:19000": "127.0.0.1:19200", "listener_port: 10000": "listener_port: 10200"}
+	ports := []int{18200, 18201, 18202, 19200, 10200, 18101, 18102, 9901}
+	for _, p := range append(ports, 6379) {
+		if portOpen(p) {
+			t.Fatalf("port %d is in use before the test", p)
+		}
+	}
+	raw, err := os.ReadFile("../../internal/config/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(raw)
+	for from, to := range moved {
+		if !strings.Contains(cfg, from) {
+			t.Fatalf("default.yaml has no %q", from)
+		}
+		cfg = strings.ReplaceAll(cfg, from, to)
+	}
+	path := filepath.Join(t.TempDir(), "mine.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	curl := makeRunServes(t, ctx, ports, "SWARMGATE_CONFIG_FILE="+path, "SWARMGATE_RUN_MOCKS=1")
+	if !strings.Contains(curl, "localhost:10200/") {
+		t.Errorf("the printed request does not go to the config's Envoy port 10200: %s", curl)
+	}
+}
+
+// makeRunServes runs scripts/run.sh with env, calls the request it prints
+// until it works through Envoy, stops the script with SIGTERM and checks
+// that everything it started (listening on ports, and Redis when it
+// started one) is gone. It returns the printed request.
+func makeRunServes(t *testing.T, ctx context.Context, ports []int, env ...string) string {
+	t.Helper()
+	cmd, lines := runScript(t, ctx, env...)
 
 	// The printed curl spans three lines after "Then call it:".
 	var curl []string
@@ -133,7 +180,6 @@ func TestMakeRunWithEnvoy(t *testing.T) {
 	if err := cmd.Wait(); err == nil {
 		t.Log("run.sh exited 0 on SIGTERM")
 	}
-	ports := makeRunPorts
 	if startedRedis {
 		ports = append(ports, 6379)
 	}
@@ -149,6 +195,7 @@ func TestMakeRunWithEnvoy(t *testing.T) {
 			t.Errorf("port %d still served after make run was stopped: something it started kept running", p)
 		}
 	}
+	return command
 }
 
 // TestMakeRunNamesATakenPort: a port of the default config that another
