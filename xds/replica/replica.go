@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,6 +33,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Backoff between reconnects: doubles from MinBackoff up to MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// SecretPoll is how often the files of the applied config's file:
+	// secrets are checked (default 5s); one that holds another value
+	// applies the config again, resolved anew.
+	SecretPoll time.Duration
 }
 
 // Run subscribes until ctx is done, reconnecting with backoff. apply is called
@@ -47,8 +52,15 @@ func Run(ctx context.Context, conn grpc.ClientConnInterface, opts Options, apply
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 10 * time.Second
 	}
+	if opts.SecretPoll <= 0 {
+		opts.SecretPoll = 5 * time.Second
+	}
 	log := opts.Logger
 	c := &client{ads: discoveryv3.NewAggregatedDiscoveryServiceClient(conn), opts: opts, log: log, apply: apply}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() { defer close(polled); c.pollSecrets(pollCtx) }()
+	defer func() { stopPoll(); <-polled }()
 	backoff := opts.MinBackoff
 	for {
 		started := time.Now()
@@ -75,6 +87,38 @@ type client struct {
 	log      *slog.Logger
 	apply    func(*config.Config)
 	accepted string // last version applied, kept across reconnects
+
+	mu      sync.Mutex // serialises apply between the stream and pollSecrets
+	lastGC  *pb.GatewayConfig
+	lastCfg *config.Config
+}
+
+// pollSecrets applies the last config again, its secrets resolved anew,
+// when a file: secret's file holds another value (a provider key rotated
+// in place on this replica's volume): the control plane sends no new
+// config for a change only the replica's files see.
+func (c *client) pollSecrets(ctx context.Context) {
+	t := time.NewTicker(c.opts.SecretPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		if c.lastCfg != nil && c.lastCfg.SecretFilesChanged() {
+			cfg, err := gatewayconfig.ToConfig(c.lastGC, c.opts.Load)
+			if err != nil {
+				c.log.Error("a secret file changed and the config no longer loads; keeping the current one", "err", err)
+			} else {
+				c.log.Info("a secret file changed; applying the config again", "version", c.accepted)
+				c.lastCfg = cfg
+				c.apply(cfg)
+			}
+		}
+		c.mu.Unlock()
+	}
 }
 
 func (c *client) stream(ctx context.Context) error {
@@ -95,7 +139,7 @@ func (c *client) stream(ctx context.Context) error {
 			return err
 		}
 		ack := &discoveryv3.DiscoveryRequest{TypeUrl: gatewayconfig.TypeURL, ResponseNonce: resp.GetNonce()}
-		cfg, err := decode(resp, c.opts.Load)
+		gc, cfg, err := decode(resp, c.opts.Load)
 		if err != nil {
 			c.log.Error("rejecting gateway config from the control plane", "version", resp.GetVersionInfo(), "err", err)
 			ack.VersionInfo = c.accepted
@@ -104,7 +148,10 @@ func (c *client) stream(ctx context.Context) error {
 			c.accepted = resp.GetVersionInfo()
 			ack.VersionInfo = c.accepted
 			c.log.Info("gateway config applied", "version", c.accepted)
+			c.mu.Lock()
+			c.lastGC, c.lastCfg = gc, cfg
 			c.apply(cfg)
+			c.mu.Unlock()
 		}
 		if err := st.Send(ack); err != nil {
 			return fmt.Errorf("acknowledging: %w", err)
@@ -114,7 +161,7 @@ func (c *client) stream(ctx context.Context) error {
 
 var errNoResource = errors.New("response carries no GatewayConfig")
 
-func decode(resp *discoveryv3.DiscoveryResponse, load config.Options) (*config.Config, error) {
+func decode(resp *discoveryv3.DiscoveryResponse, load config.Options) (*pb.GatewayConfig, *config.Config, error) {
 	var gc *pb.GatewayConfig
 	for _, a := range resp.GetResources() {
 		if a.GetTypeUrl() != gatewayconfig.TypeURL {
@@ -122,14 +169,15 @@ func decode(resp *discoveryv3.DiscoveryResponse, load config.Options) (*config.C
 		}
 		m := new(pb.GatewayConfig)
 		if err := a.UnmarshalTo(m); err != nil {
-			return nil, fmt.Errorf("decoding GatewayConfig: %w", err)
+			return nil, nil, fmt.Errorf("decoding GatewayConfig: %w", err)
 		}
 		if m.GetName() == gatewayconfig.ResourceName {
 			gc = m
 		}
 	}
 	if gc == nil {
-		return nil, errNoResource
+		return nil, nil, errNoResource
 	}
-	return gatewayconfig.ToConfig(gc, load)
+	cfg, err := gatewayconfig.ToConfig(gc, load)
+	return gc, cfg, err
 }

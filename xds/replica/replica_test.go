@@ -3,6 +3,8 @@ package replica
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +165,53 @@ func nacks(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return n
+}
+
+// TestReplicaFollowsSecretFile: a replica whose config reads a provider key
+// from a file: secret applies the config again when that file changes on
+// its side (the control plane sends nothing: the config is the same).
+func TestReplicaFollowsSecretFile(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "relay.key")
+	if err := os.WriteFile(keyFile, []byte("sk-v1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(base, "env:RELAY_KEY", "file:"+keyFile, 1) + "  - {name: gpt-4o, targets: [{backend: relay}]}\n"
+	cfg, err := config.Parse([]byte(y), "test.yaml", config.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := server.New(server.Options{})
+	if err := cp.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *config.Config, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts := Options{NodeID: "replica-" + t.Name(), SecretPoll: 20 * time.Millisecond}
+	cc := startServer(t, cp)
+	go func() { done <- Run(ctx, cc, opts, func(c *config.Config) { got <- c }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if v := next(t, got).Backends[0].Keys[0].Secret.Value(); v != "sk-v1" {
+		t.Fatalf("first config's key %q, want sk-v1", v)
+	}
+	tmp := keyFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte("sk-v2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if v := next(t, got).Backends[0].Keys[0].Secret.Value(); v != "sk-v2" {
+		t.Fatalf("after the rotation the key is %q, want sk-v2", v)
+	}
+	select {
+	case c := <-got:
+		t.Fatalf("applied again with nothing changed (key %q)", c.Backends[0].Keys[0].Secret.Value())
+	case <-time.After(200 * time.Millisecond):
+	}
 }
