@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,7 +34,19 @@ func runScript(t *testing.T, ctx context.Context, env ...string) (*exec.Cmd, <-c
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "run.sh"))
-	cmd.Env = append(os.Environ(), "ENVOY_BIN="+envoytest.Newest(t).Path, "SWARMGATE_BIN="+bin, "SWARMGATE_RUN_DIR="+t.TempDir())
+	runDir := t.TempDir()
+	// A script killed (a test that timed out) cannot stop the Redis it
+	// daemonised: stop it here, or it holds 6379 for every later run.
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(runDir, "redis.pid")); err == nil {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if err == nil && strings.Contains(string(cmdline), "redis-server") {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+	})
+	cmd.Env = append(os.Environ(), "ENVOY_BIN="+envoytest.Newest(t).Path, "SWARMGATE_BIN="+bin, "SWARMGATE_RUN_DIR="+runDir)
 	cmd.Env = append(cmd.Env, env...)
 	// Its own process group, so a leftover child can be killed at the end;
 	// the test itself signals only the script, as Ctrl-C or kill would.
