@@ -71,43 +71,54 @@ func (s *Store) Run(ctx context.Context) error {
 	defer stop()
 	defer ps.Close()
 	first := true
+	var loadedAt time.Time // the last full reload
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, s.resyncEvery)
+		wait := s.resyncEvery
+		if !first {
+			wait = max(s.resyncEvery-time.Since(loadedAt), time.Millisecond)
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				if !first && !s.resyncUntil(ctx) {
+		switch m := msg.(type) {
+		case nil: // err
+			if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
+				// go-redis reconnects and resubscribes; a "subscribe" reply follows.
+				s.log.Warn("sub-key subscription", "err", err)
+				select {
+				case <-ctx.Done():
 					return nil
+				case <-time.After(100 * time.Millisecond):
 				}
 				continue
 			}
-			// go-redis reconnects and resubscribes; a "subscribe" reply follows.
-			s.log.Warn("sub-key subscription", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
 				continue
 			}
-			if !s.resyncUntil(ctx) {
+			if !s.resyncUntil(ctx, false) {
 				return nil
 			}
+			loadedAt = time.Now()
 			if first {
 				close(s.synced)
 				first = false
 			}
+			continue
 		case *redis.Message:
-			if !s.refresh(ctx, m.Payload) && !s.resyncUntil(ctx) {
+			if !s.refresh(ctx, m.Payload) && !s.resyncUntil(ctx, false) {
 				return nil
 			}
+		}
+		// Every resyncEvery whatever the traffic (a busy channel used to
+		// postpone it for good): the full reload, the net under a lost
+		// message, and the sweep of finished keys.
+		if !first && time.Since(loadedAt) >= s.resyncEvery {
+			if !s.resyncUntil(ctx, true) {
+				return nil
+			}
+			loadedAt = time.Now()
 		}
 	}
 }
@@ -116,10 +127,10 @@ func (s *Store) Run(ctx context.Context) error {
 // it succeeds (true) or ctx ends (false). A failed reload left alone kept a
 // starting replica unready for good (Synced never closed), or a revocation
 // announced while the subscription was down unseen until the next one.
-func (s *Store) resyncUntil(ctx context.Context) bool {
+func (s *Store) resyncUntil(ctx context.Context, sweep bool) bool {
 	wait := 50 * time.Millisecond
 	for {
-		err := s.resync(ctx)
+		err := s.resync(ctx, sweep)
 		if err == nil {
 			return true
 		}
@@ -133,14 +144,18 @@ func (s *Store) resyncUntil(ctx context.Context) bool {
 	}
 }
 
-func (s *Store) resync(ctx context.Context) error {
+// resync reloads the whole hash into the cache, and with sweep deletes
+// the keys finished longer than the retention ago (sweep.go).
+func (s *Store) resync(ctx context.Context, sweep bool) error {
 	all, err := s.rdb.HGetAll(ctx, s.hashKey()).Result()
 	if err != nil {
 		return fmt.Errorf("subkey: load: %w", err)
 	}
 	byID := s.decodeAll(all)
 	s.cache.replace(slices.Collect(maps.Values(byID)))
-	s.sweep(ctx, all, byID)
+	if sweep {
+		s.sweep(ctx, all, byID)
+	}
 	return nil
 }
 

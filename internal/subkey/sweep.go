@@ -47,29 +47,57 @@ func finished(k *Key, cutoff time.Time) bool {
 }
 
 // sweep deletes up to sweepBatch of the keys in all (id -> raw, as one
-// reload read them) that finished before the retention.
+// reload read them) that finished before the retention. A key a minter
+// of the store minted finishes with it (revoking or expiring the minter
+// refuses its keys, minterRevoked), and is deleted first: a minter is
+// deleted only once none of its keys is left, for a key whose minter is
+// gone cannot be told from one a config key minted.
 func (s *Store) sweep(ctx context.Context, all map[string]string, keys map[string]*Key) {
 	keep := time.Duration(s.retention.Load())
 	if keep <= 0 {
 		return
 	}
 	cutoff := s.now().Add(-keep)
-	n := 0
+	var minted, others []string
+	children := map[string]int{}
 	for id, k := range keys {
-		if n == sweepBatch || ctx.Err() != nil {
-			return
+		if k.Parent != "" {
+			children[k.Parent]++
 		}
-		if !finished(k, cutoff) {
+		parent := keys[k.Parent]
+		if !finished(k, cutoff) && (parent == nil || !finished(parent, cutoff)) {
 			continue
+		}
+		if k.Parent != "" {
+			minted = append(minted, id)
+		} else {
+			others = append(others, id)
+		}
+	}
+	n := 0
+	del := func(id string) bool {
+		if n == sweepBatch || ctx.Err() != nil {
+			return false
 		}
 		done, err := sweepScript.Run(ctx, s.rdb, []string{s.hashKey()}, id, all[id], s.channel()).Int()
 		if err != nil {
 			s.log.Warn("sub-key sweep", "id", id, "err", err)
-			return
+			return false
 		}
 		if done == 1 {
 			s.cache.remove(id)
 			n++
+		}
+		return done == 1
+	}
+	for _, id := range minted {
+		if del(id) {
+			children[keys[id].Parent]--
+		}
+	}
+	for _, id := range others {
+		if children[id] == 0 {
+			del(id)
 		}
 	}
 	if n > 0 {

@@ -49,6 +49,15 @@ func TestSweepFinishedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	newExpired := create(Key{Tenant: "demo", ExpiresAt: now.Add(-day)})
+	// A minter revoked long ago and the keys it minted (no expiry of their
+	// own, refused with it); a key a config minter minted, live.
+	at(now.Add(-40 * day))
+	minter := create(Key{Tenant: "demo"})
+	workers := []*Key{create(Key{Tenant: "demo", Parent: minter.ID}), create(Key{Tenant: "demo", Parent: minter.ID})}
+	if _, err := s.Revoke(ctx, minter.ID); err != nil {
+		t.Fatal(err)
+	}
+	ofConfig := create(Key{Tenant: "demo", Parent: "team-planner"})
 	at(now)
 
 	ids := func() []string {
@@ -63,7 +72,7 @@ func TestSweepFinishedKeys(t *testing.T) {
 	all := ids()
 
 	// No retention: nothing goes.
-	if err := s.resync(ctx); err != nil {
+	if err := s.resync(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := ids(); !slices.Equal(got, all) {
@@ -81,15 +90,15 @@ func TestSweepFinishedKeys(t *testing.T) {
 	}
 
 	s.SetRetention(30 * day)
-	if err := s.resync(ctx); err != nil {
+	if err := s.resync(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{live.ID, stillValid.ID, newRevoked.ID, newExpired.ID}
+	want := []string{live.ID, stillValid.ID, newRevoked.ID, newExpired.ID, ofConfig.ID}
 	slices.Sort(want)
 	if got := ids(); !slices.Equal(got, want) {
 		t.Fatalf("after the sweep the hash holds %v, want %v", got, want)
 	}
-	for _, id := range []string{oldRevoked.ID, oldExpired.ID} {
+	for _, id := range []string{oldRevoked.ID, oldExpired.ID, minter.ID, workers[0].ID, workers[1].ID} {
 		if _, ok := s.Cached(id); ok {
 			t.Errorf("deleted key %s still in this replica's cache", id)
 		}
@@ -115,5 +124,43 @@ func TestSweepFinishedKeys(t *testing.T) {
 	s.sweep(ctx, raw, keys)
 	if n, err := rdb.HExists(ctx, s.hashKey(), live.ID).Result(); err != nil || !n {
 		t.Errorf("a key changed since the reload read it was deleted (%v)", err)
+	}
+}
+
+// TestSweepOnABusyChannel: the periodic reload, and its sweep, run every
+// resyncEvery even while changes keep arriving (each used to restart the
+// wait, and a swarm minting keys without pause never swept).
+func TestSweepOnABusyChannel(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	s := NewStore(rdb, "sg:subkey:", log)
+	s.resyncEvery = 200 * time.Millisecond
+	s.SetRetention(time.Hour)
+	old := NewStore(redis.NewClient(&redis.Options{Addr: srv.Addr}), "sg:subkey:", log)
+	old.now = func() time.Time { return time.Now().Add(-2 * time.Hour) }
+	gone, _, err := old.Create(ctx, Key{Tenant: "demo", ExpiresAt: time.Now().Add(-90 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Run(ctx) }()
+	<-s.Synced()
+	// A change every 20 ms, ten times faster than resyncEvery.
+	busy := NewStore(redis.NewClient(&redis.Options{Addr: srv.Addr}), "sg:subkey:", log)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, err := busy.Create(ctx, Key{Tenant: "demo"}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := rdb.HExists(ctx, s.hashKey(), gone.ID).Result(); err == nil && !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the expired key was never swept while changes kept arriving")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
