@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -96,6 +97,10 @@ func (s *Server) choose(r *routerStream, model *config.Model, cr chatreq.Request
 	return ch.Pool, nil
 }
 
+// drainedRetryAfter is what a request only drained targets could take is
+// told to wait: a drain is an operator's, of unknown length.
+const drainedRetryAfter = 30 * time.Second
+
 // refuseRoute answers a request no cluster can take: count_tokens that no
 // backend counts is answered by the gateway's own estimate.
 func (s *Server) refuseRoute(r *routerStream, model *config.Model, cr chatreq.Request, refusal *routing.Refusal, need int) *extprocv3.ProcessingResponse {
@@ -106,6 +111,12 @@ func (s *Server) refuseRoute(r *routerStream, model *config.Model, cr chatreq.Re
 			un = &translate.Unsupported{Message: refusal.Error()}
 		}
 		return s.refuse(r, errBadRequest(un.Message, "unsupported_parameter", un.Param))
+	case routing.Drained:
+		// An operator's pause (weight 0 on every target that could take
+		// it): the model comes back, so the answer SDKs retry on.
+		return s.refuse(r, (&apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "upstream_unavailable",
+			message: "No upstream for `" + model.Name + "` takes this request at the moment (its targets are drained); retry later."}).
+			withRetryAfter(drainedRetryAfter))
 	case routing.ContextTooLong:
 		return s.refuse(r, errBadRequest("This model's maximum context length is "+strconv.Itoa(refusal.MaxWindow)+
 			" tokens. However, you requested about "+strconv.Itoa(need)+" tokens ("+strconv.Itoa(r.f.EstTokens)+

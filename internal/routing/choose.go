@@ -59,6 +59,10 @@ const (
 	// ContextTooLong: no target that takes the request has a context
 	// window for Request.Need tokens (Refusal.MaxWindow is the largest).
 	ContextTooLong
+	// Drained: the targets that could take the request are all drained
+	// (weight 0): an operator's pause, not a request the model cannot
+	// serve.
+	Drained
 )
 
 // Refusal is a request no cluster can take.
@@ -79,6 +83,8 @@ func (r *Refusal) Error() string {
 		return "the request cannot be translated for the backends that take it: " + r.Cause.Error()
 	case ContextTooLong:
 		return "the request is longer than every context window (largest " + strconv.Itoa(r.MaxWindow) + " tokens)"
+	case Drained:
+		return "every target that takes the request is drained"
 	}
 	return "no cluster takes the request"
 }
@@ -127,7 +133,7 @@ func Choose(cfg *config.Config, m *config.Model, req Request, translatable Trans
 	}
 	switch {
 	case serving == 0:
-		return ch, &Refusal{Reason: NoBackend}
+		return ch, &Refusal{Reason: Drained}
 	case fit == 0:
 		return ch, &Refusal{Reason: ContextTooLong, MaxWindow: maxWindow(m.Targets)}
 	}

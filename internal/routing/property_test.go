@@ -174,12 +174,17 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 	}
 	nativeOnly := req.Untranslated || refused
 	var allowed, fit []string
+	drained := 0
 	for _, t := range m.Targets {
 		b, _ := cfg.Backend(t.Backend)
 		reach, native := takes(b, req.Family)
+		if !reach || (nativeOnly && !native) || (req.Pinned != "" && t.Backend != req.Pinned) {
+			continue
+		}
 		// A drained target (weight 0) serves nothing: its cluster gives it
 		// no locality.
-		if !reach || (nativeOnly && !native) || (req.Pinned != "" && t.Backend != req.Pinned) || t.Weight <= 0 {
+		if t.Weight <= 0 {
+			drained++
 			continue
 		}
 		allowed = append(allowed, t.Backend)
@@ -196,8 +201,10 @@ func checkChoice(t *testing.T, cfg *config.Config, m *config.Model, f facts, pla
 		switch {
 		case nativeOnly && speaks == 0 && refused:
 			want = Untranslatable
-		case speaks+translated == 0 || (nativeOnly && speaks == 0) || len(allowed) == 0:
+		case speaks+translated == 0 || (nativeOnly && speaks == 0):
 			want = NoBackend
+		case len(allowed) == 0 && drained > 0:
+			want = Drained
 		case len(fit) == 0:
 			want = ContextTooLong
 		}

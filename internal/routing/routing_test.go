@@ -237,6 +237,11 @@ models:
 			t.Errorf("need %d: %s is not a planned cluster", tt.need, ch.Cluster())
 		}
 	}
+	// Only the drained target could take it (a response pinned to it):
+	// a pause, not a request the model cannot serve.
+	if ch, ref := Choose(cfg, m, Request{Family: config.FamilyChatCompletions, Need: 100, Pinned: "wide"}, nil, nil); ref == nil || ref.Reason != Drained {
+		t.Errorf("pinned to the drained target: %s %v, %v; want Drained", ch.Cluster(), ch.Backends, ref)
+	}
 }
 
 // TestChoosePinned: a continued response goes to its backend's pool,
