@@ -121,25 +121,26 @@ func circuitBreakers(g *ir.Gateway, p *ir.Pool) *clusterv3.CircuitBreakers {
 // to Envoy; the per-key breakers in ext_proc handle it. max_ejection_percent
 // is 100 so a pool of one host per priority can still eject it and fail over.
 //
-// A pool of one target has none: there is nowhere to fail over to, and
-// Envoy ejects at least one host whatever max_ejection_percent, so a
-// provider's short run of 5xx (or one tenant's requests that draw them)
-// took the model out for the whole ejection time after the provider had
-// recovered. Its keys' breakers, and the endpoint health the control plane
-// pushes from them, judge the relay instead.
+// A pool of one target ejects only on local-origin failures (an address
+// of its name that cannot be reached, among several): there is no other
+// relay to fail over to, and Envoy ejects at least one host whatever
+// max_ejection_percent, so a provider's short run of 5xx (or one tenant's
+// requests that draw them) took the model out for the whole ejection time
+// after the provider had recovered. Its keys' breakers judge its answers.
 // https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/outlier
 func outlierDetection(g *ir.Gateway, p *ir.Pool) *clusterv3.OutlierDetection {
-	if len(p.Targets) < 2 {
-		return nil
-	}
 	n := u32(uint32(max(g.Breaker.Consecutive5xx, 1)))
+	answers := u32(100) // enforcing the 5xx and gateway-failure ejections
+	if len(p.Targets) < 2 {
+		answers = u32(0)
+	}
 	return &clusterv3.OutlierDetection{
 		Consecutive_5Xx:                        n,
 		ConsecutiveGatewayFailure:              n,
 		SplitExternalLocalOriginErrors:         true,
 		ConsecutiveLocalOriginFailure:          n,
-		EnforcingConsecutive_5Xx:               u32(100),
-		EnforcingConsecutiveGatewayFailure:     u32(100),
+		EnforcingConsecutive_5Xx:               answers,
+		EnforcingConsecutiveGatewayFailure:     answers,
 		EnforcingConsecutiveLocalOriginFailure: u32(100),
 		EnforcingSuccessRate:                   u32(0),
 		EnforcingLocalOriginSuccessRate:        u32(0),

@@ -57,7 +57,9 @@ func Endpoints(g *ir.Gateway, st EndpointState) []*endpointv3.ClusterLoadAssignm
 func PoolEndpoints(p *ir.Pool, st EndpointState) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: p.Cluster}
 	weights := capacityWeights(p.Targets, st.Capacity)
-	someHealthy := slices.ContainsFunc(p.Targets, func(t ir.Target) bool { return !st.Unhealthy[t.Backend] })
+	someHealthy := slices.ContainsFunc(p.Targets, func(t ir.Target) bool {
+		return !st.Unhealthy[t.Backend] && len(hostAddrs(t.Host, st.Addrs)) > 0
+	})
 	for i, t := range p.Targets {
 		health := corev3.HealthStatus_HEALTHY
 		if st.Unhealthy[t.Backend] && someHealthy {
