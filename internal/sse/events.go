@@ -1,6 +1,9 @@
 package sse
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 // Event is one server-sent event: its event name and its data lines joined
 // by LF. A Cut event (Events.KeepEnds) went over MaxEventBytes: Data is
@@ -124,19 +127,46 @@ func (p *Events) partial(b []byte) error {
 	}
 	if len(p.pending)+len(b)+len(p.data) > MaxEventBytes {
 		if p.DropLarge && p.KeepEnds && !p.discard {
-			p.pending = append(p.pending, b...)
-			f, v := SplitField(p.pending)
-			if string(f) == "data" {
-				p.cutData(v)
-			}
-			// Another field's long line (a comment) is skipped alone.
-			p.pending, p.long, p.longData = p.pending[:0], true, string(f) == "data"
-			return nil
+			return p.cutLine(b)
 		}
 		p.pending, p.long = p.pending[:0], true
 		return p.tooLarge()
 	}
 	p.pending = append(p.pending, b...)
+	return nil
+}
+
+// maxFieldName bounds the bytes before a line's ':' that may still make
+// it a data line ("data" and its colon, with room to spare).
+const maxFieldName = 16
+
+// cutLine handles a line that takes the event over the cap (KeepEnds):
+// a data line's value goes to the cut event's ends, never whole into a
+// buffer (the chunk may be megabytes); another field's line (a comment)
+// is skipped alone. Until the line's ':' has arrived it may still be
+// data: its first bytes are kept.
+func (p *Events) cutLine(b []byte) error {
+	var name, v1, v2 []byte
+	if i := bytes.IndexByte(p.pending, ':'); i >= 0 {
+		name, v1, v2 = p.pending[:i], p.pending[i+1:], b
+	} else if j := bytes.IndexByte(b, ':'); j >= 0 && len(p.pending)+j <= maxFieldName {
+		name, v2 = append(p.pending, b[:j]...), b[j+1:]
+	} else if len(p.pending)+len(b) <= maxFieldName {
+		p.pending = append(p.pending, b...)
+		return nil
+	}
+	// One space after the colon is not the value's.
+	if len(v1) > 0 && v1[0] == ' ' {
+		v1 = v1[1:]
+	} else if len(v1) == 0 && len(v2) > 0 && v2[0] == ' ' {
+		v2 = v2[1:]
+	}
+	data := string(name) == "data"
+	if data {
+		p.cutData(v1, true)
+		p.cutData(v2, false)
+	}
+	p.pending, p.long, p.longData = p.pending[:0], true, data
 	return nil
 }
 
@@ -176,7 +206,7 @@ func (p *Events) line(line []byte, fn func(Event) error) error {
 			sep = 1
 		}
 		if p.cut || (p.DropLarge && p.KeepEnds && len(p.data)+sep+len(value) > MaxEventBytes) {
-			p.cutData(value)
+			p.cutData(value, true)
 			return nil
 		}
 		if len(p.data)+sep+len(value) > MaxEventBytes {
@@ -206,17 +236,17 @@ func (p *Events) dispatch(fn func(Event) error) error {
 	return err
 }
 
-// cutData adds one data line's value (or the start of one) to an event
-// over the cap: the data so far is its head, cut to HeadBytes once, and
-// every byte after goes to the tail.
-func (p *Events) cutData(value []byte) {
+// cutData adds a data line's value (or a piece of one: newLine when it
+// starts the line) to an event over the cap: the data so far is its head,
+// cut to HeadBytes once, and every byte after goes to the tail.
+func (p *Events) cutData(value []byte, newLine bool) {
 	if !p.cut {
 		p.cut = true
 		p.tail = p.tail[:0]
 		p.appendTail(p.data)
 		p.data = p.data[:min(len(p.data), HeadBytes)]
 	}
-	if p.hasData {
+	if newLine && p.hasData {
 		p.appendTail([]byte{'\n'})
 		if len(p.data) < HeadBytes {
 			p.data = append(p.data, '\n')

@@ -137,3 +137,49 @@ func TestEventsKeepEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestEventsKeepEndsFieldSplit: a chunk boundary inside the field name of
+// the line that takes an event over the cap does not decide the field
+// before its ':' arrives (a data line split after "da" was dropped whole,
+// an event line's name lost), and a huge chunk is not buffered whole.
+func TestEventsKeepEndsFieldSplit(t *testing.T) {
+	first := strings.Repeat("a", MaxEventBytes-1) // "da" takes the event over the cap
+	second := strings.Repeat("b", 3*MaxEventBytes) + "z"
+	for _, tt := range []struct {
+		name   string
+		chunks []string
+		wantFn func(t *testing.T, got []Event)
+	}{
+		{"data split after da", []string{"data: " + first + "\nda", "ta: " + second[:3*MaxEventBytes], second[3*MaxEventBytes:] + "\n\n"},
+			func(t *testing.T, got []Event) {
+				data := first + "\n" + second
+				if len(got) != 1 || !got[0].Cut || string(got[0].Data) != data[:HeadBytes] || string(got[0].Tail) != data[len(data)-TailBytes:] {
+					t.Fatalf("got %d events (cut %v); want one cut event with the joined data's ends", len(got), len(got) > 0 && got[0].Cut)
+				}
+			}},
+		{"event name split after ev", []string{"data: " + first + "\nev", "ent: response.completed\ndata: " + second + "\n\n"},
+			func(t *testing.T, got []Event) {
+				if len(got) != 1 || !got[0].Cut || string(got[0].Name) != "response.completed" {
+					t.Fatalf("got %d events; want one cut event named response.completed", len(got))
+				}
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Events{DropLarge: true, KeepEnds: true}
+			var got []Event
+			for i, c := range tt.chunks {
+				err := p.Feed([]byte(c), i == len(tt.chunks)-1, func(e Event) error {
+					got = append(got, Event{Name: []byte(string(e.Name)), Data: []byte(string(e.Data)), Tail: []byte(string(e.Tail)), Cut: e.Cut})
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Held() > 3*MaxEventBytes {
+					t.Fatalf("after chunk %d (%d bytes): holds %d bytes", i, len(c), p.Held())
+				}
+			}
+			tt.wantFn(t, got)
+		})
+	}
+}
