@@ -88,9 +88,10 @@ type client struct {
 	apply    func(*config.Config)
 	accepted string // last version applied, kept across reconnects
 
-	mu      sync.Mutex // serialises apply between the stream and pollSecrets
-	lastGC  *pb.GatewayConfig
-	lastCfg *config.Config
+	mu        sync.Mutex // serialises apply between the stream and pollSecrets
+	lastGC    *pb.GatewayConfig
+	lastCfg   *config.Config
+	secretErr string // the last reload error pollSecrets logged
 }
 
 // pollSecrets applies the last config again, its secrets resolved anew,
@@ -110,7 +111,10 @@ func (c *client) pollSecrets(ctx context.Context) {
 		if c.lastCfg != nil && c.lastCfg.SecretFilesChanged() {
 			cfg, err := gatewayconfig.ToConfig(c.lastGC, c.opts.Load)
 			if err != nil {
-				c.log.Error("a secret file changed and the config no longer loads; keeping the current one", "err", err)
+				if err.Error() != c.secretErr { // once per error, not every poll
+					c.log.Error("a secret file changed and the config no longer loads; keeping the current one", "err", err)
+					c.secretErr = err.Error()
+				}
 			} else {
 				c.log.Info("a secret file changed; applying the config again", "version", c.accepted)
 				c.lastCfg = cfg
@@ -145,11 +149,11 @@ func (c *client) stream(ctx context.Context) error {
 			ack.VersionInfo = c.accepted
 			ack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
+			c.mu.Lock()
 			c.accepted = resp.GetVersionInfo()
 			ack.VersionInfo = c.accepted
 			c.log.Info("gateway config applied", "version", c.accepted)
-			c.mu.Lock()
-			c.lastGC, c.lastCfg = gc, cfg
+			c.lastGC, c.lastCfg, c.secretErr = gc, cfg, ""
 			c.apply(cfg)
 			c.mu.Unlock()
 		}
