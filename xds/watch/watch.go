@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -73,7 +74,6 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 
 	l := &loader{path: abs, apply: apply, opts: opts.Load, log: log, m: m,
 		firstWait: min(time.Second, opts.Retry), maxWait: opts.Retry}
-	watched := map[string]bool{filepath.Dir(abs): true}
 	secrets := map[string]bool{} // the secret files of the config in force
 	// follow watches the secret files of the config in force and reports
 	// whether it watched a new directory.
@@ -91,12 +91,14 @@ func Run(ctx context.Context, path string, apply func(*config.Config) error, opt
 			}
 			for _, name := range names {
 				secrets[name] = true
-				if d := filepath.Dir(name); !watched[d] {
+				// The watcher's own list: a directory removed and made
+				// again (a secrets agent's) has lost its watch.
+				if d := filepath.Dir(name); !slices.Contains(w.WatchList(), d) {
 					if err := w.Add(d); err != nil {
 						log.Warn("cannot watch a secret file's directory; its changes need a config edit", "dir", d, "err", err)
 						continue
 					}
-					watched[d], added = true, true
+					added = true
 				}
 			}
 		}
