@@ -39,6 +39,7 @@ func TestDNSLookupFamily(t *testing.T) {
 		{"v6_preferred", []string{"2001:db8::1"}},
 		{"all", []string{"192.0.2.1", "192.0.2.2", "2001:db8::1"}},
 		{"v4_only", []string{"192.0.2.1", "192.0.2.2"}},
+		{"v6_only", []string{"2001:db8::1"}},
 	} {
 		y := base
 		if tc.family != "" {
@@ -50,5 +51,18 @@ func TestDNSLookupFamily(t *testing.T) {
 		if got := addrs(); !slices.Equal(got, tc.want) {
 			t.Errorf("family %q: EDS addresses %v, want %v", tc.family, got, tc.want)
 		}
+	}
+}
+
+// TestDNSFamilyWithoutAnswer: a name that answers, but with no address of
+// the family, has none in EDS; the previous answer (of another family) is
+// not kept as if the lookup had failed.
+func TestDNSFamilyWithoutAnswer(t *testing.T) {
+	r := &gatedResolver{addrs: map[string][]string{"v4.test": {"192.0.2.9"}}}
+	cp := New(Options{Resolver: r})
+	cp.state.Addrs = map[string][]string{"v4.test": {"192.0.2.9"}}
+	got := cp.resolveAll(t.Context(), []string{"v4.test"}, "v6_only")
+	if a, ok := got["v4.test"]; !ok || len(a) != 0 {
+		t.Fatalf("v6_only on an IPv4-only name: %v (present %v), want no address", a, ok)
 	}
 }

@@ -197,6 +197,12 @@ func (cp *ControlPlane) resolveLoop(ctx context.Context) {
 		cp.mu.Unlock()
 		addrs := cp.resolveAll(ctx, names, family)
 		cp.mu.Lock()
+		if cp.dnsFamily != family {
+			// A SetConfig changed the family during the pass and picked
+			// every name again: the pass's answers are of the old one.
+			cp.mu.Unlock()
+			continue
+		}
 		// A SetConfig during the pass may have changed the names and
 		// resolved the new ones: the pass's answers go into that state.
 		addrs = mergeAddrs(cp.dnsNames, addrs, cp.state.Addrs)
@@ -221,8 +227,14 @@ func (cp *ControlPlane) resolveAll(ctx context.Context, names []string, family s
 		lctx, cancel := context.WithTimeout(ctx, cp.resolveTimeout)
 		ips, err := cp.resolver.LookupHost(lctx, n)
 		cancel()
-		if err == nil {
-			ips = config.PickFamily(family, ips)
+		if err == nil && len(ips) > 0 {
+			if ips = config.PickFamily(family, ips); len(ips) == 0 {
+				// An answer, none of the family: no address, not the
+				// previous answer (another family's, say).
+				cp.log.Warn("backend host has no address of envoy.dns_lookup_family", "host", n, "family", family)
+				out[n] = []string{}
+				continue
+			}
 		}
 		if err != nil || len(ips) == 0 {
 			cp.metrics.resolveFailures.Inc()
