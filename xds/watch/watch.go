@@ -225,6 +225,9 @@ func (l *loader) load() (time.Duration, error) {
 			return 0, nil
 		}
 		l.log.Info("a secret file changed; reloading the config")
+		// The content a refusal was recorded for is the same: the
+		// secret is what changed, so this is no repeat of it.
+		l.rejected = nil
 	}
 	again := l.rejected != nil && fp == *l.rejected
 	if again && l.refused {
