@@ -135,6 +135,9 @@ func (k *keyHandlers) create(r *http.Request, w http.ResponseWriter, c caller) r
 	if aerr := checkKey(cfg, &key, c.key, k.now()); aerr != nil {
 		return refused(aerr, "", key.Tenant)
 	}
+	if aerr := k.capped(cfg, &key); aerr != nil {
+		return refused(aerr, "", key.Tenant)
+	}
 	if aerr := k.carved(r.Context(), &key, c); aerr != nil {
 		return refused(aerr, "", key.Tenant)
 	}
@@ -230,6 +233,29 @@ func checkKey(cfg *config.Config, key, parent *subkey.Key, now time.Time) *apiEr
 		aerr.status = http.StatusForbidden
 	}
 	return aerr
+}
+
+// capped refuses a key minted by a minter that already holds
+// subkeys.max_per_minter live keys: a planner minting in a loop filled the
+// store, and the memory of every replica, which each holds every key.
+// Counted in this replica's cache, so replicas minting at once for one
+// minter may pass the bound by a few.
+func (k *keyHandlers) capped(cfg *config.Config, key *subkey.Key) *apiError {
+	limit := cfg.Subkeys.MaxPerMinter
+	if key.Parent == "" || limit <= 0 {
+		return nil
+	}
+	now, live := k.now(), 0
+	for _, o := range k.store.List(key.Tenant, nil) {
+		if o.Parent == key.Parent && !o.Revoked && !o.Expired(now) {
+			live++
+		}
+	}
+	if live < limit {
+		return nil
+	}
+	return &apiError{status: http.StatusTooManyRequests,
+		msg: "this minter holds " + strconv.Itoa(live) + " live keys, the most subkeys.max_per_minter allows: revoke finished ones, or let them expire"}
 }
 
 // carved refuses a new key's budget larger than what remains of the

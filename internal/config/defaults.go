@@ -39,6 +39,7 @@ func (c *Config) prefill() {
 	c.Request.LongWhenTools = true
 	c.Breaker.HonourRemaining = true
 	c.Subkeys.Retention = Duration{defaultSubkeyRetention}
+	c.Subkeys.MaxPerMinter = defaultMaxPerMinter
 }
 
 // applyDefaults fills every unset field whose zero value means "default"

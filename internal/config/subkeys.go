@@ -18,7 +18,15 @@ type Subkeys struct {
 	// store (listed, audited) before it is deleted; 0 keeps them (prefill
 	// sets the default, a month).
 	Retention Duration `yaml:"retention" json:"retention"`
+	// MaxPerMinter bounds the live (not revoked, not expired) keys one
+	// minter may hold at a time; 0 leaves it unbounded (prefill sets the
+	// default).
+	MaxPerMinter int `yaml:"max_per_minter" json:"max_per_minter"`
 }
+
+// defaultMaxPerMinter: a planner of the largest swarms (1,200 workers)
+// with room for several runs at once.
+const defaultMaxPerMinter = 10000
 
 // defaultSubkeyRetention keeps a finished run's keys a month.
 const defaultSubkeyRetention = 30 * 24 * time.Hour
@@ -36,6 +44,9 @@ func (c *Config) validateSubkeys(v *validator) {
 		v.add("subkeys.redis_prefix", "must not contain whitespace or braces")
 	case len(p) > 128:
 		v.add("subkeys.redis_prefix", "must be at most 128 bytes, got %d", len(p))
+	}
+	if c.Subkeys.MaxPerMinter < 0 {
+		v.add("subkeys.max_per_minter", "must not be negative")
 	}
 	if c.Subkeys.Retention.D() < 0 {
 		v.add("subkeys.retention", "must not be negative")
