@@ -304,19 +304,38 @@ func TestMintedKeyWorksOnAnotherReplicaAtOnce(t *testing.T) {
 // is made once per config, not per request, and made again for a new one.
 func TestNarrowedTenantOncePerConfig(t *testing.T) {
 	s := startStores(t, 1)[0]
-	_, plain, err := s.Create(context.Background(), Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}})
+	created, plain, err := s.Create(context.Background(), Key{Tenant: "demo", Models: []string{"gpt-4o-mini"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := Auth{Store: s}
 	cfg := testConfig(t)
-	first, _ := a.Authenticate(cfg, plain)
-	again, _ := a.Authenticate(cfg, plain)
+	// The create's own announcement may put the key in the cache again (a
+	// new entry, its narrowed tenant not made yet) between the two
+	// authentications on a loaded machine: the pair is taken again then.
+	var first, again config.KeyOwner
+	for range 3 {
+		before, _ := s.Cached(created.ID)
+		first, _ = a.Authenticate(cfg, plain)
+		again, _ = a.Authenticate(cfg, plain)
+		if after, _ := s.Cached(created.ID); after == before {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if first.Tenant != again.Tenant || !first.Tenant.Allows("gpt-4o-mini") || first.Tenant.Allows("other") {
 		t.Fatalf("same config: tenants %p and %p, models %v", first.Tenant, again.Tenant, first.Tenant.Models)
 	}
-	if n := testing.AllocsPerRun(100, func() { a.Authenticate(cfg, plain) }); n != 0 {
-		t.Fatalf("%.0f allocations per authentication, want 0", n)
+	for try := 0; ; try++ {
+		before, _ := s.Cached(created.ID)
+		n := testing.AllocsPerRun(100, func() { a.Authenticate(cfg, plain) })
+		if after, _ := s.Cached(created.ID); after != before && try < 2 {
+			continue // the announcement landed meanwhile (above)
+		}
+		if n != 0 {
+			t.Fatalf("%.0f allocations per authentication, want 0", n)
+		}
+		break
 	}
 	next := testConfig(t)
 	if o, _ := a.Authenticate(next, plain); o.Tenant == first.Tenant || o.Tenant.Name != "demo" {
