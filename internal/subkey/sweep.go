@@ -74,35 +74,52 @@ func (s *Store) sweep(ctx context.Context, all map[string]string, keys map[strin
 			others = append(others, id)
 		}
 	}
-	n := 0
-	del := func(id string) bool {
-		if n == sweepBatch || ctx.Err() != nil {
-			return false
-		}
-		done, err := sweepScript.Run(ctx, s.rdb, []string{s.hashKey()}, id, all[id], s.channel()).Int()
-		if err != nil {
-			s.log.Warn("sub-key sweep", "id", id, "err", err)
-			return false
-		}
-		if done == 1 {
-			s.cache.remove(id)
-			n++
-		}
-		return done == 1
+	minted = minted[:min(len(minted), sweepBatch)]
+	gone := s.deleteIfUnchanged(ctx, all, minted)
+	for _, id := range gone {
+		children[keys[id].Parent]--
 	}
-	for _, id := range minted {
-		if del(id) {
-			children[keys[id].Parent]--
-		}
-	}
+	var free []string // minters with no key left, and keys minted by none
 	for _, id := range others {
-		if children[id] == 0 {
-			del(id)
+		if children[id] == 0 && len(free) < sweepBatch-len(minted) {
+			free = append(free, id)
 		}
 	}
+	n := len(gone) + len(s.deleteIfUnchanged(ctx, all, free))
 	if n > 0 {
 		s.log.Info("sub-keys deleted after their retention", "count", n, "retention", keep)
 	}
+}
+
+// deleteIfUnchanged runs sweepScript for each id in one pipeline (the
+// script loaded first: EVALSHA in a pipeline does not fall back to EVAL)
+// and returns the ids it deleted, removed from the cache.
+func (s *Store) deleteIfUnchanged(ctx context.Context, all map[string]string, ids []string) []string {
+	if len(ids) == 0 || ctx.Err() != nil {
+		return nil
+	}
+	if err := sweepScript.Load(ctx, s.rdb).Err(); err != nil {
+		s.log.Warn("sub-key sweep", "err", err)
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = sweepScript.EvalSha(ctx, p, []string{s.hashKey()}, id, all[id], s.channel())
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("sub-key sweep", "err", err) // the commands that ran are read below
+	}
+	var gone []string
+	for i, c := range cmds {
+		if done, err := c.Int(); err == nil && done == 1 {
+			s.cache.remove(ids[i])
+			gone = append(gone, ids[i])
+		}
+	}
+	return gone
 }
 
 // decodeAll reads a reload's raw keys; unreadable ones are logged and
